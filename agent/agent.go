@@ -1,0 +1,186 @@
+// Package agent is forkbox-agent, the guest agent that runs as init (pid 1)
+// inside every sandbox.
+//
+// It reaps zombies, forwards termination signals to the processes it
+// started, and serves the envd protocol (Connect-RPC process and filesystem
+// services, plus plain-HTTP /files and /health) on a listening Unix socket
+// the daemon hands it as a file descriptor. The socket's path exists only on
+// the host, so nothing inside the sandbox can reach the agent's API.
+//
+// Wire contract: ../proto/envd and the E2B envd documentation. Behaviour
+// that E2B SDKs depend on (first event is start, exit status strings,
+// user from Basic auth, relative paths from the user's home) follows envd.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
+)
+
+// ConfigEnv is the environment variable through which the daemon passes the
+// agent's Config as JSON. The agent removes it from its environment.
+const ConfigEnv = "FORKBOX_AGENT_CONFIG"
+
+// Config is the agent's start-up configuration, set by the daemon per sandbox.
+type Config struct {
+	// DefaultUser runs processes and owns files when a call names no user ("user").
+	DefaultUser string `json:"default_user"`
+	// Workdir is the default working directory; "" means the user's home.
+	Workdir string `json:"workdir,omitempty"`
+	// Env is the sandbox-wide environment, applied after PATH, HOME and USER
+	// and before a call's own variables.
+	Env map[string]string `json:"env,omitempty"`
+	// Path is the default PATH.
+	Path string `json:"path,omitempty"`
+}
+
+// DefaultPath is the PATH processes get when the config sets none.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Agent holds the services' shared state. It is safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	reaper *reaper
+	procs  *procTable
+}
+
+// New returns an agent for cfg. It does not start the reaper; Serve does.
+func New(cfg Config, log *slog.Logger) *Agent {
+	if cfg.DefaultUser == "" {
+		cfg.DefaultUser = "user"
+	}
+	if cfg.Path == "" {
+		cfg.Path = DefaultPath
+	}
+	return &Agent{cfg: cfg, log: log, reaper: newReaper(), procs: newProcTable()}
+}
+
+// Handler returns the agent's HTTP handler: the Connect-RPC services under
+// /process.Process/ and /filesystem.Filesystem/, plus /files and /health.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := processpbconnect.NewProcessHandler(&processService{a: a})
+	mux.Handle(path, h)
+	path, h = filesystempbconnect.NewFilesystemHandler(newFilesystemService(a))
+	mux.Handle(path, h)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /files", a.handleFileDownload)
+	mux.HandleFunc("POST /files", a.handleFileUpload)
+	return mux
+}
+
+// Serve runs the reaper and serves the agent API on l until ctx ends.
+func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
+	go a.reaper.run(ctx)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv.Protocols = &protos
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Main is forkbox-agent's entry point as the sandbox's init: it reads its
+// config from ConfigEnv, listens on the inherited fd listenFD, forwards
+// SIGTERM/SIGINT/SIGHUP to its processes and exits when asked to stop.
+func Main(listenFD int) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var cfg Config
+	if raw := os.Getenv(ConfigEnv); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			log.Error("bad agent config", "err", err)
+			return 2
+		}
+	}
+	os.Clearenv()
+	// Not dumpable: no process in the sandbox (not even root, which lacks
+	// CAP_SYS_PTRACE) may ptrace the agent or open /proc/1/fd.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	prewarmThreads(16)
+
+	f := os.NewFile(uintptr(listenFD), "agent-listener")
+	if f == nil {
+		log.Error("no listener fd", "fd", listenFD)
+		return 2
+	}
+	l, err := net.FileListener(f)
+	_ = f.Close()
+	if err != nil {
+		log.Error("listener fd is not a socket", "fd", listenFD, "err", err)
+		return 2
+	}
+	a := New(cfg, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go func() {
+		for sig := range sigs {
+			n := a.procs.signalAll(sig.(syscall.Signal))
+			log.Info("forwarded signal", "signal", sig.String(), "groups", n)
+			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
+				go func() {
+					a.procs.waitIdle(5 * time.Second)
+					cancel()
+				}()
+			}
+		}
+	}()
+	log.Info("agent ready", "pid", os.Getpid(), "default_user", cfg.DefaultUser)
+	if err := a.Serve(ctx, l); err != nil {
+		log.Error("serve", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// prewarmThreads makes the Go runtime create n OS threads and park them as
+// idle, so that later the agent rarely needs a new thread. A fork bomb inside
+// the sandbox can exhaust the pids limit; a Go program that then fails to
+// create a thread aborts, and the agent is the sandbox's init.
+func prewarmThreads(n int) {
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	done.Add(n)
+	for i := 0; i < n; i++ {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait()
+			runtime.UnlockOSThread() // the thread returns to the idle pool
+		}()
+	}
+	ready.Wait()
+	release.Done()
+	done.Wait()
+}

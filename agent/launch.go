@@ -1,0 +1,305 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+)
+
+// maxArgLen is the kernel's limit on one argv or envp string
+// (MAX_ARG_STRLEN = 32 pages), minus the terminating NUL.
+const maxArgLen = 32*4096 - 1
+
+// userOOMScoreAdj is set on every started process so that, under memory
+// pressure inside the sandbox, the kernel kills user code before the agent.
+const userOOMScoreAdj = "500"
+
+// launchSpec is a fully resolved process to start.
+type launchSpec struct {
+	path  string   // absolute executable path
+	argv  []string // argv[0] is the command as given
+	env   []string
+	dir   string
+	acc   *account
+	stdin bool // give the process a stdin pipe (else /dev/null)
+	pty   *processpb.PTY
+	extra *os.File // passed as fd 3 (a long shell script), or nil
+}
+
+// buildLaunch resolves a StartRequest for acc: environment (PATH, HOME,
+// USER, LOGNAME, then the sandbox env, then the request's), working
+// directory (request cwd, else the configured workdir, else home; it must
+// exist), executable (looked up in the final PATH) and stdin mode.
+func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchSpec, error) {
+	pc := req.GetProcess()
+	if pc.GetCmd() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
+	}
+	envMap := map[string]string{
+		"PATH": a.cfg.Path, "HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name,
+	}
+	keys := []string{"PATH", "HOME", "USER", "LOGNAME"}
+	add := func(k, v string) {
+		if _, ok := envMap[k]; !ok {
+			keys = append(keys, k)
+		}
+		envMap[k] = v
+	}
+	for _, k := range sortedKeys(a.cfg.Env) {
+		add(k, a.cfg.Env[k])
+	}
+	for _, k := range sortedKeys(pc.GetEnvs()) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env name %q is invalid", k))
+		}
+		add(k, pc.GetEnvs()[k])
+	}
+	env := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if strings.ContainsRune(envMap[k], 0) {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("env %s contains a NUL byte", k))
+		}
+		env = append(env, k+"="+envMap[k])
+	}
+
+	dir := acc.Home
+	if a.cfg.Workdir != "" {
+		dir = a.cfg.Workdir
+	}
+	if pc.Cwd != nil && pc.GetCwd() != "" {
+		dir = resolvePath(pc.GetCwd(), acc.Home)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd %q is not an existing directory", dir))
+	}
+
+	path, err := lookPath(pc.GetCmd(), envMap["PATH"], dir)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	}
+	ls := &launchSpec{
+		path: path, argv: append([]string{pc.GetCmd()}, pc.GetArgs()...), env: env, dir: dir, acc: acc,
+		stdin: req.Stdin == nil || req.GetStdin(), pty: req.GetPty(),
+	}
+	if err := ls.fitArgs(); err != nil {
+		return nil, err
+	}
+	return ls, nil
+}
+
+// fitArgs makes a shell script longer than the kernel's per-argument limit
+// runnable: `sh [flags] -c SCRIPT [name args...]` becomes
+// `sh [flags] /proc/self/fd/3 [args...]` with SCRIPT in a memfd at fd 3.
+// Any other over-long argument is an invalid_argument error.
+func (ls *launchSpec) fitArgs() error {
+	for i, arg := range ls.argv {
+		if len(arg) <= maxArgLen {
+			continue
+		}
+		if i == 0 || ls.argv[i-1] != "-c" || ls.extra != nil {
+			return connect.NewError(connect.CodeInvalidArgument,
+				fmt.Errorf("argument %d is %d bytes; the limit is %d unless it is a shell -c script", i, len(arg), maxArgLen))
+		}
+		fd, err := unix.MemfdCreate("forkbox-script", 0)
+		if err != nil {
+			return fmt.Errorf("memfd for long script: %w", err)
+		}
+		f := os.NewFile(uintptr(fd), "forkbox-script")
+		if _, err := f.WriteString(arg); err != nil {
+			f.Close()
+			return err
+		}
+		ls.extra = f
+		rest := ls.argv[i+1:]
+		if len(rest) > 0 {
+			rest = rest[1:] // with -c the first operand is $0; a script file sets $0 itself
+		}
+		argv := append(append([]string{}, ls.argv[:i-1]...), "/proc/self/fd/3")
+		ls.argv = append(argv, rest...)
+	}
+	return nil
+}
+
+// lookPath finds cmd like execvp would with the given PATH; a cmd containing
+// a slash is taken relative to dir.
+func lookPath(cmd, pathEnv, dir string) (string, error) {
+	if strings.Contains(cmd, "/") {
+		p := cmd
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if isExecutable(p) {
+			return p, nil
+		}
+		return "", fmt.Errorf("%s: no such executable", cmd)
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, cmd)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: executable file not found in $PATH", cmd)
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// launch starts ls, registers it with the reaper and wires its output to a
+// new proc, whose first subscriber is first (so the caller of Start sees
+// every byte). deadline, when not zero, kills the process group then.
+func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConfig, first *subscriber, deadline time.Time) (*proc, error) {
+	p := &proc{tag: tag, config: config, subs: map[*subscriber]struct{}{first: {}}, done: make(chan struct{})}
+	var childFiles []*os.File // the child's ends, closed here after start
+	closeChild := func() {
+		for _, f := range childFiles {
+			_ = f.Close()
+		}
+	}
+	defer closeChild()
+
+	files := make([]*os.File, 3, 4)
+	var outR, errR *os.File
+	sys := &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: ls.acc.UID, Gid: ls.acc.GID, Groups: ls.acc.Groups},
+	}
+	if ls.pty != nil {
+		master, tty, err := pty.Open()
+		if err != nil {
+			return nil, fmt.Errorf("open pty: %w", err)
+		}
+		if sz := ls.pty.GetSize(); sz != nil {
+			_ = pty.Setsize(master, &pty.Winsize{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())})
+		}
+		_ = unix.Fchown(int(tty.Fd()), int(ls.acc.UID), -1)
+		childFiles = append(childFiles, tty)
+		files[0], files[1], files[2] = tty, tty, tty
+		p.pty = master
+		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+	} else {
+		sys.Setpgid = true
+		if ls.stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return nil, err
+			}
+			childFiles = append(childFiles, r)
+			files[0], p.stdin = r, w
+		} else {
+			null, err := os.Open(os.DevNull)
+			if err != nil {
+				return nil, err
+			}
+			childFiles = append(childFiles, null)
+			files[0] = null
+		}
+		var err error
+		var outW, errW *os.File
+		if outR, outW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		childFiles = append(childFiles, outW)
+		if errR, errW, err = os.Pipe(); err != nil {
+			outR.Close()
+			return nil, err
+		}
+		childFiles = append(childFiles, errW)
+		files[1], files[2] = outW, errW
+	}
+	if ls.extra != nil {
+		files = append(files, ls.extra)
+		childFiles = append(childFiles, ls.extra)
+	}
+
+	pid, statusCh, err := a.reaper.start(func() (int, error) {
+		pr, err := os.StartProcess(ls.path, ls.argv, &os.ProcAttr{Dir: ls.dir, Env: ls.env, Files: files, Sys: sys})
+		if err != nil {
+			return 0, err
+		}
+		pid := pr.Pid
+		_ = pr.Release()
+		return pid, nil
+	})
+	if err != nil {
+		for _, f := range []*os.File{outR, errR, p.stdin, p.pty} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start %s: %w", ls.argv[0], err))
+	}
+	p.pid = pid
+	closeChild()
+	childFiles = nil
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(userOOMScoreAdj), 0)
+	a.procs.add(p)
+
+	exited := make(chan struct{})
+	var killTimer *time.Timer
+	if !deadline.IsZero() {
+		killTimer = time.AfterFunc(time.Until(deadline), func() { _ = p.signal(syscall.SIGKILL) })
+	}
+	go func() {
+		readers := make(chan struct{}, 2)
+		n := 0
+		if p.pty != nil {
+			n = 1
+			go func() {
+				p.pump(p.pty, exited, func(b []byte) *processpb.ProcessEvent_DataEvent {
+					return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Pty{Pty: b}}
+				})
+				readers <- struct{}{}
+			}()
+		} else {
+			n = 2
+			go func() {
+				p.pump(outR, exited, func(b []byte) *processpb.ProcessEvent_DataEvent {
+					return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+				})
+				readers <- struct{}{}
+			}()
+			go func() {
+				p.pump(errR, exited, func(b []byte) *processpb.ProcessEvent_DataEvent {
+					return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
+				})
+				readers <- struct{}{}
+			}()
+		}
+		ws := <-statusCh
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+		close(exited)
+		for i := 0; i < n; i++ {
+			<-readers
+		}
+		for _, f := range []*os.File{outR, errR, p.pty} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+		p.closeStdin()
+		p.finish(endFromStatus(ws))
+		a.procs.forgetLater(p)
+	}()
+	return p, nil
+}

@@ -1,0 +1,288 @@
+// Package runc is the container-tier isolation driver: each sandbox is a runc
+// container in its own pid, mount, ipc, uts, network, cgroup and user
+// namespaces, with cgroup v1 limits, a seccomp filter and a minimal capability
+// set. runc is driven through its CLI (containerd/go-runc); resource readings,
+// pause and out-of-band kills go straight to the cgroup v1 files.
+package runc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	gorunc "github.com/containerd/go-runc"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
+)
+
+// Driver runs sandboxes with the runc CLI. Create one with New.
+type Driver struct {
+	runc *gorunc.Runc
+	cg   cgroupV1
+}
+
+// Options configure a Driver.
+type Options struct {
+	// Binary is the runc executable; "" looks up "runc" in PATH.
+	Binary string
+	// StateRoot is runc's --root: where it keeps container state. forkbox
+	// gives runc a root of its own so List sees only forkbox's sandboxes.
+	StateRoot string
+}
+
+// New returns a driver over the runc binary. It fails with ErrUnavailable
+// when runc is not installed.
+func New(opts Options) (*Driver, error) {
+	bin := opts.Binary
+	if bin == "" {
+		bin = "runc"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("runc driver: %w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := os.MkdirAll(opts.StateRoot, 0o700); err != nil {
+		return nil, fmt.Errorf("runc driver: %w", err)
+	}
+	return &Driver{runc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true}}, nil
+}
+
+var _ runtime.Driver = (*Driver)(nil)
+
+// Name returns "runc".
+func (d *Driver) Name() string { return "runc" }
+
+// Capabilities: pause through the freezer, user namespaces; no memory
+// snapshots (runc needs CRIU for those, which does not work on the hosts
+// forkbox targets).
+func (d *Driver) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{Pause: true, UserNamespace: true}
+}
+
+// Create writes the OCI bundle into cfg.StateDir and runs `runc run
+// --detach` with the agent as init and cfg.AgentListener as fd 3. The
+// agent's stdout and stderr go to StateDir/agent.log. On failure the
+// container is deleted and the error carries runc's message.
+func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) {
+	if !validID(cfg.ID) {
+		return errdefs.InvalidField("id", "must be 1-63 characters of [a-z0-9]")
+	}
+	spec, err := buildSpec(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.StateDir, "config.json"), data, 0o600); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	logPath := filepath.Join(cfg.StateDir, "agent.log")
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devNull.Close()
+
+	defer func() {
+		if retErr != nil {
+			cleanupCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = d.Delete(cleanupCtx, cfg.ID)
+		}
+	}()
+	opts := &gorunc.CreateOpts{
+		IO:         &fileIO{stdin: devNull, stdout: logFile, stderr: logFile},
+		Detach:     true,
+		ExtraFiles: []*os.File{cfg.AgentListener},
+		PidFile:    filepath.Join(cfg.StateDir, "init.pid"),
+	}
+	if _, err := d.runc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+		return fmt.Errorf("runc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, tail(logPath, 2048))
+	}
+	return nil
+}
+
+// Delete kills the sandbox with SIGKILL (thawing it first if frozen) and
+// removes its runc state and cgroups. An unknown id is not an error.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if !validID(id) {
+		return nil
+	}
+	// A frozen cgroup cannot die; thaw it after the kill is queued.
+	if st, err := d.cg.freezerState(id); err == nil && st != "THAWED" {
+		_ = d.runc.Kill(ctx, id, int(syscall.SIGKILL), &gorunc.KillOpts{All: true})
+		_ = d.cg.setFreezer(id, "THAWED")
+	}
+	err := d.runc.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
+	if err != nil && !isNotExist(err) {
+		return fmt.Errorf("runc delete %s: %w", id, err)
+	}
+	// runc removes the cgroups it made; make sure, as a leftover cgroup
+	// directory would pin its limits forever.
+	if err := d.cg.remove(id); err != nil {
+		return fmt.Errorf("remove cgroups of %s: %w", id, err)
+	}
+	return nil
+}
+
+// Status asks runc for the container's state.
+func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
+	if !validID(id) {
+		return runtime.StatusUnknown, nil
+	}
+	c, err := d.runc.State(ctx, id)
+	if err != nil {
+		if isNotExist(err) {
+			return runtime.StatusUnknown, nil
+		}
+		return "", fmt.Errorf("runc state %s: %w", id, err)
+	}
+	switch c.Status {
+	case "running", "created":
+		return runtime.StatusRunning, nil
+	case "paused", "pausing":
+		return runtime.StatusPaused, nil
+	default:
+		return runtime.StatusStopped, nil
+	}
+}
+
+// List returns the ids runc has state for under its root.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	cs, err := d.runc.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runc list: %w", err)
+	}
+	ids := make([]string, 0, len(cs))
+	for _, c := range cs {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// Stats reads cpuacct.usage, memory.usage_in_bytes,
+// memory.max_usage_in_bytes, pids.current and the oom_kill counter.
+func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
+	var st runtime.Stats
+	if !validID(id) {
+		return st, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	cpuNS, err := d.cg.readInt("cpuacct", id, "cpuacct.usage")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return st, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
+		}
+		return st, err
+	}
+	st.CPUSeconds = float64(cpuNS) / 1e9
+	if st.MemoryBytes, err = d.cg.readInt("memory", id, "memory.usage_in_bytes"); err != nil {
+		return st, err
+	}
+	if st.MemoryPeakBytes, err = d.cg.readInt("memory", id, "memory.max_usage_in_bytes"); err != nil {
+		return st, err
+	}
+	if st.Pids, err = d.cg.readInt("pids", id, "pids.current"); err != nil {
+		return st, err
+	}
+	if st.OOMKills, err = d.cg.oomKills(id); err != nil {
+		return st, err
+	}
+	st.ReadAt = time.Now()
+	return st, nil
+}
+
+// KillProcessGroup freezes the sandbox, signals every process whose
+// in-sandbox process group is pgid, and thaws it again (unless it was
+// already paused). Freezing first means no process can fork away while the
+// group is being walked.
+func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
+	if !validID(id) || pgid <= 1 {
+		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
+	}
+	prev, err := d.cg.freezerState(id)
+	if err != nil {
+		return 0, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	if prev == "THAWED" {
+		if err := d.cg.setFreezer(id, "FROZEN"); err != nil {
+			return 0, err
+		}
+		defer func() { _ = d.cg.setFreezer(id, "THAWED") }()
+	}
+	pids, err := d.cg.procs(id)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, hostPid := range pids {
+		g, err := nsPgid(hostPid)
+		if err != nil || g != pgid {
+			continue
+		}
+		if err := syscall.Kill(hostPid, syscall.Signal(sig)); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Pause freezes the sandbox through the freezer cgroup.
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	if !validID(id) {
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	return d.cg.setFreezer(id, "FROZEN")
+}
+
+// Resume thaws the sandbox.
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	if !validID(id) {
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	return d.cg.setFreezer(id, "THAWED")
+}
+
+// isNotExist reports whether a runc CLI error says the container is unknown.
+func isNotExist(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
+}
+
+// tail returns up to n bytes from the end of the file at path, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return strings.TrimSpace(string(b))
+}
+
+// fileIO hands fixed files to runc as the container's stdio.
+type fileIO struct{ stdin, stdout, stderr *os.File }
+
+func (f *fileIO) Close() error          { return nil }
+func (f *fileIO) Stdin() io.WriteCloser { return nil }
+func (f *fileIO) Stdout() io.ReadCloser { return nil }
+func (f *fileIO) Stderr() io.ReadCloser { return nil }
+func (f *fileIO) Set(cmd *exec.Cmd)     { cmd.Stdin, cmd.Stdout, cmd.Stderr = f.stdin, f.stdout, f.stderr }

@@ -1,0 +1,190 @@
+package runc
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/runtime"
+)
+
+// Capabilities is the documented minimal set every sandbox keeps (inside its
+// user namespace, so they never apply to host objects):
+//
+//   - CAP_CHOWN, CAP_FOWNER, CAP_FSETID, CAP_DAC_OVERRIDE: the agent writes
+//     files for the exec user and hands them over (chown); root in the
+//     sandbox can manage its own files.
+//   - CAP_SETUID, CAP_SETGID: the agent drops to the exec user (uid 1000).
+//   - CAP_KILL: the agent signals processes it started for other users.
+//   - CAP_NET_BIND_SERVICE: root in the sandbox may listen on ports < 1024.
+//
+// Everything else (SYS_ADMIN, NET_RAW, MKNOD, SYS_CHROOT, SETFCAP, AUDIT_WRITE,
+// SYS_PTRACE, ...) is dropped. Processes started as a non-root user get none.
+var Capabilities = []string{
+	"CAP_CHOWN",
+	"CAP_DAC_OVERRIDE",
+	"CAP_FOWNER",
+	"CAP_FSETID",
+	"CAP_KILL",
+	"CAP_SETGID",
+	"CAP_SETUID",
+	"CAP_NET_BIND_SERVICE",
+}
+
+// maskedPaths are hidden inside the sandbox (an empty file or directory is
+// mounted over them); readonlyPaths are remounted read-only. The lists match
+// what runc's and Docker's defaults hide: kernel memory, keyrings, timers,
+// firmware and the knobs under /proc/sys.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+	}
+	readonlyPaths = []string{
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	}
+)
+
+// cpuPeriodUS is the CFS period the CPU quota is expressed in, in µs.
+const cpuPeriodUS = 100000
+
+// cgroupParent is the cgroup (in every v1 hierarchy) under which sandboxes live.
+const cgroupParent = "forkbox"
+
+// cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
+func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
+
+// buildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
+// mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
+// maps), a read-only root, the minimal capability set, no_new_privs, the
+// default seccomp profile, masked /proc and /sys paths and cgroup v1 limits.
+func buildSpec(cfg runtime.Config) (*specs.Spec, error) {
+	if cfg.Limits.CPU <= 0 || cfg.Limits.MemoryBytes <= 0 || cfg.Limits.Pids <= 0 {
+		return nil, fmt.Errorf("limits must all be positive, got %+v", cfg.Limits)
+	}
+	caps := append([]string(nil), Capabilities...)
+	quota := int64(cfg.Limits.CPU * cpuPeriodUS)
+	period := uint64(cpuPeriodUS)
+	mem := cfg.Limits.MemoryBytes
+	swap := mem // memory+swap == memory: no swap beyond the memory limit
+	pids := cfg.Limits.Pids
+	noOOMKillDisable := false
+	nofile := nofileLimit()
+
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: cfg.ID,
+		Root:     &specs.Root{Path: cfg.RootFS, Readonly: true},
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: append([]string{runtime.AgentTarget}, cfg.AgentArgs...),
+			Env:  cfg.AgentEnv,
+			Cwd:  "/",
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:  caps,
+				Effective: caps,
+				Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
+				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+			},
+			NoNewPrivileges: true,
+		},
+		Mounts: baseMounts(),
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.NetworkNamespace},
+				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
+			},
+			CgroupsPath: cgroupsPath(cfg.ID),
+			Resources: &specs.LinuxResources{
+				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Memory: &specs.LinuxMemory{
+					Limit: &mem, Swap: &swap, DisableOOMKiller: &noOOMKillDisable,
+				},
+				Pids: &specs.LinuxPids{Limit: &pids},
+			},
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+		},
+	}
+	if len(cfg.UIDMap) > 0 {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.UIDMappings = idMappings(cfg.UIDMap)
+		s.Linux.GIDMappings = idMappings(cfg.GIDMap)
+	}
+	for _, m := range cfg.Mounts {
+		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) {
+			return nil, fmt.Errorf("mount %s -> %s: paths must be absolute", m.Source, m.Target)
+		}
+		opts := []string{"bind", "nosuid", "nodev"}
+		if m.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: m.Target, Type: "bind", Source: m.Source, Options: opts,
+		})
+	}
+	s.Mounts = append(s.Mounts, specs.Mount{
+		Destination: runtime.AgentTarget, Type: "bind", Source: cfg.AgentPath,
+		Options: []string{"bind", "ro", "nosuid", "nodev"},
+	})
+	profile, err := seccomp.GetDefaultProfile(s)
+	if err != nil {
+		return nil, fmt.Errorf("default seccomp profile: %w", err)
+	}
+	s.Linux.Seccomp = profile
+	return s, nil
+}
+
+// maxNofile is the open-files limit of sandbox processes, lowered to the
+// daemon's own hard limit when that is smaller (raising it would need
+// CAP_SYS_RESOURCE on the host).
+const maxNofile = 65536
+
+func nofileLimit() uint64 {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err == nil && rl.Max < maxNofile {
+		return rl.Max
+	}
+	return maxNofile
+}
+
+// baseMounts are the kernel filesystems every sandbox gets. /sys and the
+// cgroup tree are read-only; /dev is a small tmpfs that runc fills with the
+// default device nodes (null, zero, full, random, urandom, tty).
+func baseMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+}
+
+func idMappings(m []runtime.IDMap) []specs.LinuxIDMapping {
+	out := make([]specs.LinuxIDMapping, len(m))
+	for i, e := range m {
+		out[i] = specs.LinuxIDMapping{ContainerID: e.ContainerID, HostID: e.HostID, Size: e.Size}
+	}
+	return out
+}
+
+// validID reports whether id is safe as a runc id, a cgroup name and a hostname.
+func validID(id string) bool {
+	if id == "" || len(id) > 63 {
+		return false
+	}
+	return strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
+}

@@ -1,0 +1,155 @@
+// Package runtime defines the contract between the sandbox manager and an
+// isolation driver (runc today, runsc and microVMs later).
+//
+// A driver turns a prepared root filesystem plus a Config into a running
+// sandbox whose first process (its init) is forkbox-agent, listening on the
+// socket the caller hands over. Everything after that (exec, files) goes
+// through the agent; the driver is only asked to start, inspect, signal from
+// outside, and destroy. Callers ask Capabilities() what a driver can do and
+// never type-switch on it.
+//
+// Drivers are safe for concurrent use by multiple goroutines, but callers
+// must serialise lifecycle calls (Create, Delete) for any one sandbox id.
+package runtime
+
+import (
+	"context"
+	"os"
+	"time"
+)
+
+// Capabilities declares what a driver supports on this host.
+type Capabilities struct {
+	// Pause: Pause and Resume freeze and thaw every process of a sandbox.
+	Pause bool `json:"pause"`
+	// MemorySnapshot: the driver can checkpoint a running sandbox's processes
+	// and memory and restore them later.
+	MemorySnapshot bool `json:"memory_snapshot"`
+	// Fork: a memory snapshot can be restored more than once.
+	Fork bool `json:"fork"`
+	// UserNamespace: sandbox uids map to an unprivileged host range.
+	UserNamespace bool `json:"user_namespace"`
+}
+
+// Mount is a host path bind-mounted into the sandbox.
+type Mount struct {
+	// Source is an absolute host path.
+	Source string `json:"source"`
+	// Target is an absolute path inside the sandbox.
+	Target string `json:"target"`
+	// ReadOnly mounts it read-only (and nosuid, nodev).
+	ReadOnly bool `json:"read_only"`
+}
+
+// Limits are the resource limits of one sandbox, enforced by the host kernel.
+type Limits struct {
+	// CPU is the CPU quota in cores (0.5 = half a core), > 0.
+	CPU float64 `json:"cpu"`
+	// MemoryBytes caps resident memory in bytes; swap is not allowed beyond it.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// Pids caps the number of tasks (processes and threads), > 0.
+	Pids int64 `json:"pids"`
+}
+
+// IDMap maps a range of sandbox ids to host ids: sandbox id ContainerID+i is
+// host id HostID+i for i < Size.
+type IDMap struct {
+	ContainerID uint32 `json:"container_id"`
+	HostID      uint32 `json:"host_id"`
+	Size        uint32 `json:"size"`
+}
+
+// Config describes one sandbox to create.
+type Config struct {
+	// ID is the sandbox id: [a-z0-9]{1,63}. It is also the hostname.
+	ID string
+	// StateDir is a directory owned by the caller in which the driver keeps
+	// its per-sandbox files (bundle, logs). It exists and is empty.
+	StateDir string
+	// RootFS is the prepared root filesystem (a writable overlay); the driver
+	// mounts it read-only as / inside the sandbox.
+	RootFS string
+	// Mounts are bind mounts added on top of RootFS, in order.
+	Mounts []Mount
+	// Limits are the sandbox's resource limits.
+	Limits Limits
+	// AgentPath is the host path of the static forkbox-agent binary; it is
+	// mounted read-only at AgentTarget and run as the sandbox's init.
+	AgentPath string
+	// AgentArgs are extra arguments for the agent.
+	AgentArgs []string
+	// AgentEnv is the agent's environment (KEY=VALUE).
+	AgentEnv []string
+	// AgentListener is a listening Unix socket handed to the agent as fd 3.
+	// The daemon keeps the path; the sandbox never sees it.
+	AgentListener *os.File
+	// UIDMap and GIDMap map sandbox ids to host ids; empty means no user namespace.
+	UIDMap []IDMap
+	GIDMap []IDMap
+}
+
+// AgentTarget is where the agent binary appears inside every sandbox.
+const AgentTarget = "/.forkbox/bin/forkbox-agent"
+
+// AgentListenFD is the file descriptor number of the agent's listener inside the sandbox.
+const AgentListenFD = 3
+
+// Status is the driver's view of a sandbox.
+type Status string
+
+// The statuses a driver reports.
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped"
+	// StatusUnknown: the driver has no record of the id.
+	StatusUnknown Status = "unknown"
+)
+
+// Stats is a point-in-time reading of a sandbox's resource use.
+type Stats struct {
+	// CPUSeconds is the CPU time used by all its processes, in CPU-seconds.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// MemoryBytes is the current memory use in bytes.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MemoryPeakBytes is the highest memory use seen, in bytes.
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+	// Pids is the number of tasks now.
+	Pids int64 `json:"pids"`
+	// OOMKills counts processes killed by the out-of-memory killer so far.
+	OOMKills int64 `json:"oom_kills"`
+	// ReadAt is when the reading was taken.
+	ReadAt time.Time `json:"read_at"`
+}
+
+// Driver is an isolation driver. Errors wrap the errdefs classes: ErrNotFound
+// for an unknown id, ErrConflict for a wrong state, ErrUnavailable when the
+// runtime binary is missing.
+type Driver interface {
+	// Name is the driver's name as used in the API ("runc").
+	Name() string
+	// Capabilities reports what the driver supports on this host.
+	Capabilities() Capabilities
+	// Create starts a sandbox whose init is the agent. It returns once the
+	// agent process runs (it may not accept connections yet). On error
+	// nothing of the sandbox is left behind.
+	Create(ctx context.Context, cfg Config) error
+	// Delete kills every process of the sandbox with SIGKILL and removes all
+	// runtime state (processes, cgroups). Deleting an unknown id is not an error.
+	Delete(ctx context.Context, id string) error
+	// Status reports the sandbox's status; StatusUnknown for an unknown id.
+	Status(ctx context.Context, id string) (Status, error)
+	// List returns the ids of every sandbox the runtime knows, live or dead.
+	List(ctx context.Context) ([]string, error)
+	// Stats reads the sandbox's resource use from outside the sandbox.
+	Stats(ctx context.Context, id string) (Stats, error)
+	// KillProcessGroup sends sig to every process of the sandbox whose
+	// process group id, as seen inside the sandbox, is pgid. It acts from the
+	// host, so nothing inside the sandbox can block it. It returns how many
+	// processes were signalled.
+	KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error)
+	// Pause freezes every process of the sandbox; Resume thaws them.
+	// ErrUnavailable when Capabilities().Pause is false.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}

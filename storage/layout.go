@@ -1,0 +1,53 @@
+// Package storage owns forkbox's files on disk: the data directory layout,
+// templates (the built-in base template and imported OCI images, both kept
+// as read-only root filesystems), and each sandbox's writable layer.
+package storage
+
+import (
+	"path/filepath"
+)
+
+// Layout names every path under the data directory. The zero value is not
+// usable; build it with NewLayout.
+//
+//	DIR/
+//	  api-key                 the generated API key (0600)
+//	  forkbox.db              SQLite state
+//	  bin/forkbox-agent       the agent binary mounted into sandboxes
+//	  runc/                   runc's state root
+//	  templates/NAME/         template.json + rootfs/
+//	  sandboxes/ID/           layer (upper, work, rootfs), runtime state, agent.sock
+type Layout struct{ Root string }
+
+// NewLayout returns the layout of the data directory dir (made absolute).
+func NewLayout(dir string) (Layout, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return Layout{}, err
+	}
+	return Layout{Root: abs}, nil
+}
+
+// APIKey is the file holding the generated API key.
+func (l Layout) APIKey() string { return filepath.Join(l.Root, "api-key") }
+
+// Database is the SQLite database file.
+func (l Layout) Database() string { return filepath.Join(l.Root, "forkbox.db") }
+
+// AgentBinary is the daemon's private copy of forkbox-agent.
+func (l Layout) AgentBinary() string { return filepath.Join(l.Root, "bin", "forkbox-agent") }
+
+// RuncRoot is runc's --root.
+func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
+
+// Templates is the directory of all templates.
+func (l Layout) Templates() string { return filepath.Join(l.Root, "templates") }
+
+// Template is the directory of template name.
+func (l Layout) Template(name string) string { return filepath.Join(l.Templates(), name) }
+
+// Sandboxes is the directory of all sandboxes.
+func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }
+
+// Sandbox is the directory of sandbox id.
+func (l Layout) Sandbox(id string) string { return filepath.Join(l.Sandboxes(), id) }

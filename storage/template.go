@@ -1,0 +1,142 @@
+package storage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
+)
+
+// BaseTemplate is the name of the built-in template.
+const BaseTemplate = "base"
+
+// baseTemplateVersion is bumped whenever BuildBase changes what it writes,
+// so an older base template on disk is rebuilt at start-up.
+const baseTemplateVersion = 3
+
+// Template is a template's metadata, stored as template.json beside its rootfs.
+type Template struct {
+	Name string `json:"name"`
+	// Source says where the rootfs came from: "builtin" or the imported path.
+	Source string `json:"source"`
+	// Digest is the image manifest digest ("sha256:...") of imported templates.
+	Digest string `json:"digest,omitempty"`
+	// Env is the image's environment (KEY=VALUE), applied to every process.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the default working directory; "" means the user's home.
+	Workdir string `json:"workdir,omitempty"`
+	// HostMounts are host directories bind-mounted read-only into every
+	// sandbox of this template (the base template's /usr and friends).
+	HostMounts []runtime.Mount `json:"host_mounts,omitempty"`
+	// SizeBytes is the size of the rootfs in bytes, as written.
+	SizeBytes int64 `json:"size_bytes"`
+	// Version is the base template format version (base only).
+	Version int `json:"version,omitempty"`
+	// CreatedAt is RFC 3339.
+	CreatedAt string `json:"created_at"`
+}
+
+// RootFS returns the template's root filesystem directory under dir.
+func RootFS(templateDir string) string { return filepath.Join(templateDir, "rootfs") }
+
+// LoadTemplate reads template.json from dir. ErrNotFound when absent.
+func LoadTemplate(dir string) (*Template, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "template.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", filepath.Base(dir))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var t Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("template %s: %w", dir, err)
+	}
+	return &t, nil
+}
+
+// SaveTemplate writes t as dir/template.json atomically.
+func SaveTemplate(dir string, t *Template) error {
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, "template.json"), b, 0o644)
+}
+
+// ValidTemplateName reports whether name is usable as a template name:
+// 1-63 characters of [a-z0-9._-], starting with a letter or digit.
+func ValidTemplateName(name string) bool {
+	if name == "" || len(name) > 63 || strings.ContainsAny(name[:1], ".-_") {
+		return false
+	}
+	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+}
+
+// PrepareUserDirs creates the directories every sandbox needs in rootfs with
+// sandbox ownership mapped through shift: /home/user (uid 1000, 0755), /root
+// (uid 0, 0700), /tmp (1777), and /.forkbox/bin as the agent's mount point.
+// Existing directories keep their contents but get these owners and modes.
+func PrepareUserDirs(rootfs string, shift IDShift) error {
+	dirs := []struct {
+		path string
+		uid  uint32
+		mode os.FileMode
+	}{
+		{"home", RootUID, 0o755},
+		{"home/user", UserUID, 0o755},
+		{"root", RootUID, 0o700},
+		{"tmp", RootUID, os.ModeSticky | 0o777},
+		{".forkbox", RootUID, 0o755},
+		{".forkbox/bin", RootUID, 0o755},
+	}
+	for _, d := range dirs {
+		p := filepath.Join(rootfs, d.path)
+		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+			// A symlink or file here would redirect our mounts; replace it.
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+		}
+		if err := os.Mkdir(p, d.mode); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if err := os.Lchown(p, shift.UID(d.uid), shift.GID(d.uid)); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return err
+		}
+	}
+	agent := filepath.Join(rootfs, ".forkbox/bin/forkbox-agent")
+	if err := os.WriteFile(agent, nil, 0o755); err != nil {
+		return err
+	}
+	return os.Lchown(agent, shift.UID(RootUID), shift.GID(RootUID))
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames it.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

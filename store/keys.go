@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// APIKey is a stored API key. Only the SHA-256 of the secret is kept.
+type APIKey struct {
+	ID         string
+	Name       string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+}
+
+// HashKey returns the hex SHA-256 of an API key secret, as stored.
+func HashKey(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// AddAPIKey stores the hash of secret under id. ErrConflict when the id or
+// the secret is already stored.
+func (s *Store) AddAPIKey(ctx context.Context, id, name, secret string) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at) VALUES (?, ?, ?, ?)`,
+		id, HashKey(secret), name, time.Now().UnixMilli())
+	if isUniqueViolation(err) {
+		return errdefs.Newf(errdefs.ErrConflict, "api key %s", id)
+	}
+	return err
+}
+
+// CountAPIKeys returns how many keys are stored.
+func (s *Store) CountAPIKeys(ctx context.Context) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM api_keys`).Scan(&n)
+	return n, err
+}
+
+// AuthenticateKey returns the key whose hash matches secret and records the
+// use (last_used_at, at most once a minute per key). ErrUnauthenticated
+// when none matches.
+func (s *Store) AuthenticateKey(ctx context.Context, secret string) (*APIKey, error) {
+	h := HashKey(secret)
+	var k APIKey
+	var stored string
+	var created, used int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, hash, name, created_at, last_used_at FROM api_keys WHERE hash = ?`, h).
+		Scan(&k.ID, &stored, &k.Name, &created, &used)
+	if err != nil || subtle.ConstantTimeCompare([]byte(stored), []byte(h)) != 1 {
+		return nil, fmt.Errorf("api key: %w", errdefs.ErrUnauthenticated)
+	}
+	k.CreatedAt, k.LastUsedAt = fromMS(created), fromMS(used)
+	now := time.Now()
+	if now.Sub(k.LastUsedAt) > time.Minute {
+		if _, err := s.db.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE id = ?`, now.UnixMilli(), k.ID); err == nil {
+			k.LastUsedAt = now
+		}
+	}
+	return &k, nil
+}

@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// State is a session's lifecycle state.
+type State string
+
+// The lifecycle: creating -> running -> terminating -> terminated. A session
+// that fails while creating goes straight to terminated with reason error.
+const (
+	StateCreating    State = "creating"
+	StateRunning     State = "running"
+	StateTerminating State = "terminating"
+	StateTerminated  State = "terminated"
+)
+
+// Reasons a session ended.
+const (
+	ReasonDeleted = "deleted"
+	ReasonTimeout = "timeout"
+	ReasonError   = "error"
+)
+
+// Session is one sandbox session's durable record. Times are UTC; a zero
+// time means "not yet".
+type Session struct {
+	ID       string
+	Template string
+	Driver   string
+	State    State
+	// Reason and Detail say why a terminated session ended.
+	Reason string
+	Detail string
+	// CPU in cores, MemoryMB in MiB, Pids in tasks, TimeoutS in seconds.
+	CPU      float64
+	MemoryMB int64
+	Pids     int64
+	TimeoutS int64
+	// DefaultUser runs execs and owns files when a call names no user.
+	DefaultUser string
+	Workdir     string
+	Env         map[string]string
+	Metadata    map[string]string
+	// IdempotencyKey is the create request's Idempotency-Key ("" for none);
+	// RequestHash fingerprints the request body it came with.
+	IdempotencyKey string
+	RequestHash    string
+	CreatedAt      time.Time
+	StartedAt      time.Time
+	ExpiresAt      time.Time
+	EndedAt        time.Time
+}
+
+const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
+	default_user, workdir, env, metadata, idempotency_key, request_hash,
+	created_at, started_at, expires_at, ended_at`
+
+// CreateSession inserts s. ErrConflict when the id or the idempotency key
+// is taken (then GetSessionByIdempotencyKey finds the existing one).
+func (s *Store) CreateSession(ctx context.Context, se *Session) error {
+	env, _ := json.Marshal(nonNil(se.Env))
+	meta, _ := json.Marshal(nonNil(se.Metadata))
+	var key any
+	if se.IdempotencyKey != "" {
+		key = se.IdempotencyKey
+	}
+	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
+		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
+		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt))
+	if isUniqueViolation(err) {
+		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
+	}
+	return err
+}
+
+// GetSession returns the session with id; ErrNotFound when there is none.
+func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, id)
+	se, err := scanSession(row)
+	return se, notFound(err, fmt.Sprintf("session %q", id))
+}
+
+// GetSessionByIdempotencyKey returns the session created with key.
+func (s *Store) GetSessionByIdempotencyKey(ctx context.Context, key string) (*Session, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE idempotency_key = ?`, key)
+	se, err := scanSession(row)
+	return se, notFound(err, "session for idempotency key")
+}
+
+// SessionFilter selects sessions in ListSessions.
+type SessionFilter struct {
+	// States, when not empty, keeps only sessions in one of them.
+	States []State
+	// Metadata keeps sessions whose metadata has every key with that value.
+	Metadata map[string]string
+	// Limit caps the result (0 = no cap).
+	Limit int
+}
+
+// ListSessions returns matching sessions, newest first.
+func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, error) {
+	q := `SELECT ` + sessionColumns + ` FROM sessions`
+	var where []string
+	var args []any
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+strings.TrimSuffix(strings.Repeat("?,", len(f.States)), ",")+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	for k, v := range f.Metadata {
+		where = append(where, "json_extract(metadata, ?) = ?")
+		args = append(args, "$."+jsonPathKey(k), v)
+	}
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id"
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Session
+	for rows.Next() {
+		se, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, se)
+	}
+	return out, rows.Err()
+}
+
+// jsonPathKey quotes a metadata key for a SQLite JSON path.
+func jsonPathKey(k string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
+}
+
+// UpdateSession writes the mutable fields of se: state, reason, detail,
+// started, expires and ended times. ErrNotFound for an unknown id.
+func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?, detail = ?,
+		started_at = ?, expires_at = ?, ended_at = ? WHERE id = ?`,
+		se.State, se.Reason, se.Detail, ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt), se.ID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "session %q", se.ID)
+	}
+	return nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(r scanner) (*Session, error) {
+	var se Session
+	var env, meta string
+	var key sql.NullString
+	var created, started, expires, ended int64
+	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
+		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
+		&created, &started, &expires, &ended)
+	if err != nil {
+		return nil, err
+	}
+	se.IdempotencyKey = key.String
+	if err := json.Unmarshal([]byte(env), &se.Env); err != nil {
+		return nil, fmt.Errorf("session %s env: %w", se.ID, err)
+	}
+	if err := json.Unmarshal([]byte(meta), &se.Metadata); err != nil {
+		return nil, fmt.Errorf("session %s metadata: %w", se.ID, err)
+	}
+	se.CreatedAt, se.StartedAt, se.ExpiresAt, se.EndedAt = fromMS(created), fromMS(started), fromMS(expires), fromMS(ended)
+	return &se, nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// ms stores a time as Unix milliseconds; the zero time is 0.
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}

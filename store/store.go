@@ -1,0 +1,140 @@
+// Package store keeps forkbox's durable state in SQLite (through the pure-Go
+// modernc.org/sqlite driver): sessions, templates and API keys. The schema
+// is versioned; Open applies pending migrations in order inside one
+// transaction each and records the version in PRAGMA user_version.
+//
+// Not-found and uniqueness failures come back wrapped in errdefs.ErrNotFound
+// and errdefs.ErrConflict; callers never see sql.ErrNoRows or driver codes.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// Store is the database handle. It is safe for concurrent use.
+type Store struct {
+	db *sql.DB
+}
+
+// migrations are applied in order; migration i brings the schema to
+// version i+1. Never edit a released migration: append a new one.
+var migrations = []string{
+	// 1: sessions, templates, API keys.
+	`CREATE TABLE sessions (
+		id              TEXT PRIMARY KEY,
+		template        TEXT NOT NULL,
+		driver          TEXT NOT NULL,
+		state           TEXT NOT NULL,
+		reason          TEXT NOT NULL DEFAULT '',
+		detail          TEXT NOT NULL DEFAULT '',
+		cpu             REAL NOT NULL,
+		memory_mb       INTEGER NOT NULL,
+		pids            INTEGER NOT NULL,
+		timeout_s       INTEGER NOT NULL,
+		default_user    TEXT NOT NULL,
+		workdir         TEXT NOT NULL DEFAULT '',
+		env             TEXT NOT NULL DEFAULT '{}',
+		metadata        TEXT NOT NULL DEFAULT '{}',
+		idempotency_key TEXT UNIQUE,
+		request_hash    TEXT NOT NULL DEFAULT '',
+		created_at      INTEGER NOT NULL,
+		started_at      INTEGER NOT NULL DEFAULT 0,
+		expires_at      INTEGER NOT NULL DEFAULT 0,
+		ended_at        INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX sessions_state ON sessions(state);
+	CREATE TABLE templates (
+		name        TEXT PRIMARY KEY,
+		source      TEXT NOT NULL,
+		digest      TEXT NOT NULL DEFAULT '',
+		size_bytes  INTEGER NOT NULL DEFAULT 0,
+		created_at  INTEGER NOT NULL
+	);
+	CREATE TABLE api_keys (
+		id           TEXT PRIMARY KEY,
+		hash         TEXT NOT NULL UNIQUE,
+		name         TEXT NOT NULL DEFAULT '',
+		created_at   INTEGER NOT NULL,
+		last_used_at INTEGER NOT NULL DEFAULT 0
+	);`,
+}
+
+// Open opens (creating if needed) the database at path and migrates it to
+// the latest schema. It fails if the database is newer than this binary.
+func Open(ctx context.Context, path string) (*Store, error) {
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection: SQLite serialises writers anyway, and a single
+	// connection makes every transaction see the previous one's writes.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// SchemaVersion returns the schema version recorded in the database.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("database schema version %d is newer than this forkbox (%d): %w",
+			v, len(migrations), errdefs.ErrUnavailable)
+	}
+	for i := v; i < len(migrations); i++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// isUniqueViolation reports whether err is a SQLite UNIQUE or PRIMARY KEY
+// constraint failure.
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// notFound maps sql.ErrNoRows to an ErrNotFound naming what was looked up.
+func notFound(err error, what string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return errdefs.Newf(errdefs.ErrNotFound, "%s", what)
+	}
+	return err
+}
