@@ -36,6 +36,7 @@ type filesystemService struct {
 	watchers *watcherTable
 }
 
+// The service implements every filesystem RPC.
 var _ filesystempbconnect.FilesystemHandler = (*filesystemService)(nil)
 
 // newFilesystemService returns the filesystem service for a, with no watchers.
@@ -375,44 +376,30 @@ func parseIDFile(file string) map[uint32]string {
 	return names
 }
 
-// lookupError is fsError for looking a path up, where a path component that
-// is not a directory (ENOTDIR) means the path does not exist.
-func lookupError(err error) error {
-	if errors.Is(err, syscall.ENOTDIR) {
-		return connect.NewError(connect.CodeNotFound, err)
-	}
-	return fsError(err)
+// watcherTable holds the polled watchers by id.
+type watcherTable struct {
+	mu sync.Mutex
+	m  map[string]*polledWatcher
 }
 
-// fsError maps a filesystem error to a Connect error: missing -> not_found,
-// EACCES/EPERM -> permission_denied, EROFS -> failed_precondition,
-// ENOSPC/EDQUOT -> resource_exhausted, EEXIST -> already_exists, bad or
-// mismatched paths -> invalid_argument, EXDEV/ENOTEMPTY ->
-// failed_precondition, anything else -> internal. Connect errors pass through.
-func fsError(err error) error {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return err
+// newWatcherTable returns an empty table.
+func newWatcherTable() *watcherTable { return &watcherTable{m: map[string]*polledWatcher{}} }
+
+// get returns the watcher with id, or a not_found error.
+func (t *watcherTable) get(id string) (*polledWatcher, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if pw := t.m[id]; pw != nil {
+		return pw, nil
 	}
-	code := connect.CodeInternal
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		code = connect.CodeNotFound
-	case errors.Is(err, syscall.EROFS):
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("read-only file system: %w", err))
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("no space left: %w", err))
-	case errors.Is(err, fs.ErrPermission):
-		code = connect.CodePermissionDenied
-	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EBUSY):
-		code = connect.CodeFailedPrecondition
-	case errors.Is(err, fs.ErrExist):
-		code = connect.CodeAlreadyExists
-	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR),
-		errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
-		code = connect.CodeInvalidArgument
-	case errors.Is(err, syscall.EXDEV):
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("cannot move across filesystems: %w", err))
-	}
-	return connect.NewError(code, err)
+	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", id))
+}
+
+// remove deletes id from the table and returns its watcher, or nil.
+func (t *watcherTable) remove(id string) *polledWatcher {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pw := t.m[id]
+	delete(t.m, id)
+	return pw
 }

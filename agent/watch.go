@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,8 +39,10 @@ const inotifyEventSize = 16
 // turns kernel events into protocol events named relative to the root.
 //
 // Mapping: IN_CREATE and IN_MOVED_TO -> CREATE (a file moved in appears,
-// like fsnotify and envd report it), IN_MODIFY and IN_CLOSE_WRITE -> WRITE
-// (consecutive WRITEs of one file read in one batch are merged),
+// like fsnotify and envd report it), IN_MODIFY -> WRITE, IN_CLOSE_WRITE ->
+// WRITE only when no IN_MODIFY came since the file's last close (so mmap
+// writes are seen and a plain write is not reported twice; consecutive
+// WRITEs of one file read in one batch are also merged),
 // IN_DELETE -> REMOVE, IN_MOVED_FROM -> RENAME (the old name), IN_ATTRIB
 // -> CHMOD. When a recursive watch sees a new directory it watches it and
 // reports CREATE for what is already inside, so a fast `mkdir -p a/b`
@@ -53,6 +56,10 @@ type dirWatcher struct {
 
 	mu   sync.Mutex
 	dirs map[int32]string // watch descriptor -> directory relative to root ("" = root)
+
+	// modified holds files with an IN_MODIFY since their last
+	// IN_CLOSE_WRITE; only run's goroutine uses it.
+	modified map[string]bool
 
 	stop     chan struct{} // closed by close
 	done     chan struct{} // closed when run returns
@@ -78,7 +85,7 @@ func newDirWatcher(root string, recursive, includeEntry bool) (*dirWatcher, erro
 	w := &dirWatcher{
 		root: root, recursive: recursive, includeEntry: includeEntry,
 		file: os.NewFile(uintptr(fd), "inotify"),
-		dirs: map[int32]string{}, stop: make(chan struct{}), done: make(chan struct{}),
+		dirs: map[int32]string{}, modified: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	err = w.addWatch("", true)
 	if err == nil && recursive {
@@ -86,18 +93,12 @@ func newDirWatcher(root string, recursive, includeEntry bool) (*dirWatcher, erro
 	}
 	if err != nil {
 		w.file.Close()
-		return nil, watchError(err)
+		if errors.Is(err, unix.ENOSPC) { // from inotify_add_watch: the watch limit, not a full disk
+			return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("inotify watch limit reached: %w", err))
+		}
+		return nil, fsError(err)
 	}
 	return w, nil
-}
-
-// watchError maps an inotify_add_watch error to a Connect error; ENOSPC
-// there means the per-user watch limit, not a full disk.
-func watchError(err error) error {
-	if errors.Is(err, unix.ENOSPC) {
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("inotify watch limit reached: %w", err))
-	}
-	return fsError(err)
 }
 
 // addWatch watches the directory rel (relative to the root); follow says
@@ -166,7 +167,7 @@ func (w *dirWatcher) dropTree(rel string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for wd, d := range w.dirs {
-		if d == rel || (len(d) > len(rel) && d[:len(rel)] == rel && d[len(rel)] == '/') {
+		if d == rel || strings.HasPrefix(d, rel+"/") {
 			_ = rc.Control(func(fd uintptr) { _, _ = unix.InotifyRmWatch(int(fd), uint32(wd)) })
 			delete(w.dirs, wd)
 		}
@@ -244,37 +245,43 @@ func (w *dirWatcher) handle(buf []byte, emit func(*filesystempb.FilesystemEvent)
 		}
 		rel := filepath.Join(dir, name)
 		isDir := mask&unix.IN_ISDIR != 0
+		var typ filesystempb.EventType
 		switch {
 		case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
-			if !send(rel, filesystempb.EventType_EVENT_TYPE_CREATE) {
-				return false
-			}
-			if w.recursive && isDir && w.addWatch(rel, false) == nil {
-				ok := true
-				_ = w.addTree(rel, func(sub string) {
-					ok = ok && send(sub, filesystempb.EventType_EVENT_TYPE_CREATE)
-				})
-				if !ok {
-					return false
-				}
-			}
+			typ = filesystempb.EventType_EVENT_TYPE_CREATE
 		case mask&unix.IN_MOVED_FROM != 0:
+			typ = filesystempb.EventType_EVENT_TYPE_RENAME
+			delete(w.modified, rel)
 			if w.recursive && isDir {
-				w.dropTree(rel)
-			}
-			if !send(rel, filesystempb.EventType_EVENT_TYPE_RENAME) {
-				return false
+				w.dropTree(rel) // watched afresh if it reappears inside
 			}
 		case mask&unix.IN_DELETE != 0:
-			if !send(rel, filesystempb.EventType_EVENT_TYPE_REMOVE) {
-				return false
+			typ = filesystempb.EventType_EVENT_TYPE_REMOVE
+			delete(w.modified, rel)
+		case mask&unix.IN_MODIFY != 0:
+			typ = filesystempb.EventType_EVENT_TYPE_WRITE
+			w.modified[rel] = true
+		case mask&unix.IN_CLOSE_WRITE != 0:
+			if w.modified[rel] {
+				delete(w.modified, rel) // already reported by IN_MODIFY
+				continue
 			}
-		case mask&(unix.IN_MODIFY|unix.IN_CLOSE_WRITE) != 0:
-			if !send(rel, filesystempb.EventType_EVENT_TYPE_WRITE) {
-				return false
-			}
+			typ = filesystempb.EventType_EVENT_TYPE_WRITE
 		case mask&unix.IN_ATTRIB != 0:
-			if !send(rel, filesystempb.EventType_EVENT_TYPE_CHMOD) {
+			typ = filesystempb.EventType_EVENT_TYPE_CHMOD
+		default:
+			continue
+		}
+		// A new directory is watched before it is reported, so a client that
+		// reacts to its CREATE misses nothing inside it.
+		newDir := typ == filesystempb.EventType_EVENT_TYPE_CREATE && w.recursive && isDir && w.addWatch(rel, false) == nil
+		if !send(rel, typ) {
+			return false
+		}
+		if newDir {
+			ok := true
+			_ = w.addTree(rel, func(sub string) { ok = ok && send(sub, filesystempb.EventType_EVENT_TYPE_CREATE) })
+			if !ok {
 				return false
 			}
 		}
@@ -295,45 +302,37 @@ func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	if err != nil {
 		return err
 	}
-	events := make(chan *filesystempb.FilesystemEvent, 256)
-	go w.run(func(ev *filesystempb.FilesystemEvent) bool {
-		select {
-		case events <- ev:
-			return true
-		case <-w.stop:
-			return false
-		}
-	})
+	events := make(chan *filesystempb.FilesystemEvent, 256) // closed when the watch ends
+	go func() {
+		w.run(func(ev *filesystempb.FilesystemEvent) bool {
+			select {
+			case events <- ev:
+				return true
+			case <-w.stop:
+				return false
+			}
+		})
+		close(events)
+	}()
 	defer w.close()
 	start := &filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Start{Start: &filesystempb.WatchDirResponse_StartEvent{}}}
 	if err := stream.Send(start); err != nil {
 		return err
 	}
-	sendEvent := func(ev *filesystempb.FilesystemEvent) error {
-		return stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Filesystem{Filesystem: ev}})
-	}
 	ka := time.NewTicker(keepaliveInterval(req.Header()))
 	defer ka.Stop()
 	for {
 		select {
-		case ev := <-events:
-			if err := sendEvent(ev); err != nil {
+		case ev, ok := <-events:
+			if !ok {
+				return nil
+			}
+			if err := stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Filesystem{Filesystem: ev}}); err != nil {
 				return err
 			}
 		case <-ka.C:
 			if err := stream.Send(&filesystempb.WatchDirResponse{Event: &filesystempb.WatchDirResponse_Keepalive{Keepalive: &filesystempb.WatchDirResponse_KeepAlive{}}}); err != nil {
 				return err
-			}
-		case <-w.done:
-			for {
-				select {
-				case ev := <-events:
-					if err := sendEvent(ev); err != nil {
-						return err
-					}
-				default:
-					return nil
-				}
 			}
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -350,34 +349,6 @@ type polledWatcher struct {
 	w      *dirWatcher
 	mu     sync.Mutex
 	events []*filesystempb.FilesystemEvent
-}
-
-// watcherTable holds the polled watchers by id.
-type watcherTable struct {
-	mu sync.Mutex
-	m  map[string]*polledWatcher
-}
-
-// newWatcherTable returns an empty table.
-func newWatcherTable() *watcherTable { return &watcherTable{m: map[string]*polledWatcher{}} }
-
-// get returns the watcher with id, or a not_found error.
-func (t *watcherTable) get(id string) (*polledWatcher, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if pw := t.m[id]; pw != nil {
-		return pw, nil
-	}
-	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("watcher %q not found", id))
-}
-
-// remove deletes id from the table and returns its watcher, or nil.
-func (t *watcherTable) remove(id string) *polledWatcher {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	pw := t.m[id]
-	delete(t.m, id)
-	return pw
 }
 
 // CreateWatcher starts a polled watch on path and returns its random id.
@@ -397,7 +368,7 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 		pw.mu.Lock()
 		defer pw.mu.Unlock()
 		if len(pw.events) >= maxBufferedEvents {
-			pw.events = append(pw.events[:0], pw.events[1:]...)
+			pw.events = pw.events[1:]
 		}
 		pw.events = append(pw.events, ev)
 		return true

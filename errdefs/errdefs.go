@@ -25,8 +25,10 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrTerminated: the session has ended; the reason is in the message (HTTP 410).
 	ErrTerminated = errors.New("session terminated")
-	// ErrResourceExhausted: a quota or limit was hit (HTTP 429, or 507 for disk space).
+	// ErrResourceExhausted: a quota or limit was hit (HTTP 429).
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrInsufficientStorage: the sandbox's disk is full (HTTP 507).
+	ErrInsufficientStorage = errors.New("insufficient storage")
 	// ErrUnavailable: the host or a dependency cannot serve the request now (HTTP 503).
 	ErrUnavailable = errors.New("unavailable")
 	// ErrInternal: a bug or an unexpected host failure (HTTP 500).
@@ -66,7 +68,7 @@ func Field(err error) string {
 // Class returns the class sentinel err wraps, or ErrInternal when it wraps none.
 func Class(err error) error {
 	for _, c := range []error{ErrInvalidArgument, ErrUnauthenticated, ErrPermissionDenied,
-		ErrNotFound, ErrConflict, ErrTerminated, ErrResourceExhausted, ErrUnavailable} {
+		ErrNotFound, ErrConflict, ErrTerminated, ErrResourceExhausted, ErrInsufficientStorage, ErrUnavailable} {
 		if errors.Is(err, c) {
 			return c
 		}

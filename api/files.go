@@ -1,0 +1,141 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// filePath returns the absolute sandbox path named by the {path...} wildcard.
+func filePath(r *http.Request) (string, error) {
+	p := r.PathValue("path")
+	if p == "" {
+		return "", errdefs.InvalidField("path", "is empty")
+	}
+	return "/" + p, nil
+}
+
+// handleUpload: PUT /v1/sessions/{id}/files/{path...}[?user=NAME]: the raw
+// body becomes the file (streamed; parents created; replaced atomically;
+// owned by the user). 201 with the file's entry.
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
+	p, err := filePath(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.mgr.Upload(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"), r.Body, r.ContentLength)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e)
+}
+
+// handleDownload: GET /v1/sessions/{id}/files/{path...}[?user=NAME]
+// streams the file's bytes.
+func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
+	p, err := filePath(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rc, size, err := s.mgr.Download(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, rc)
+}
+
+// handleRemove: DELETE /v1/sessions/{id}/files/{path...} removes a file or
+// a directory tree. 204.
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+	p, err := filePath(r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.mgr.Remove(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleStat: GET /v1/sessions/{id}/fs/stat?path=P[&user=NAME].
+func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	e, err := s.mgr.Stat(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+// handleListDir: GET /v1/sessions/{id}/fs/list?path=P[&depth=N][&user=NAME].
+func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	depth := 1
+	if d := q.Get("depth"); d != "" {
+		n, err := strconv.Atoi(d)
+		if err != nil {
+			s.writeError(w, r, errdefs.InvalidField("depth", "must be an integer"))
+			return
+		}
+		depth = n
+	}
+	entries, err := s.mgr.ListDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"), depth)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+}
+
+// handleMkdir: POST /v1/sessions/{id}/fs/mkdir {"path": P, "user"?: NAME}.
+// 201 with the entry; 409 when it exists.
+func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Path string `json:"path"`
+		User string `json:"user"`
+	}
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.mgr.MakeDir(r.Context(), r.PathValue("id"), req.Path, req.User)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, e)
+}
+
+// handleMove: POST /v1/sessions/{id}/fs/move {"source", "destination", "user"?}.
+func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+		User        string `json:"user"`
+	}
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	e, err := s.mgr.Move(r.Context(), r.PathValue("id"), req.Source, req.Destination, req.User)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}

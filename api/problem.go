@@ -1,0 +1,137 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// Problem is an RFC 9457 problem details object, the body of every error
+// response (Content-Type application/problem+json).
+type Problem struct {
+	// Type is a stable URI reference naming the problem class; the daemon
+	// serves a description of it at that path (GET /problems/<slug>).
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path.
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault, for invalid-argument.
+	Field string `json:"field,omitempty"`
+	// RequestID is the request's correlation id (also in X-Request-Id).
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// problemClass is one row of the error-class table.
+type problemClass struct {
+	class  error
+	status int
+	slug   string
+	title  string
+	about  string
+}
+
+// problemClasses maps every errdefs class to its HTTP status and problem
+// type, once, here at the edge.
+var problemClasses = []problemClass{
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, "invalid-argument", "Invalid argument",
+		"The request is malformed or a field is out of range; `field` names it."},
+	{errdefs.ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated", "Unauthenticated",
+		"No API key, or an unknown one. Send it as `Authorization: Bearer <key>` or `X-API-Key: <key>`."},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, "permission-denied", "Permission denied",
+		"The key is valid but may not do this."},
+	{errdefs.ErrNotFound, http.StatusNotFound, "not-found", "Not found",
+		"The session, process, file or template does not exist."},
+	{errdefs.ErrConflict, http.StatusConflict, "conflict", "Conflict",
+		"The resource exists already or its state forbids the action (for example a session still being created)."},
+	{errdefs.ErrTerminated, http.StatusGone, "session-terminated", "Session terminated",
+		"The session has ended; `detail` gives the reason (deleted, timeout or error)."},
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, "resource-exhausted", "Resource exhausted",
+		"A quota or limit was reached."},
+	{errdefs.ErrInsufficientStorage, http.StatusInsufficientStorage, "insufficient-storage", "Insufficient storage",
+		"The sandbox's disk is full."},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "Unavailable",
+		"The host or the sandbox's agent cannot serve the request now; retry later."},
+	{errdefs.ErrInternal, http.StatusInternalServerError, "internal", "Internal error",
+		"forkbox failed unexpectedly; the daemon log has the request id."},
+}
+
+// problemPath is the path prefix of problem type URIs.
+const problemPath = "/problems/"
+
+// ProblemFor builds the problem for err: the class decides status and type,
+// err's message is the detail. Errors of no class are internal errors whose
+// message is not shown.
+func ProblemFor(err error) Problem {
+	class := errdefs.Class(err)
+	for _, pc := range problemClasses {
+		if pc.class != class {
+			continue
+		}
+		p := Problem{Type: problemPath + pc.slug, Title: pc.title, Status: pc.status, Field: errdefs.Field(err)}
+		if class != errdefs.ErrInternal {
+			p.Detail = detailOf(err, class)
+		}
+		return p
+	}
+	panic("unreachable: errdefs.Class returned an unknown class")
+}
+
+// detailOf is err's message without the trailing ": <class>" text.
+func detailOf(err error, class error) string {
+	msg := err.Error()
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
+	return strings.TrimSuffix(msg, ": "+class.Error())
+}
+
+// writeProblem writes p as application/problem+json.
+func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
+	p.Instance = r.URL.Path
+	p.RequestID = w.Header().Get(requestIDHeader)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+// writeError maps err to a problem and writes it.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := ProblemFor(err)
+	if p.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
+			"request_id", w.Header().Get(requestIDHeader), "err", err)
+	}
+	writeProblem(w, r, p)
+}
+
+// handleProblemDoc serves the description of a problem type (no auth).
+func handleProblemDoc(w http.ResponseWriter, r *http.Request) {
+	slug := r.PathValue("slug")
+	for _, pc := range problemClasses {
+		if pc.slug == slug {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintf(w, "%s (HTTP %d)\n\n%s\n", pc.title, pc.status, pc.about)
+			return
+		}
+	}
+	http.NotFound(w, r)
+}
+
+// ProblemTypes lists the problem type URIs this API can return, sorted.
+func ProblemTypes() []string {
+	var out []string
+	for _, pc := range problemClasses {
+		out = append(out, problemPath+pc.slug)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Session is the API view of a session. Times are RFC 3339 UTC; unset
+// times are omitted. Environment values are never returned (they may hold
+// secrets).
+type Session struct {
+	ID       string `json:"id"`
+	Template string `json:"template"`
+	Driver   string `json:"driver"`
+	// State is creating, running, terminating or terminated.
+	State string `json:"state"`
+	// Reason (deleted, timeout, error) and Detail say why it ended.
+	Reason    string            `json:"reason,omitempty"`
+	Detail    string            `json:"detail,omitempty"`
+	CPU       float64           `json:"cpu"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	TimeoutS  int64             `json:"timeout_s"`
+	User      string            `json:"user"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Metadata  map[string]string `json:"metadata"`
+	CreatedAt *time.Time        `json:"created_at,omitempty"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+}
+
+func sessionView(r *store.Session) Session {
+	meta := r.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return Session{
+		ID: r.ID, Template: r.Template, Driver: r.Driver, State: string(r.State), Reason: r.Reason, Detail: r.Detail,
+		CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS, User: r.DefaultUser,
+		Workdir: r.Workdir, Metadata: meta,
+		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
+	}
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// maxIdempotencyKey bounds the Idempotency-Key header, in bytes.
+const maxIdempotencyKey = 255
+
+// handleCreate: POST /v1/sessions. 201 with the session; 200 with the
+// original session (and Idempotent-Replayed: true) for a retry carrying the
+// same Idempotency-Key and body.
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var req sandbox.CreateRequest
+	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxIdempotencyKey {
+		s.writeError(w, r, errdefs.InvalidField("Idempotency-Key", "longer than %d bytes", maxIdempotencyKey))
+		return
+	}
+	rec, created, err := s.mgr.Create(r.Context(), req, key)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
+	if !created {
+		w.Header().Set("Idempotent-Replayed", "true")
+		writeJSON(w, http.StatusOK, sessionView(rec))
+		return
+	}
+	writeJSON(w, http.StatusCreated, sessionView(rec))
+}
+
+// handleList: GET /v1/sessions[?state=running,terminated|all][&limit=N][&metadata.KEY=VALUE...].
+// Without state, sessions that have not ended are listed.
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := store.SessionFilter{Metadata: map[string]string{}}
+	switch st := q.Get("state"); st {
+	case "":
+		f.States = []store.State{store.StateCreating, store.StateRunning, store.StateTerminating}
+	case "all":
+	default:
+		for _, v := range strings.Split(st, ",") {
+			switch state := store.State(v); state {
+			case store.StateCreating, store.StateRunning, store.StateTerminating, store.StateTerminated:
+				f.States = append(f.States, state)
+			default:
+				s.writeError(w, r, errdefs.InvalidField("state", "unknown state %q", v))
+				return
+			}
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 10000 {
+			s.writeError(w, r, errdefs.InvalidField("limit", "must be an integer between 1 and 10000"))
+			return
+		}
+		f.Limit = n
+	}
+	for k, vs := range q {
+		if mk, ok := strings.CutPrefix(k, "metadata."); ok && len(vs) > 0 {
+			f.Metadata[mk] = vs[0]
+		}
+	}
+	recs, err := s.mgr.List(r.Context(), f)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]Session, 0, len(recs))
+	for _, rec := range recs {
+		out = append(out, sessionView(rec))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.mgr.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+// handleDelete: DELETE /v1/sessions/{id}: 204 once it is gone (also when
+// it had ended already).
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
+	if err := s.mgr.Destroy(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleTimeout: POST /v1/sessions/{id}/timeout {"timeout_s": N}: the
+// session now ends N seconds from now.
+func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		TimeoutS int64 `json:"timeout_s"`
+	}
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	rec, err := s.mgr.SetTimeout(r.Context(), r.PathValue("id"), req.TimeoutS)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	u, err := s.mgr.Usage(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, u)
+}

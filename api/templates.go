@@ -1,0 +1,91 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"os"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+)
+
+// maxTemplateUpload caps an uploaded image tarball, in bytes.
+const maxTemplateUpload = 64 << 30
+
+// Template is the API view of a template.
+type Template struct {
+	Name      string   `json:"name"`
+	Source    string   `json:"source"`
+	Digest    string   `json:"digest,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	SizeBytes int64    `json:"size_bytes"`
+	CreatedAt string   `json:"created_at"`
+}
+
+func templateView(t *storage.Template) Template {
+	return Template{Name: t.Name, Source: t.Source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
+		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
+}
+
+func (s *Server) handleTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.catalog.List(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]Template, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, templateView(t))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
+}
+
+func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := s.catalog.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, templateView(t))
+}
+
+// handleTemplateImport: PUT /v1/templates/{name}[?ref=REF] with a tarball
+// body (`docker save` output, or an OCI image layout packed as a tar). The
+// body is spooled to the data directory, then unpacked safely. 201.
+func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !storage.ValidTemplateName(name) {
+		s.writeError(w, r, errdefs.InvalidField("name", "must be 1-63 characters of [a-z0-9._-]"))
+		return
+	}
+	spool, err := os.CreateTemp(s.spoolDir, ".upload-*.tar")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer os.Remove(spool.Name())
+	_, err = io.Copy(spool, http.MaxBytesReader(w, r.Body, maxTemplateUpload))
+	if cerr := spool.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.writeError(w, r, errdefs.InvalidField("body", "upload failed: %v", err))
+		return
+	}
+	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t.Source = "upload"
+	writeJSON(w, http.StatusCreated, templateView(t))
+}
+
+func (s *Server) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
+	if err := s.catalog.Delete(r.Context(), r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,224 @@
+// Package client is the Go client of forkbox's REST API; the forkbox CLI is
+// built on it. It depends only on the standard library and errdefs.
+//
+// Errors from the API are *Error values carrying the RFC 9457 problem; they
+// unwrap to the matching errdefs class, so errors.Is(err,
+// errdefs.ErrNotFound) works on the client side too.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// Environment variables read by FromEnv.
+const (
+	EnvURL    = "FORKBOX_URL"
+	EnvAPIKey = "FORKBOX_API_KEY"
+)
+
+// DefaultURL is the daemon's default address.
+const DefaultURL = "http://127.0.0.1:7070"
+
+// DefaultKeyFile is where a local daemon with the default data directory
+// keeps its API key.
+const DefaultKeyFile = "/var/lib/forkbox/api-key"
+
+// Client talks to one forkbox daemon. It is safe for concurrent use.
+type Client struct {
+	baseURL string
+	apiKey  string
+	http    *http.Client
+}
+
+// New returns a client for the daemon at baseURL ("http://host:port")
+// authenticating with apiKey. hc may be nil for http.DefaultClient.
+func New(baseURL, apiKey string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{baseURL: strings.TrimRight(baseURL, "/"), apiKey: apiKey, http: hc}
+}
+
+// FromEnv returns a client configured from FORKBOX_URL (default
+// DefaultURL) and FORKBOX_API_KEY. Without a key, when the URL is local, it
+// reads keyFile (DefaultKeyFile when ""), which only root can read.
+func FromEnv(keyFile string) (*Client, error) {
+	base := os.Getenv(EnvURL)
+	if base == "" {
+		base = DefaultURL
+	}
+	key := os.Getenv(EnvAPIKey)
+	if key == "" && isLocal(base) {
+		if keyFile == "" {
+			keyFile = DefaultKeyFile
+		}
+		b, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("no API key: set %s, or run as root on the daemon's host (reading %s: %v)", EnvAPIKey, keyFile, err)
+		}
+		key = strings.TrimSpace(string(b))
+	}
+	if key == "" {
+		return nil, fmt.Errorf("no API key: set %s", EnvAPIKey)
+	}
+	return New(base, key, nil), nil
+}
+
+func isLocal(base string) bool {
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	return h == "127.0.0.1" || h == "localhost" || h == "::1"
+}
+
+// BaseURL returns the daemon's base URL.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// Error is an API error: the problem details the daemon returned.
+type Error struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Instance  string `json:"instance"`
+	Field     string `json:"field"`
+	RequestID string `json:"request_id"`
+}
+
+// Error returns "detail (HTTP status)".
+func (e *Error) Error() string {
+	msg := e.Detail
+	if msg == "" {
+		msg = e.Title
+	}
+	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
+}
+
+// Unwrap returns the errdefs class matching the problem type.
+func (e *Error) Unwrap() error {
+	switch strings.TrimPrefix(e.Type, "/problems/") {
+	case "invalid-argument":
+		return errdefs.ErrInvalidArgument
+	case "unauthenticated":
+		return errdefs.ErrUnauthenticated
+	case "permission-denied":
+		return errdefs.ErrPermissionDenied
+	case "not-found":
+		return errdefs.ErrNotFound
+	case "conflict":
+		return errdefs.ErrConflict
+	case "session-terminated":
+		return errdefs.ErrTerminated
+	case "resource-exhausted":
+		return errdefs.ErrResourceExhausted
+	case "insufficient-storage":
+		return errdefs.ErrInsufficientStorage
+	case "unavailable":
+		return errdefs.ErrUnavailable
+	}
+	return errdefs.ErrInternal
+}
+
+// request is one API call.
+type request struct {
+	method, path string
+	query        url.Values
+	body         io.Reader
+	size         int64 // body length, -1 when unknown
+	contentType  string
+	accept       string
+	header       http.Header
+}
+
+// do sends req and returns the response when its status is 2xx; otherwise
+// it decodes the problem into an *Error.
+func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
+	u := c.baseURL + req.path
+	if len(req.query) > 0 {
+		u += "?" + req.query.Encode()
+	}
+	hr, err := http.NewRequestWithContext(ctx, req.method, u, req.body)
+	if err != nil {
+		return nil, err
+	}
+	if req.body != nil {
+		hr.ContentLength = req.size
+	}
+	for k, vs := range req.header {
+		hr.Header[k] = vs
+	}
+	hr.Header.Set("Authorization", "Bearer "+c.apiKey)
+	if req.contentType != "" {
+		hr.Header.Set("Content-Type", req.contentType)
+	}
+	if req.accept != "" {
+		hr.Header.Set("Accept", req.accept)
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func decodeError(resp *http.Response) error {
+	e := &Error{Status: resp.StatusCode}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err := json.Unmarshal(b, e); err != nil || e.Type == "" {
+		e.Type = "about:blank"
+		e.Title = resp.Status
+		e.Detail = strings.TrimSpace(string(b))
+	}
+	if e.Status == 0 {
+		e.Status = resp.StatusCode
+	}
+	return e
+}
+
+// doJSON sends in (if not nil) as JSON and decodes the reply into out (if
+// not nil).
+func (c *Client) doJSON(ctx context.Context, method, path string, query url.Values, header http.Header, in, out any) (*http.Response, error) {
+	req := request{method: method, path: path, query: query, header: header, accept: "application/json"}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		req.body, req.size, req.contentType = bytes.NewReader(b), int64(len(b)), "application/json"
+	}
+	resp, err := c.do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp, fmt.Errorf("decode %s %s reply: %w", method, path, err)
+		}
+	}
+	return resp, nil
+}
+
+// IsNotFound reports whether err is an API not-found error.
+func IsNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
+
+func decodeBody(resp *http.Response, out any) error {
+	return json.NewDecoder(resp.Body).Decode(out)
+}

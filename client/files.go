@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Entry describes a file, directory or symlink in a sandbox.
+type Entry struct {
+	Name          string    `json:"name"`
+	Path          string    `json:"path"`
+	Type          string    `json:"type"` // "file", "dir" or "symlink"
+	Size          int64     `json:"size"`
+	Mode          uint32    `json:"mode"`
+	Permissions   string    `json:"permissions"`
+	Owner         string    `json:"owner"`
+	Group         string    `json:"group"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// filesPath builds /v1/sessions/ID/files/PATH with each segment escaped.
+func filesPath(id, p string) string {
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return "/v1/sessions/" + url.PathEscape(id) + "/files/" + strings.Join(segs, "/")
+}
+
+func userQuery(user string) url.Values {
+	if user == "" {
+		return nil
+	}
+	return url.Values{"user": {user}}
+}
+
+// Upload streams r into the absolute path p in the sandbox, as user ("" =
+// the session's default). size is r's length in bytes or -1 if unknown.
+func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int64, user string) (*Entry, error) {
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: userQuery(user),
+		body: r, size: size, contentType: "application/octet-stream", accept: "application/json"})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	e := &Entry{}
+	return e, decodeBody(resp, e)
+}
+
+// Download opens the file at absolute path p; the caller closes it.
+func (c *Client) Download(ctx context.Context, id, p, user string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: filesPath(id, p), query: userQuery(user)})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// Remove deletes a file or directory tree.
+func (c *Client) Remove(ctx context.Context, id, p, user string) error {
+	_, err := c.doJSON(ctx, http.MethodDelete, filesPath(id, p), userQuery(user), nil, nil, nil)
+	return err
+}
+
+// Stat describes path p.
+func (c *Client) Stat(ctx context.Context, id, p, user string) (*Entry, error) {
+	q := url.Values{"path": {p}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	e := &Entry{}
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/fs/stat", q, nil, nil, e)
+	return e, err
+}
+
+// ListDir lists directory p down to depth levels (1 = its entries).
+func (c *Client) ListDir(ctx context.Context, id, p string, depth int, user string) ([]Entry, error) {
+	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
+	if user != "" {
+		q.Set("user", user)
+	}
+	var out struct {
+		Entries []Entry `json:"entries"`
+	}
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/fs/list", q, nil, nil, &out)
+	return out.Entries, err
+}
+
+// MakeDir creates directory p and its parents.
+func (c *Client) MakeDir(ctx context.Context, id, p, user string) (*Entry, error) {
+	e := &Entry{}
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/mkdir", nil, nil,
+		map[string]string{"path": p, "user": user}, e)
+	return e, err
+}
+
+// Move renames source to destination.
+func (c *Client) Move(ctx context.Context, id, source, destination, user string) (*Entry, error) {
+	e := &Entry{}
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/move", nil, nil,
+		map[string]string{"source": source, "destination": destination, "user": user}, e)
+	return e, err
+}
+
+// Template is an importable root filesystem.
+type Template struct {
+	Name      string   `json:"name"`
+	Source    string   `json:"source"`
+	Digest    string   `json:"digest,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	SizeBytes int64    `json:"size_bytes"`
+	CreatedAt string   `json:"created_at"`
+}
+
+// Templates lists templates.
+func (c *Client) Templates(ctx context.Context) ([]Template, error) {
+	var out struct {
+		Templates []Template `json:"templates"`
+	}
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, nil, &out)
+	return out.Templates, err
+}
+
+// ImportTemplate uploads an image tarball (`docker save` output or an OCI
+// layout packed as a tar) as template name; ref picks one of several images.
+func (c *Client) ImportTemplate(ctx context.Context, name, ref string, tarball io.Reader, size int64) (*Template, error) {
+	var q url.Values
+	if ref != "" {
+		q = url.Values{"ref": {ref}}
+	}
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/templates/" + url.PathEscape(name), query: q,
+		body: tarball, size: size, contentType: "application/x-tar", accept: "application/json"})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	t := &Template{}
+	return t, decodeBody(resp, t)
+}
+
+// DeleteTemplate removes a template no session uses.
+func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, nil)
+	return err
+}

@@ -1,0 +1,265 @@
+// Package daemon is forkbox serve's composition root: it prepares the data
+// directory, opens the store, installs the agent binary, picks the isolation
+// driver, builds the template catalog and the sandbox manager, reconciles
+// state left by a previous run and serves the API. cmd/ only calls Start.
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/runtime/runc"
+	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/template"
+)
+
+// Defaults for Options.
+const (
+	DefaultDataDir = "/var/lib/forkbox"
+	DefaultListen  = "127.0.0.1:7070"
+)
+
+// Options configure the daemon. Zero values take the defaults above.
+type Options struct {
+	// DataDir holds all state (see storage.Layout).
+	DataDir string
+	// Listen is the TCP address of the API ("127.0.0.1:0" picks a port).
+	Listen string
+	// AgentPath is the forkbox-agent binary to install; "" looks beside
+	// the running executable, then in PATH.
+	AgentPath string
+	// RuncPath is the runc binary; "" looks in PATH.
+	RuncPath string
+	// Limits bound create requests; zero means sandbox.DefaultLimits().
+	Limits sandbox.Limits
+	Log    *slog.Logger
+}
+
+// Daemon is a running forkbox serve.
+type Daemon struct {
+	// Addr is the address the API listens on.
+	Addr string
+	// URL is the API's base URL ("http://127.0.0.1:7070").
+	URL string
+	// KeyFile is where the generated API key is stored.
+	KeyFile string
+
+	log    *slog.Logger
+	st     *store.Store
+	mgr    *sandbox.Manager
+	srv    *http.Server
+	served chan error
+}
+
+// Start prepares everything and starts serving. It returns once the API
+// listens. Sandboxes left running by a previous daemon are adopted.
+func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
+	if opts.DataDir == "" {
+		opts.DataDir = DefaultDataDir
+	}
+	if opts.Listen == "" {
+		opts.Listen = DefaultListen
+	}
+	if opts.Limits.MaxTimeoutS == 0 {
+		opts.Limits = sandbox.DefaultLimits()
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("forkbox serve must run as root (it creates namespaces, cgroups and mounts)")
+	}
+	layout, err := storage.NewLayout(opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	// 0711: sandbox processes run as unprivileged host ids and must be able
+	// to traverse to their root filesystem, but not to list anything.
+	for _, dir := range []string{layout.Root, layout.Templates(), layout.Sandboxes(), filepath.Dir(layout.AgentBinary())} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	st, err := store.Open(ctx, layout.Database())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			st.Close()
+		}
+	}()
+	if err := ensureAPIKey(ctx, st, layout.APIKey(), log); err != nil {
+		return nil, fmt.Errorf("api key: %w", err)
+	}
+	agentPath, err := installAgent(opts.AgentPath, layout.AgentBinary())
+	if err != nil {
+		return nil, fmt.Errorf("install forkbox-agent: %w", err)
+	}
+	drv, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot()})
+	if err != nil {
+		return nil, err
+	}
+	mgr := sandbox.NewManager(sandbox.Options{
+		Layout: layout, Store: st, Driver: drv, AgentPath: agentPath,
+		Limits: opts.Limits, Shift: storage.DefaultIDShift, Log: log,
+	})
+	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.TemplateInUse)
+	catalog.SweepTemp()
+	if err := mgr.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover sandboxes: %w", err)
+	}
+	if mgr.TemplateInUse(storage.BaseTemplate) && !storage.BaseIsCurrent(layout.Template(storage.BaseTemplate)) {
+		log.Warn("base template is outdated but in use; it is rebuilt on a restart with no base sessions")
+	} else if err := catalog.EnsureBase(ctx); err != nil {
+		mgr.Close()
+		return nil, err
+	}
+
+	ln, err := net.Listen("tcp", opts.Listen)
+	if err != nil {
+		mgr.Close()
+		return nil, err
+	}
+	handler := api.New(mgr, st, catalog, layout.Templates(), log)
+	d = &Daemon{
+		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
+		log: log, st: st, mgr: mgr, served: make(chan error, 1),
+		srv: &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second},
+	}
+	go func() { d.served <- d.srv.Serve(ln) }()
+	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "driver", drv.Name(), "api_key_file", d.KeyFile)
+	return d, nil
+}
+
+// Wait blocks until the server stops and returns why.
+func (d *Daemon) Wait() error {
+	err := <-d.served
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting requests, waits up to ctx for running ones, and
+// closes the manager and the store. Sandboxes keep running; the next Start
+// adopts them.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	err := d.srv.Shutdown(ctx)
+	d.mgr.Close()
+	if cerr := d.st.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Manager returns the sandbox manager (for tests and benchmarks in-process).
+func (d *Daemon) Manager() *sandbox.Manager { return d.mgr }
+
+// ensureAPIKey makes sure an API key file exists and its key is accepted.
+// On first start it generates "fbx_" + 40 hex digits and writes it (0600).
+func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.Logger) error {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		key := strings.TrimSpace(string(b))
+		if _, aerr := st.AuthenticateKey(ctx, key); aerr == nil {
+			return nil
+		}
+		if key != "" {
+			return st.AddAPIKey(ctx, "default-"+key[len(key)-6:], "default", key)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	raw := make([]byte, 20)
+	if _, err := rand.Read(raw); err != nil {
+		return err
+	}
+	key := "fbx_" + hex.EncodeToString(raw)
+	if err := st.AddAPIKey(ctx, "default-"+key[len(key)-6:], "default", key); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(key + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	log.Info("generated an API key", "file", path)
+	fmt.Fprintf(os.Stderr, "forkbox: generated an API key; it is in %s\n", path)
+	return nil
+}
+
+// installAgent copies the agent binary to dst (root-owned, 0755) unless an
+// identical copy is there, and returns dst. Sandboxes mount dst, so the
+// binary they run cannot change under them when the source is rebuilt.
+func installAgent(src, dst string) (string, error) {
+	if src == "" {
+		src = findAgent()
+	}
+	if src == "" {
+		return "", errors.New("forkbox-agent not found beside the forkbox binary or in PATH (build it with `make build`, or pass --agent)")
+	}
+	want, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, want) {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".forkbox-agent-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, bytes.NewReader(want)); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return dst, os.Rename(tmp.Name(), dst)
+}
+
+func findAgent() string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "forkbox-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("forkbox-agent"); err == nil {
+		return p
+	}
+	return ""
+}

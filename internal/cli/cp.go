@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// splitRemote parses "ID:/path" (a path in a sandbox); ok is false for a
+// local path. A local path containing ':' can be written as ./a:b.
+func splitRemote(s string) (id, path string, ok bool) {
+	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") {
+		return "", s, false
+	}
+	id, path, ok = strings.Cut(s, ":")
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", s, false
+	}
+	return id, path, true
+}
+
+func newCpCmd(g *globals) *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy a file into or out of a sandbox (ID:PATH names a sandbox file; - is stdin/stdout)",
+		Example: `  forkbox cp data.csv abc123:/home/user/data.csv
+  forkbox cp abc123:/home/user/out.png ./out.png`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			srcID, srcPath, srcRemote := splitRemote(args[0])
+			dstID, dstPath, dstRemote := splitRemote(args[1])
+			switch {
+			case srcRemote == dstRemote:
+				return fmt.Errorf("exactly one of SRC and DST must be ID:PATH")
+			case dstRemote:
+				var r io.Reader = os.Stdin
+				size := int64(-1)
+				if srcPath != "-" {
+					f, err := os.Open(srcPath)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					fi, err := f.Stat()
+					if err != nil {
+						return err
+					}
+					if fi.IsDir() {
+						return fmt.Errorf("%s is a directory; copy files one by one or pack a tar", srcPath)
+					}
+					r, size = f, fi.Size()
+				}
+				if strings.HasSuffix(dstPath, "/") && srcPath != "-" {
+					dstPath += filepath.Base(srcPath)
+				}
+				e, err := c.Upload(cmd.Context(), dstID, dstPath, r, size, user)
+				if err != nil {
+					return err
+				}
+				if g.json {
+					return printJSON(cmd.OutOrStdout(), e)
+				}
+				return nil
+			default:
+				rc, err := c.Download(cmd.Context(), srcID, srcPath, user)
+				if err != nil {
+					return err
+				}
+				defer rc.Close()
+				if dstPath == "-" {
+					_, err = io.Copy(os.Stdout, rc)
+					return err
+				}
+				if fi, err := os.Stat(dstPath); err == nil && fi.IsDir() {
+					dstPath = filepath.Join(dstPath, filepath.Base(srcPath))
+				}
+				tmp, err := os.CreateTemp(filepath.Dir(dstPath), "."+filepath.Base(dstPath)+".part-*")
+				if err != nil {
+					return err
+				}
+				defer os.Remove(tmp.Name())
+				if _, err := io.Copy(tmp, rc); err != nil {
+					tmp.Close()
+					return err
+				}
+				if err := tmp.Close(); err != nil {
+					return err
+				}
+				return os.Rename(tmp.Name(), dstPath)
+			}
+		},
+	}
+	cmd.Flags().StringVarP(&user, "user", "u", "", "sandbox user that reads or owns the file")
+	return cmd
+}

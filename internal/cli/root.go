@@ -1,0 +1,110 @@
+// Package cli is the forkbox command line (cobra). Every command except
+// serve and bench talks to a daemon through package client.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// Exit codes of the CLI itself (a command's own exit code passes through).
+const (
+	exitForkboxError = 125 // forkbox could not run the command (as docker run)
+	exitNotFound     = 127 // the command was not found in the sandbox
+)
+
+// ExitError carries the process exit code out of a command.
+type ExitError struct{ Code int }
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// globals are the flags every command shares.
+type globals struct {
+	json    bool
+	keyFile string
+}
+
+// Execute runs the CLI with os.Args and returns the process exit code.
+func Execute() int {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "forkbox",
+		Short:         "Run untrusted code in isolated, forkable sandboxes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of tables")
+	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", client.DefaultKeyFile,
+		"API key file read when "+client.EnvAPIKey+" is unset and the daemon is local")
+	root.AddCommand(
+		newServeCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
+		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	fmt.Fprintln(os.Stderr, "forkbox:", err)
+	var apiErr *client.Error
+	if errors.As(err, &apiErr) && apiErr.Field == "argv" {
+		return exitNotFound
+	}
+	if errors.Is(err, errdefs.ErrInvalidArgument) && strings.Contains(err.Error(), "flag") {
+		return 2
+	}
+	return exitForkboxError
+}
+
+func (g *globals) client() (*client.Client, error) { return client.FromEnv(g.keyFile) }
+
+// isTerminal reports whether w is a terminal (tables then; JSON otherwise
+// only with --json).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// parseEnv turns KEY=VALUE flags into a map; a bare KEY takes the local
+// environment's value.
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("--env %q: missing name", kv)
+		}
+		if !ok {
+			v = os.Getenv(k)
+		}
+		env[k] = v
+	}
+	return env, nil
+}

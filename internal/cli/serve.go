@@ -1,0 +1,53 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/daemon"
+)
+
+func newServeCmd() *cobra.Command {
+	var opts daemon.Options
+	var level string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the forkbox daemon (as root)",
+		Long: `Run the forkbox daemon. On first start it creates the data directory, a SQLite
+database, the built-in "base" template and an API key (written to DIR/api-key,
+mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(level)); err != nil {
+				return err
+			}
+			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+			d, err := daemon.Start(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- d.Wait() }()
+			select {
+			case err := <-errc:
+				return err
+			case <-cmd.Context().Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return d.Shutdown(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.DataDir, "data-dir", daemon.DefaultDataDir, "directory for all state")
+	f.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "address of the API")
+	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary (default: beside forkbox, then PATH)")
+	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
+	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}

@@ -1,0 +1,195 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+// createFlags are the session options shared by run and create.
+type createFlags struct {
+	template string
+	cpu      float64
+	memoryMB int64
+	pids     int64
+	timeoutS int64
+	env      []string
+	meta     []string
+	workdir  string
+	user     string
+}
+
+func (f *createFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.template, "template", "", `template to start from (default "base")`)
+	fl.Float64Var(&f.cpu, "cpu", 0, "CPU quota in cores (default 1)")
+	fl.Int64Var(&f.memoryMB, "memory", 0, "memory limit in MiB (default 512)")
+	fl.Int64Var(&f.pids, "pids", 0, "process and thread limit (default 512)")
+	fl.Int64Var(&f.timeoutS, "timeout", 0, "session lifetime in seconds (default 300)")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	fl.StringArrayVar(&f.meta, "label", nil, "metadata KEY=VALUE (repeatable)")
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory (default: the user's home)")
+	fl.StringVarP(&f.user, "user", "u", "", `user to run as (default "user"; "root" on request)`)
+}
+
+func (f *createFlags) request() (client.CreateRequest, error) {
+	env, err := parseEnv(f.env)
+	if err != nil {
+		return client.CreateRequest{}, err
+	}
+	var meta map[string]string
+	for _, kv := range f.meta {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return client.CreateRequest{}, fmt.Errorf("--label %q: want KEY=VALUE", kv)
+		}
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[k] = v
+	}
+	return client.CreateRequest{
+		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
+		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
+	}, nil
+}
+
+func newCreateCmd(g *globals) *cobra.Command {
+	var cf createFlags
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox session and print its id",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			req, err := cf.request()
+			if err != nil {
+				return err
+			}
+			s, _, err := c.CreateSession(cmd.Context(), req, "")
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), s)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newLsCmd(g *globals) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sessions (those not ended; --all for every one)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ss, err := c.ListSessions(cmd.Context(), client.ListOptions{All: all})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.json {
+				return printJSON(out, ss)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tCPU\tMEMORY\tCREATED\tEXPIRES\tLABELS")
+			for _, s := range ss {
+				state := s.State
+				if s.Reason != "" {
+					state += " (" + s.Reason + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\t%s\t%s\n", s.ID, s.Template, state, s.CPU, s.MemoryMB,
+					ago(s.CreatedAt), until(s.ExpiresAt, s.State), labels(s.Metadata))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended sessions")
+	return cmd
+}
+
+func newRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sessions now",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var firstErr error
+			for _, id := range args {
+				if err := c.DeleteSession(cmd.Context(), id); err != nil {
+					fmt.Fprintf(os.Stderr, "forkbox: %s: %v\n", id, err)
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			if firstErr != nil {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+}
+
+func ago(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return time.Since(*t).Round(time.Second).String() + " ago"
+}
+
+func until(t *time.Time, state string) string {
+	if t == nil || state != "running" {
+		return "-"
+	}
+	return "in " + time.Until(*t).Round(time.Second).String()
+}
+
+func labels(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// destroyQuietly deletes a session with a fresh context (the command's may
+// be cancelled by Ctrl-C) and reports failures on stderr.
+func destroyQuietly(c *client.Client, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.DeleteSession(ctx, id); err != nil {
+		fmt.Fprintf(os.Stderr, "forkbox: destroy %s: %v\n", id, err)
+	}
+}

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+)
+
+func newTemplateCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "template", Short: "Manage templates (root filesystems sandboxes start from)"}
+	var ref string
+	imp := &cobra.Command{
+		Use:   "import NAME PATH",
+		Short: "Import an OCI image (an OCI layout directory, or a docker save / OCI tarball)",
+		Example: `  docker save python:3.12-slim -o py.tar && forkbox template import py312 py.tar
+  skopeo copy docker://alpine:3.20 oci:alpine:3.20 && forkbox template import alpine ./alpine`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			name, path := args[0], args[1]
+			fi, err := os.Stat(path)
+			if err != nil {
+				return err
+			}
+			var body io.Reader
+			size := int64(-1)
+			if fi.IsDir() {
+				pr, pw := io.Pipe()
+				go func() { pw.CloseWithError(tarDir(pw, path)) }()
+				body = pr
+			} else {
+				f, err := os.Open(path)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				body, size = f, fi.Size()
+			}
+			t, err := c.ImportTemplate(cmd.Context(), name, ref, body, size)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s (%s, %d bytes)\n", t.Name, t.Digest, t.SizeBytes)
+			return nil
+		},
+	}
+	imp.Flags().StringVar(&ref, "ref", "", "image to pick when PATH holds several (a tag such as python:3.12)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List templates",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			ts, err := c.Templates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), ts)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tDIGEST\tCREATED")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Name, t.Source, t.SizeBytes, t.Digest, t.CreatedAt)
+			}
+			return tw.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Delete a template that no session uses",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			return c.DeleteTemplate(cmd.Context(), args[0])
+		},
+	}
+	cmd.AddCommand(imp, ls, rm)
+	return cmd
+}
+
+// tarDir writes the regular files and directories under dir (an OCI image
+// layout) to w as a tar stream, with paths relative to dir.
+func tarDir(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() && !fi.IsDir() {
+			return nil
+		}
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

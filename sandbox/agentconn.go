@@ -1,0 +1,86 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
+)
+
+// agentBaseURL is the base URL of every agent request; the host part is
+// ignored because the transport always dials the sandbox's Unix socket.
+const agentBaseURL = "http://agent"
+
+// agentConn is the daemon's connection to one sandbox's agent: an HTTP
+// client whose transport dials the agent's Unix socket (HTTP/1.1 with
+// keep-alive; one connection per concurrent call), and the envd clients on
+// top of it.
+type agentConn struct {
+	socket  string
+	http    *http.Client
+	process processpbconnect.ProcessClient
+	fs      filesystempbconnect.FilesystemClient
+}
+
+func newAgentConn(socket string) *agentConn {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	hc := &http.Client{Transport: tr}
+	return &agentConn{
+		socket:  socket,
+		http:    hc,
+		process: processpbconnect.NewProcessClient(hc, agentBaseURL),
+		fs:      filesystempbconnect.NewFilesystemClient(hc, agentBaseURL),
+	}
+}
+
+// health calls GET /health once; nil when the agent answers 2xx.
+func (c *agentConn) health(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/health", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("agent health: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// waitReady polls health until the agent answers or ctx ends.
+func (c *agentConn) waitReady(ctx context.Context) error {
+	delay := time.Millisecond
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := c.health(attempt)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("agent not ready: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 50*time.Millisecond)
+	}
+}
+
+func (c *agentConn) close() {
+	c.http.CloseIdleConnections()
+}

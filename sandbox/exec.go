@@ -1,0 +1,432 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+	"github.com/forkbox/forkbox/store"
+)
+
+// ExecRequest runs one command. Exactly one of Argv and Cmd is set.
+type ExecRequest struct {
+	// Argv is the command and its arguments, run without a shell.
+	Argv []string `json:"argv,omitempty"`
+	// Cmd is a shell command line, run with /bin/sh -c (any length: texts
+	// beyond the kernel's 128 KiB argument limit are passed by file).
+	Cmd string `json:"cmd,omitempty"`
+	// Env is added to the sandbox's environment for this command.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory (relative paths start at the user's home).
+	Cwd string `json:"cwd,omitempty"`
+	// User runs the command ("" = the session's default user; "root" on request).
+	User string `json:"user,omitempty"`
+	// TimeoutS kills the command's process group after this many seconds
+	// (default 60; for background commands 0 means "until the session ends").
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Stdin, when set, is written to the command's stdin, which is then
+	// closed. Without it stdin is /dev/null (unless KeepStdin).
+	Stdin []byte `json:"stdin,omitempty"`
+	// KeepStdin gives the command a stdin pipe that stays open for
+	// SendStdin calls (for background commands).
+	KeepStdin bool `json:"keep_stdin,omitempty"`
+	// Background returns as soon as the command started; its output is
+	// available by re-attaching (Attach) and it can be killed by pid.
+	Background bool `json:"background,omitempty"`
+	// Tag names a background command so it can be found without its pid.
+	Tag string `json:"tag,omitempty"`
+}
+
+// ExecResult is how a command ended. ExitCode follows the shell convention:
+// 128+N when signal N killed it.
+type ExecResult struct {
+	// Pid is the process id inside the sandbox.
+	Pid int `json:"pid"`
+	// ExitCode is the exit status, or 128+Signal after a signal death.
+	ExitCode int `json:"exit_code"`
+	// Signal is the number of the signal that killed it (0 for a normal exit).
+	Signal int `json:"signal,omitempty"`
+	// TimedOut: forkbox killed it at its exec timeout.
+	TimedOut bool `json:"timed_out"`
+	// OOMKilled: the kernel's out-of-memory killer ended it.
+	OOMKilled bool `json:"oom_killed"`
+	// DurationMS is the wall-clock run time in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// Output receives a command's events in order. A returned error stops the
+// exec (the command is then killed unless it is a background command).
+type Output interface {
+	// Started is called once with the in-sandbox pid, before any output.
+	Started(pid int) error
+	// Stdout and Stderr get raw output chunks; the slices are not reused.
+	Stdout(p []byte) error
+	Stderr(p []byte) error
+}
+
+// Default and maximum exec timeouts.
+const (
+	defaultExecTimeoutS = 60
+	// agentGrace is added to the agent-side deadline so that the daemon's
+	// own kill (from outside the sandbox) always comes first.
+	agentGrace = 2 * time.Second
+)
+
+// shellPath runs shell-form commands.
+const shellPath = "/bin/sh"
+
+func (r *ExecRequest) normalize(maxTimeoutS int64, defaultUser string) error {
+	switch {
+	case len(r.Argv) > 0 && r.Cmd != "":
+		return errdefs.InvalidField("argv", "give either argv or cmd, not both")
+	case len(r.Argv) == 0 && r.Cmd == "":
+		return errdefs.InvalidField("cmd", "give argv or cmd")
+	case len(r.Argv) > 0 && r.Argv[0] == "":
+		return errdefs.InvalidField("argv", "argv[0] is empty")
+	}
+	for i, a := range r.Argv {
+		if strings.ContainsRune(a, 0) {
+			return errdefs.InvalidField("argv", "argv[%d] contains a NUL byte", i)
+		}
+	}
+	if strings.ContainsRune(r.Cmd, 0) {
+		return errdefs.InvalidField("cmd", "contains a NUL byte")
+	}
+	if err := validateEnv("env", r.Env); err != nil {
+		return err
+	}
+	if strings.ContainsRune(r.Cwd, 0) {
+		return errdefs.InvalidField("cwd", "contains a NUL byte")
+	}
+	if r.User == "" {
+		r.User = defaultUser
+	}
+	if err := ValidateUser("user", r.User); err != nil {
+		return err
+	}
+	if r.TimeoutS == 0 && !r.Background {
+		r.TimeoutS = defaultExecTimeoutS
+	}
+	if r.TimeoutS < 0 || r.TimeoutS > maxTimeoutS {
+		return errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", maxTimeoutS)
+	}
+	if len(r.Tag) > 128 {
+		return errdefs.InvalidField("tag", "longer than 128 bytes")
+	}
+	return nil
+}
+
+// Exec runs req in session id and streams its output to out. It returns
+// when the command's main process exits (a background child that keeps the
+// output open does not hold it), or at once after the start for a
+// background command. The exec timeout is enforced from the host: the
+// command's process group is killed with SIGKILL through the runtime, which
+// nothing in the sandbox can block. If ctx ends first, a foreground command
+// is killed the same way.
+func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Output) (*ExecResult, error) {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rec := sb.Record()
+	if err := req.normalize(m.opts.Limits.MaxTimeoutS, rec.DefaultUser); err != nil {
+		return nil, err
+	}
+	pc := &processpb.ProcessConfig{Envs: req.Env}
+	if req.Cmd != "" {
+		pc.Cmd, pc.Args = shellPath, []string{"-c", req.Cmd}
+	} else {
+		pc.Cmd, pc.Args = req.Argv[0], req.Argv[1:]
+	}
+	if req.Cwd != "" {
+		cwd := req.Cwd
+		pc.Cwd = &cwd
+	}
+	stdin := len(req.Stdin) > 0 || req.KeepStdin
+	start := &processpb.StartRequest{Process: pc, Stdin: &stdin}
+	if req.Tag != "" {
+		tag := req.Tag
+		start.Tag = &tag
+	}
+	before, _ := m.opts.Driver.Stats(ctx, id)
+
+	// The stream's context: the agent gets a deadline slightly after ours.
+	// A background command's stream is dropped after the start event, so
+	// its context must not be the caller's.
+	parent := ctx
+	if req.Background {
+		parent = context.WithoutCancel(ctx)
+	}
+	var streamCtx context.Context
+	var cancel context.CancelFunc
+	if req.TimeoutS > 0 {
+		streamCtx, cancel = context.WithTimeout(parent, time.Duration(req.TimeoutS)*time.Second+agentGrace)
+	} else {
+		streamCtx, cancel = context.WithCancel(parent)
+	}
+	defer cancel()
+	creq := connect.NewRequest(start)
+	setUser(creq.Header(), req.User)
+	began := time.Now()
+	stream, err := sb.agent.process.Start(streamCtx, creq)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "argv")
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		return nil, m.agentError(ctx, id, streamErr(stream.Err()), "argv")
+	}
+	pid := int(stream.Msg().GetEvent().GetStart().GetPid())
+	if pid == 0 {
+		return nil, fmt.Errorf("agent: first event is not start: %w", errdefs.ErrInternal)
+	}
+	res := &ExecResult{Pid: pid}
+	var timedOut atomic.Bool
+	if req.TimeoutS > 0 {
+		m.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
+	}
+	if err := out.Started(pid); err != nil {
+		m.killGroup(sb, pid)
+		return nil, err
+	}
+	if len(req.Stdin) > 0 {
+		go m.feedStdin(sb, pid, req.Stdin)
+	}
+	if req.Background {
+		return res, nil
+	}
+	defer m.disarmKiller(sb, pid)
+
+	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, errOutput) {
+			m.killGroup(sb, pid)
+		}
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	res.DurationMS = time.Since(began).Milliseconds()
+	fillResult(res, end)
+	res.TimedOut = timedOut.Load()
+	if res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
+		if after, err := m.opts.Driver.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
+			res.OOMKilled = true
+		}
+	}
+	return res, nil
+}
+
+// errOutput marks an error returned by an Output callback.
+var errOutput = errors.New("output closed")
+
+// follow copies data events to out until the end event, which it returns.
+func (m *Manager) follow(ctx context.Context, receive func() bool, msg func() *processpb.ProcessEvent, streamErr func() error, out Output) (*processpb.ProcessEvent_EndEvent, error) {
+	for receive() {
+		ev := msg()
+		switch {
+		case ev.GetData() != nil:
+			d := ev.GetData()
+			var err error
+			switch o := d.GetOutput().(type) {
+			case *processpb.ProcessEvent_DataEvent_Stdout:
+				err = out.Stdout(o.Stdout)
+			case *processpb.ProcessEvent_DataEvent_Stderr:
+				err = out.Stderr(o.Stderr)
+			case *processpb.ProcessEvent_DataEvent_Pty:
+				err = out.Stdout(o.Pty)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", errOutput, err)
+			}
+		case ev.GetEnd() != nil:
+			return ev.GetEnd(), nil
+		}
+	}
+	if err := streamErr(); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("agent stream ended without an end event: %w", errdefs.ErrUnavailable)
+}
+
+func streamErr(err error) error {
+	if err == nil {
+		return fmt.Errorf("agent stream ended before the start event: %w", errdefs.ErrUnavailable)
+	}
+	return err
+}
+
+// fillResult converts envd's end event: a signal death ("signal: killed",
+// exit code -1) becomes ExitCode 128+N with Signal N.
+func fillResult(res *ExecResult, end *processpb.ProcessEvent_EndEvent) {
+	if end.GetExited() {
+		res.ExitCode = int(end.GetExitCode())
+		return
+	}
+	if n := signalNumber(end.GetStatus()); n > 0 {
+		res.Signal = n
+		res.ExitCode = 128 + n
+		return
+	}
+	res.ExitCode = 255
+}
+
+// signalNames maps Go's signal descriptions ("killed", "terminated") to numbers.
+var signalNames = func() map[string]int {
+	m := map[string]int{}
+	for i := 1; i < 65; i++ {
+		m[syscall.Signal(i).String()] = i
+	}
+	return m
+}()
+
+// signalNumber parses "signal: killed" or "signal: segmentation fault (core dumped)".
+func signalNumber(status string) int {
+	name, ok := strings.CutPrefix(status, "signal: ")
+	if !ok {
+		return 0
+	}
+	name = strings.TrimSuffix(name, " (core dumped)")
+	return signalNames[name]
+}
+
+// armKiller kills pid's process group after d and sets flag.
+func (m *Manager) armKiller(sb *Sandbox, pid int, d time.Duration, flag *atomic.Bool) {
+	t := time.AfterFunc(d, func() {
+		flag.Store(true)
+		m.killGroup(sb, pid)
+		m.disarmKiller(sb, pid)
+	})
+	sb.mu.Lock()
+	if old := sb.killers[pid]; old != nil {
+		old.Stop()
+	}
+	sb.killers[pid] = t
+	sb.mu.Unlock()
+}
+
+func (m *Manager) disarmKiller(sb *Sandbox, pid int) {
+	sb.mu.Lock()
+	if t := sb.killers[pid]; t != nil {
+		t.Stop()
+		delete(sb.killers, pid)
+	}
+	sb.mu.Unlock()
+}
+
+// killGroup SIGKILLs the process group pid from the host.
+func (m *Manager) killGroup(sb *Sandbox, pid int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := m.opts.Driver.KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
+	if err != nil {
+		m.log.Warn("kill process group", "session", sb.id, "pgid", pid, "err", err)
+	} else {
+		m.log.Debug("killed process group", "session", sb.id, "pgid", pid, "processes", n)
+	}
+}
+
+// feedStdin writes data to pid's stdin in chunks and closes it.
+func (m *Manager) feedStdin(sb *Sandbox, pid int, data []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := m.writeStdin(ctx, sb, pid, data, true); err != nil {
+		m.log.Debug("stdin", "session", sb.id, "pid", pid, "err", err)
+	}
+}
+
+func (m *Manager) writeStdin(ctx context.Context, sb *Sandbox, pid int, data []byte, closeAfter bool) error {
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
+	for len(data) > 0 {
+		n := min(len(data), 1<<20)
+		in := &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data[:n]}}
+		if _, err := sb.agent.process.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: in})); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	if closeAfter {
+		_, err := sb.agent.process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel}))
+		return err
+	}
+	return nil
+}
+
+// setUser names the user of an agent call the way envd expects it.
+func setUser(h interface{ Set(string, string) }, user string) {
+	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+}
+
+// agentError maps an agent (Connect) error to an errdefs class. field names
+// the request field an invalid_argument or not_found refers to, if any. When
+// the sandbox ended meanwhile, the error says so (ErrTerminated).
+func (m *Manager) agentError(ctx context.Context, id string, err error, field string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errOutput) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return err
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		if ended := m.endedError(ctx, id); ended != nil {
+			return ended
+		}
+		return fmt.Errorf("agent: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	msg := ce.Message()
+	switch ce.Code() {
+	case connect.CodeInvalidArgument:
+		if field != "" {
+			return errdefs.InvalidField(field, "%s", msg)
+		}
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalidArgument)
+	case connect.CodeNotFound:
+		if field != "" {
+			return errdefs.InvalidField(field, "%s", msg)
+		}
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrNotFound)
+	case connect.CodeUnauthenticated:
+		return errdefs.InvalidField("user", "%s", msg)
+	case connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrConflict)
+	case connect.CodePermissionDenied:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrPermissionDenied)
+	case connect.CodeResourceExhausted:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrResourceExhausted)
+	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fallthrough
+	default:
+		if ended := m.endedError(ctx, id); ended != nil {
+			return ended
+		}
+		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
+	}
+}
+
+// endedError returns ErrTerminated with the reason when session id is being
+// torn down or has ended (an agent call failed because of that), else nil.
+func (m *Manager) endedError(ctx context.Context, id string) error {
+	var rec store.Session
+	if sb := m.lookup(id); sb != nil {
+		rec = sb.Record()
+	} else if r, err := m.opts.Store.GetSession(context.WithoutCancel(ctx), id); err == nil {
+		rec = *r
+	} else {
+		return nil
+	}
+	if rec.State == store.StateTerminating || rec.State == store.StateTerminated {
+		return terminatedError(&rec)
+	}
+	return nil
+}

@@ -1,0 +1,307 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
+)
+
+// Entry describes a file, directory or symlink inside a sandbox.
+type Entry struct {
+	Name string `json:"name"`
+	// Path is absolute inside the sandbox.
+	Path string `json:"path"`
+	// Type is "file", "dir" or "symlink".
+	Type string `json:"type"`
+	// Size in bytes.
+	Size int64 `json:"size"`
+	// Mode holds the permission bits (0o755).
+	Mode uint32 `json:"mode"`
+	// Permissions is the ls-style mode string ("-rw-r--r--").
+	Permissions   string    `json:"permissions"`
+	Owner         string    `json:"owner"`
+	Group         string    `json:"group"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+func entryFromPB(e *filesystempb.EntryInfo) Entry {
+	t := "file"
+	switch e.GetType() {
+	case filesystempb.FileType_FILE_TYPE_DIRECTORY:
+		t = "dir"
+	case filesystempb.FileType_FILE_TYPE_SYMLINK:
+		t = "symlink"
+	}
+	return Entry{
+		Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: e.GetMode() & 0o7777,
+		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
+		ModifiedAt: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget(),
+	}
+}
+
+// checkPath rejects paths no file can have.
+func checkPath(field, p string) error {
+	if p == "" {
+		return errdefs.InvalidField(field, "is empty")
+	}
+	if strings.ContainsRune(p, 0) {
+		return errdefs.InvalidField(field, "contains a NUL byte")
+	}
+	if len(p) > 4096 {
+		return errdefs.InvalidField(field, "longer than 4096 bytes")
+	}
+	return nil
+}
+
+// fileCall prepares an agent filesystem call for session id as user.
+func (m *Manager) fileCall(ctx context.Context, id, user string) (*Sandbox, string, error) {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return nil, "", err
+	}
+	if user == "" {
+		user = sb.Record().DefaultUser
+	}
+	if err := ValidateUser("user", user); err != nil {
+		return nil, "", err
+	}
+	return sb, user, nil
+}
+
+// Upload streams body into path (created with its parent directories,
+// replaced atomically if it exists, owned by user). size is the body's
+// length in bytes or -1 when unknown. ErrInsufficientStorage when the
+// sandbox's disk is full.
+func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*Entry, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, err
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, err
+	}
+	q := url.Values{"path": {path}, "username": {user}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/files?"+q.Encode(), body)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := sb.agent.http.Do(req)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, m.filesHTTPError(ctx, id, resp)
+	}
+	var written []struct {
+		Path string `json:"path"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&written); err != nil || len(written) == 0 {
+		return nil, fmt.Errorf("agent upload reply: %v: %w", err, errdefs.ErrInternal)
+	}
+	return m.Stat(ctx, id, written[0].Path, user)
+}
+
+// Download opens path for reading. The caller closes the reader; size is
+// the file's length in bytes.
+func (m *Manager) Download(ctx context.Context, id, path, user string) (rc io.ReadCloser, size int64, err error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, 0, err
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, 0, err
+	}
+	q := url.Values{"path": {path}, "username": {user}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/files?"+q.Encode(), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := sb.agent.http.Do(req)
+	if err != nil {
+		return nil, 0, m.agentError(ctx, id, err, "")
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, 0, m.filesHTTPError(ctx, id, resp)
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// filesHTTPError maps the agent's /files JSON error ({code, message}).
+func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Response) error {
+	var body struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
+	msg := body.Message
+	if msg == "" {
+		msg = resp.Status
+	}
+	switch resp.StatusCode {
+	case http.StatusBadRequest:
+		return errdefs.InvalidField("path", "%s", msg)
+	case http.StatusUnauthorized:
+		return errdefs.InvalidField("user", "%s", msg)
+	case http.StatusNotFound:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrNotFound)
+	case http.StatusForbidden:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrPermissionDenied)
+	case http.StatusInsufficientStorage:
+		return fmt.Errorf("%s: %w", msg, errdefs.ErrInsufficientStorage)
+	}
+	if ended := m.endedError(ctx, id); ended != nil {
+		return ended
+	}
+	return fmt.Errorf("agent files: %s: %w", msg, errdefs.ErrUnavailable)
+}
+
+// Stat describes path.
+func (m *Manager) Stat(ctx context.Context, id, path, user string) (*Entry, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, err
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, err
+	}
+	req := connect.NewRequest(&filesystempb.StatRequest{Path: path})
+	setUser(req.Header(), user)
+	resp, err := sb.agent.fs.Stat(ctx, req)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	e := entryFromPB(resp.Msg.GetEntry())
+	return &e, nil
+}
+
+// ListDir lists directory path down to depth levels (1 = its entries).
+func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]Entry, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, err
+	}
+	if depth < 1 || depth > 32 {
+		return nil, errdefs.InvalidField("depth", "must be between 1 and 32")
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, err
+	}
+	req := connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(depth)})
+	setUser(req.Header(), user)
+	resp, err := sb.agent.fs.ListDir(ctx, req)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "path")
+	}
+	out := make([]Entry, 0, len(resp.Msg.GetEntries()))
+	for _, e := range resp.Msg.GetEntries() {
+		out = append(out, entryFromPB(e))
+	}
+	return out, nil
+}
+
+// MakeDir creates directory path and its parents, owned by user.
+// ErrConflict when it already exists.
+func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*Entry, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, err
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, err
+	}
+	req := connect.NewRequest(&filesystempb.MakeDirRequest{Path: path})
+	setUser(req.Header(), user)
+	resp, err := sb.agent.fs.MakeDir(ctx, req)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	e := entryFromPB(resp.Msg.GetEntry())
+	return &e, nil
+}
+
+// Move renames source to destination (creating destination's parents).
+func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*Entry, error) {
+	if err := checkPath("source", source); err != nil {
+		return nil, err
+	}
+	if err := checkPath("destination", destination); err != nil {
+		return nil, err
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return nil, err
+	}
+	req := connect.NewRequest(&filesystempb.MoveRequest{Source: source, Destination: destination})
+	setUser(req.Header(), user)
+	resp, err := sb.agent.fs.Move(ctx, req)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	e := entryFromPB(resp.Msg.GetEntry())
+	return &e, nil
+}
+
+// Remove deletes path (a directory with everything in it).
+func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
+	if err := checkPath("path", path); err != nil {
+		return err
+	}
+	if filepath.Clean("/"+path) == "/" {
+		return errdefs.InvalidField("path", "refusing to remove /")
+	}
+	sb, user, err := m.fileCall(ctx, id, user)
+	if err != nil {
+		return err
+	}
+	req := connect.NewRequest(&filesystempb.RemoveRequest{Path: path})
+	setUser(req.Header(), user)
+	if _, err := sb.agent.fs.Remove(ctx, req); err != nil {
+		return m.agentError(ctx, id, err, "")
+	}
+	return nil
+}
+
+// Usage is a session's resource use, read from outside the sandbox.
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	Pids            int64   `json:"pids"`
+	DiskBytes       int64   `json:"disk_bytes"`
+	OOMKills        int64   `json:"oom_kills"`
+}
+
+// Usage reads the session's CPU seconds, memory (now and peak, bytes),
+// tasks, OOM kills and the bytes its writable layer holds.
+func (m *Manager) Usage(ctx context.Context, id string) (*Usage, error) {
+	if _, err := m.running(ctx, id); err != nil {
+		return nil, err
+	}
+	st, err := m.opts.Driver.Stats(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	u := &Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+		Pids: st.Pids, OOMKills: st.OOMKills}
+	layer := layerOf(m.opts.Layout.Sandbox(id))
+	if u.DiskBytes, err = layer.DiskUsage(); err != nil {
+		return nil, err
+	}
+	return u, nil
+}

@@ -1,0 +1,135 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+)
+
+// ProcessInfo describes a running command started through exec.
+type ProcessInfo struct {
+	Pid  int               `json:"pid"`
+	Tag  string            `json:"tag,omitempty"`
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// Processes lists the commands still running in session id.
+func (m *Manager) Processes(ctx context.Context, id string) ([]ProcessInfo, error) {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := sb.agent.process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	out := make([]ProcessInfo, 0, len(resp.Msg.GetProcesses()))
+	for _, p := range resp.Msg.GetProcesses() {
+		out = append(out, ProcessInfo{
+			Pid: int(p.GetPid()), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(),
+			Args: p.GetConfig().GetArgs(), Env: p.GetConfig().GetEnvs(), Cwd: p.GetConfig().GetCwd(),
+		})
+	}
+	return out, nil
+}
+
+// Attach re-attaches to running command pid: its output from now on goes
+// to out, and the result comes when it ends. Leaving (ctx ends) does not
+// stop the command. ErrNotFound when no such command runs or ran recently.
+func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*ExecResult, error) {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
+	stream, err := sb.agent.process.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		return nil, m.agentError(ctx, id, streamErr(stream.Err()), "")
+	}
+	if err := out.Started(pid); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
+	if err != nil {
+		return nil, m.agentError(ctx, id, err, "")
+	}
+	res := &ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
+	fillResult(res, end)
+	return res, nil
+}
+
+// Signal sends SIGTERM or SIGKILL (by number, 15 or 9) to command pid's
+// process group. ErrNotFound when it is not running.
+func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return err
+	}
+	var s processpb.Signal
+	switch sig {
+	case 9:
+		s = processpb.Signal_SIGNAL_SIGKILL
+	case 15:
+		s = processpb.Signal_SIGNAL_SIGTERM
+	default:
+		return errdefs.InvalidField("signal", "must be 9 (SIGKILL) or 15 (SIGTERM), got %d", sig)
+	}
+	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
+	if _, err := sb.agent.process.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: s})); err != nil {
+		return m.agentError(ctx, id, err, "")
+	}
+	if sig == 9 {
+		// Make sure from outside too: the agent's kill could be raced by a
+		// process that keeps forking.
+		m.killGroup(sb, pid)
+		m.disarmKiller(sb, pid)
+	}
+	return nil
+}
+
+// SendStdin writes data to command pid's stdin and, with closeAfter,
+// closes it. The command must have been started with KeepStdin.
+func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
+	sb, err := m.running(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
+		return m.agentError(ctx, id, err, "")
+	}
+	return nil
+}
+
+// outputFuncs adapts three functions to Output.
+type outputFuncs struct {
+	started        func(int) error
+	stdout, stderr func([]byte) error
+}
+
+func (o outputFuncs) Started(pid int) error { return call(o.started, pid) }
+func (o outputFuncs) Stdout(p []byte) error { return call(o.stdout, p) }
+func (o outputFuncs) Stderr(p []byte) error { return call(o.stderr, p) }
+
+func call[T any](f func(T) error, v T) error {
+	if f == nil {
+		return nil
+	}
+	return f(v)
+}
+
+// OutputFuncs returns an Output calling the given functions (nil ones are skipped).
+func OutputFuncs(started func(pid int) error, stdout, stderr func(p []byte) error) Output {
+	return outputFuncs{started: started, stdout: stdout, stderr: stderr}
+}

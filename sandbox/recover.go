@@ -1,0 +1,141 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/store"
+)
+
+// janitorInterval is how often leftovers of failed teardowns are retried.
+const janitorInterval = 30 * time.Second
+
+// Recover reconciles the database with what the runtime reports, once at
+// start-up, and starts the janitor:
+//
+//   - a running session whose sandbox is alive and whose agent answers is
+//     adopted: its timeout is re-armed (an expired one is ended now);
+//   - a running session whose sandbox is gone, and any session caught in
+//     creating, is cleaned up and ends with reason error;
+//   - a terminating session is cleaned up and ends with its recorded reason;
+//   - a runtime container or sandbox directory with no live session is removed.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.opts.Store.ListSessions(ctx, store.SessionFilter{
+		States: []store.State{store.StateCreating, store.StateRunning, store.StateTerminating},
+	})
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		sb := &Sandbox{id: rec.ID, dir: m.opts.Layout.Sandbox(rec.ID), rec: *rec,
+			killers: map[int]*time.Timer{}, done: make(chan struct{})}
+		switch rec.State {
+		case store.StateRunning:
+			if m.adopt(ctx, sb) {
+				continue
+			}
+			m.register(sb)
+			_ = m.teardown(ctx, sb, store.ReasonError, "sandbox was gone when the daemon restarted")
+		case store.StateCreating:
+			m.register(sb)
+			_ = m.teardown(ctx, sb, store.ReasonError, "daemon restarted while the sandbox was being created")
+		case store.StateTerminating:
+			m.register(sb)
+			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
+		}
+	}
+	m.sweepOrphans(ctx)
+	m.wg.Add(1)
+	go m.janitor()
+	return nil
+}
+
+// adopt takes over a sandbox that survived a daemon restart. It reports
+// false when the sandbox is not usable.
+func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
+	st, err := m.opts.Driver.Status(ctx, sb.id)
+	if err != nil || st != runtime.StatusRunning {
+		return false
+	}
+	sb.agent = newAgentConn(filepath.Join(sb.dir, "agent.sock"))
+	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := sb.agent.health(hctx); err != nil {
+		m.log.Warn("adopt: agent does not answer", "session", sb.id, "err", err)
+		return false
+	}
+	m.register(sb)
+	if time.Now().After(sb.rec.ExpiresAt) {
+		_ = m.teardown(ctx, sb, store.ReasonTimeout, "session timeout reached while the daemon was down")
+		return true
+	}
+	m.arm(sb)
+	m.log.Info("adopted running sandbox", "session", sb.id)
+	return true
+}
+
+func (m *Manager) register(sb *Sandbox) {
+	m.mu.Lock()
+	m.live[sb.id] = sb
+	m.mu.Unlock()
+}
+
+// sweepOrphans removes runtime containers and sandbox directories that no
+// live session owns.
+func (m *Manager) sweepOrphans(ctx context.Context) {
+	ids, err := m.opts.Driver.List(ctx)
+	if err != nil {
+		m.log.Warn("list runtime sandboxes", "err", err)
+	}
+	entries, err := os.ReadDir(m.opts.Layout.Sandboxes())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.log.Warn("list sandbox directories", "err", err)
+	}
+	for _, e := range entries {
+		ids = append(ids, e.Name())
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] || m.lookup(id) != nil {
+			continue
+		}
+		seen[id] = true
+		if err := m.cleanup(ctx, id); err != nil {
+			m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
+		} else {
+			m.log.Info("removed orphaned sandbox", "id", id)
+		}
+	}
+}
+
+// janitor retries teardowns that failed, until Close.
+func (m *Manager) janitor() {
+	defer m.wg.Done()
+	t := time.NewTicker(janitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var stuck []*Sandbox
+		for _, sb := range m.live {
+			if sb.Record().State == store.StateTerminating {
+				stuck = append(stuck, sb)
+			}
+		}
+		m.mu.Unlock()
+		for _, sb := range stuck {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			rec := sb.Record()
+			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
+			cancel()
+		}
+	}
+}

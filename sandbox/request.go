@@ -1,0 +1,182 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"path"
+	goruntime "runtime"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+)
+
+// CreateRequest asks for a new sandbox session. Zero values take the
+// manager's defaults (Limits). Field names in errors are the REST API's.
+type CreateRequest struct {
+	// Template names the root filesystem ("base" when empty).
+	Template string `json:"template,omitempty"`
+	// CPU is the CPU quota in cores (fractions allowed).
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryMB is the memory limit in MiB (swap is not allowed beyond it).
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// Pids caps processes plus threads.
+	Pids int64 `json:"pids,omitempty"`
+	// TimeoutS is the session's wall-clock lifetime in seconds.
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Env is added to every process's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata is free-form labels, returned as given and usable as filters.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// User is the default user for execs and files ("user" when empty).
+	User string `json:"user,omitempty"`
+	// Workdir is the default working directory (absolute; "" = the user's home).
+	Workdir string `json:"workdir,omitempty"`
+}
+
+// Limits bound and default the values of a CreateRequest.
+type Limits struct {
+	DefaultCPU      float64 `json:"default_cpu"`
+	MaxCPU          float64 `json:"max_cpu"`
+	DefaultMemoryMB int64   `json:"default_memory_mb"`
+	MinMemoryMB     int64   `json:"min_memory_mb"`
+	MaxMemoryMB     int64   `json:"max_memory_mb"`
+	DefaultPids     int64   `json:"default_pids"`
+	MinPids         int64   `json:"min_pids"`
+	MaxPids         int64   `json:"max_pids"`
+	DefaultTimeoutS int64   `json:"default_timeout_s"`
+	MaxTimeoutS     int64   `json:"max_timeout_s"`
+}
+
+// DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
+// tasks and 300 s by default (E2B's default lifetime); at most every core of
+// the host, 64 GiB, 32768 tasks and 24 h.
+func DefaultLimits() Limits {
+	return Limits{
+		DefaultCPU: 1, MaxCPU: float64(goruntime.NumCPU()),
+		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
+		DefaultPids: 512, MinPids: 16, MaxPids: 32768,
+		DefaultTimeoutS: 300, MaxTimeoutS: 86400,
+	}
+}
+
+// Request size caps, to keep one record and one agent environment small.
+const (
+	maxEnvVars      = 256
+	maxEnvBytes     = 128 << 10
+	maxMetadataKeys = 64
+	maxMetadataKey  = 128
+	maxMetadataVal  = 1024
+)
+
+// normalize applies defaults and validates r in place. Errors are
+// *errdefs.FieldError naming the offending field.
+func (r *CreateRequest) normalize(l Limits) error {
+	if r.Template == "" {
+		r.Template = storage.BaseTemplate
+	}
+	if !storage.ValidTemplateName(r.Template) {
+		return errdefs.InvalidField("template", "must be 1-63 characters of [a-z0-9._-]")
+	}
+	if r.CPU == 0 {
+		r.CPU = min(l.DefaultCPU, l.MaxCPU)
+	}
+	if r.CPU < 0.01 || r.CPU > l.MaxCPU {
+		return errdefs.InvalidField("cpu", "must be between 0.01 and %g cores", l.MaxCPU)
+	}
+	if r.MemoryMB == 0 {
+		r.MemoryMB = l.DefaultMemoryMB
+	}
+	if r.MemoryMB < l.MinMemoryMB || r.MemoryMB > l.MaxMemoryMB {
+		return errdefs.InvalidField("memory_mb", "must be between %d and %d", l.MinMemoryMB, l.MaxMemoryMB)
+	}
+	if r.Pids == 0 {
+		r.Pids = l.DefaultPids
+	}
+	if r.Pids < l.MinPids || r.Pids > l.MaxPids {
+		return errdefs.InvalidField("pids", "must be between %d and %d", l.MinPids, l.MaxPids)
+	}
+	if r.TimeoutS == 0 {
+		r.TimeoutS = l.DefaultTimeoutS
+	}
+	if r.TimeoutS < 1 || r.TimeoutS > l.MaxTimeoutS {
+		return errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", l.MaxTimeoutS)
+	}
+	if err := validateEnv("env", r.Env); err != nil {
+		return err
+	}
+	if err := validateMetadata(r.Metadata); err != nil {
+		return err
+	}
+	if r.User == "" {
+		r.User = "user"
+	}
+	if err := ValidateUser("user", r.User); err != nil {
+		return err
+	}
+	if r.Workdir != "" {
+		if !path.IsAbs(r.Workdir) || strings.ContainsRune(r.Workdir, 0) {
+			return errdefs.InvalidField("workdir", "must be an absolute path")
+		}
+		r.Workdir = path.Clean(r.Workdir)
+	}
+	return nil
+}
+
+// hash fingerprints a normalized request, to tell an idempotent retry from
+// a different request that reuses its Idempotency-Key.
+func (r *CreateRequest) hash() string {
+	b, _ := json.Marshal(r) // map keys marshal sorted: stable
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// validateEnv checks environment variable names and values: a name is
+// non-empty without '=' or NUL; a value has no NUL (anything else, spaces,
+// '=', newlines and quotes included, passes through byte for byte).
+func validateEnv(field string, env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return errdefs.InvalidField(field, "at most %d variables", maxEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return errdefs.InvalidField(field, "variable name %q is invalid", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return errdefs.InvalidField(field+"."+k, "value contains a NUL byte")
+		}
+		total += len(k) + len(v) + 2
+	}
+	if total > maxEnvBytes {
+		return errdefs.InvalidField(field, "total size exceeds %d bytes", maxEnvBytes)
+	}
+	return nil
+}
+
+func validateMetadata(m map[string]string) error {
+	if len(m) > maxMetadataKeys {
+		return errdefs.InvalidField("metadata", "at most %d keys", maxMetadataKeys)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > maxMetadataKey || !utf8.ValidString(k) {
+			return errdefs.InvalidField("metadata", "key %q must be 1-%d bytes of UTF-8", k, maxMetadataKey)
+		}
+		if len(v) > maxMetadataVal {
+			return errdefs.InvalidField("metadata."+k, "value longer than %d bytes", maxMetadataVal)
+		}
+	}
+	return nil
+}
+
+// ValidateUser checks a user name or numeric id given in field: 1-32
+// characters of [a-z0-9_.-] (POSIX portable names, lower case) or digits.
+func ValidateUser(field, name string) error {
+	if name == "" || len(name) > 32 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789_.-") != "" ||
+		name[0] == '-' {
+		return errdefs.InvalidField(field, "must be a user name of [a-z0-9_.-] or a numeric uid")
+	}
+	return nil
+}
