@@ -116,7 +116,14 @@ func newExecCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runCommand(cmd, c, args[0], args[1:], &ef, env)
+			argv := args[1:]
+			if argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return fmt.Errorf("no command given after the session id")
+			}
+			return runCommand(cmd, c, args[0], argv, &ef, env)
 		},
 	}
 	ef.register(cmd, false)

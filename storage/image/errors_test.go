@@ -13,6 +13,9 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
+// TestImportErrors checks the error classes for a missing source, an existing
+// rootfs, a zero id shift, a non-image file and a cancelled context, and that
+// no rootfs is left behind.
 func TestImportErrors(t *testing.T) {
 	requireRoot(t)
 	ok := imageOf(t, v1.Config{}, []entry{fileE("a", "a", 0o644)})
@@ -45,6 +48,9 @@ func TestImportErrors(t *testing.T) {
 	wantGone(t, root)
 }
 
+// TestImportIDRange checks that uids/gids >= shift.Size in layer 2 fail with
+// ErrInvalidArgument and that the partial rootfs (layer 1 was applied) and
+// any temporary files are removed.
 func TestImportIDRange(t *testing.T) {
 	requireRoot(t)
 	for _, e := range []entry{
@@ -67,6 +73,8 @@ func TestImportIDRange(t *testing.T) {
 	}
 }
 
+// TestImportLimits lowers the byte and entry limits and checks that exceeding
+// them fails with ErrResourceExhausted and removes the rootfs.
 func TestImportLimits(t *testing.T) {
 	requireRoot(t)
 	img := imageOf(t, v1.Config{}, []entry{
@@ -88,6 +96,8 @@ func TestImportLimits(t *testing.T) {
 	}
 }
 
+// TestImportTamperedLayer replaces a layer blob of an OCI layout and checks
+// that the diff id verification rejects it.
 func TestImportTamperedLayer(t *testing.T) {
 	requireRoot(t)
 	img := imageOf(t, v1.Config{}, []entry{fileE("a", "original", 0o644)})
@@ -123,6 +133,8 @@ func TestImportTamperedLayer(t *testing.T) {
 	wantGone(t, root)
 }
 
+// TestImportDepthLimit checks that directory nesting is limited on the real
+// tree, also when a symlink shortens the names.
 func TestImportDepthLimit(t *testing.T) {
 	requireRoot(t)
 	deep := strings.Repeat("d/", 600)

@@ -35,6 +35,7 @@ type escapeCase struct {
 // up is a relative path climbing far above any rootfs.
 const up = "../../../../../../../../../../"
 
+// escapeCases are the attacks TestImportEscapes runs in every source format.
 var escapeCases = []escapeCase{
 	{name: "dotdot-name", wantErr: true, layers: func(e escapeEnv) [][]entry {
 		return [][]entry{{fileE("../"+e.u, "x", 0o644)}}
@@ -150,6 +151,8 @@ var escapeCases = []escapeCase{
 	}},
 }
 
+// TestImportEscapes imports each escape case from each source format beside a
+// canary directory and checks that nothing outside the rootfs changed.
 func TestImportEscapes(t *testing.T) {
 	requireRoot(t)
 	for _, c := range escapeCases {

@@ -20,6 +20,13 @@
 //   - ownership and mode of a hard link are those of its target inode;
 //   - entries naming the root directory itself ("./") are ignored: the root
 //     stays mode 0755, owned by the mapped root.
+//
+// What it refuses (errdefs.ErrInvalidArgument, and the rootfs is removed):
+// entry names or hard link targets with a ".." component, hard links to
+// anything but a regular file inside the rootfs, a path whose parent exists
+// but is not (or does not lead to) a directory, ids outside the shift,
+// directories nested deeper than maxDepth, and content that does not match
+// the manifest, config or layer diff ids.
 package image
 
 import (
@@ -37,8 +44,9 @@ import (
 // Extraction limits against decompression bombs. They are variables only so
 // that tests can lower them; nothing in the program changes them.
 var (
-	// maxImageBytes caps the uncompressed tar bytes read over all layers of one
-	// image, in bytes (which also caps the bytes written to the rootfs).
+	// maxImageBytes caps, in bytes, both the uncompressed tar bytes read over
+	// all layers of one image and the regular file bytes written to the
+	// rootfs (counted separately: sparse files write more than they read).
 	maxImageBytes int64 = 64 << 30
 	// maxEntries caps the number of tar entries over all layers of one image.
 	maxEntries = 4 << 20

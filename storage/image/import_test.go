@@ -44,6 +44,10 @@ var baseConfig = v1.Config{
 	Cmd:        []string{"echo hi"},
 }
 
+// TestImportFormats imports the base image from an OCI layout directory, a
+// docker save tarball and an OCI layout tar and checks files, directories,
+// symlinks, hard links, modes, the ownership shift, mtimes, the config round
+// trip and the digest.
 func TestImportFormats(t *testing.T) {
 	requireRoot(t)
 	img := imageOf(t, baseConfig, baseLayers()...)
@@ -137,6 +141,9 @@ func checkBaseTree(t *testing.T, root string) {
 	}
 }
 
+// TestImportWhiteouts checks file, directory and opaque whiteouts across
+// layers, that same-layer entries survive them and that no whiteout file is
+// written.
 func TestImportWhiteouts(t *testing.T) {
 	requireRoot(t)
 	img := imageOf(t, v1.Config{}, []entry{

@@ -15,6 +15,9 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
+// TestImportRefSelection selects each of two images by ref in every format
+// and checks that "", unknown and malformed refs fail with
+// ErrInvalidArgument.
 func TestImportRefSelection(t *testing.T) {
 	requireRoot(t)
 	a := imageOf(t, v1.Config{Env: []string{"WHICH=A"}}, []entry{fileE("which", "A", 0o644)})
@@ -45,6 +48,8 @@ func TestImportRefSelection(t *testing.T) {
 	}
 }
 
+// TestImportBareTagAnnotation checks that an OCI ref.name annotation holding
+// only a tag ("3.12") matches a ref with that tag.
 func TestImportBareTagAnnotation(t *testing.T) {
 	requireRoot(t)
 	a := imageOf(t, v1.Config{}, []entry{fileE("which", "A", 0o644)})
@@ -57,6 +62,8 @@ func TestImportBareTagAnnotation(t *testing.T) {
 	wantFile(t, filepath.Join(root, "which"), "B", 0o644, 100000, 100000)
 }
 
+// TestImportMultiPlatformIndex checks that a multi-platform index resolves to
+// the linux/GOARCH image and that its manifest digest is returned.
 func TestImportMultiPlatformIndex(t *testing.T) {
 	requireRoot(t)
 	native := imageOf(t, v1.Config{}, []entry{fileE("arch", "native", 0o644)})

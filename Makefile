@@ -1,0 +1,45 @@
+# forkbox. Run as root: sandboxes need namespaces, cgroups and mounts.
+#   make run    install packages, build, start `forkbox serve` and run a demo
+#   make test   install packages, build, run every test (real sandboxes)
+#   make bench  benchmark forkbox beside podman and the runc CLI
+
+export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
+GO        ?= go
+BIN       := bin
+DATA_DIR  ?= /var/lib/forkbox
+LISTEN    ?= 127.0.0.1:7070
+TEST_FLAGS ?= -count=1 -timeout 18m
+
+.PHONY: all deps build test run bench generate vet clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/forkbox ./cmd/forkbox-agent
+
+vet:
+	$(GO) vet ./...
+
+test: deps build vet
+	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox \
+		$(GO) test $(TEST_FLAGS) ./...
+
+run: deps build
+	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) ./scripts/run-demo.sh
+
+bench: deps build
+	$(BIN)/forkbox bench
+
+generate:
+	FORKBOX_GENERATE=1 ./scripts/install-deps.sh
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.19.1
+	protoc -I proto/envd --go_out=. --go_opt=module=github.com/forkbox/forkbox \
+		--connect-go_out=. --connect-go_opt=module=github.com/forkbox/forkbox \
+		proto/envd/process/process.proto proto/envd/filesystem/filesystem.proto
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the system packages forkbox needs on Debian 12 (bookworm), as root.
+# Idempotent: packages already present are skipped quickly.
+#   runc            the container runtime of the runc isolation tier
+#   iproute2        ip(8), used by tests to build network namespaces
+#   podman          peer baseline in `forkbox bench` (run side by side)
+#   busybox-static  a static busybox for the benchmark's peer root filesystem
+#   protobuf-compiler  only for `make generate` (generated code is committed)
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (forkbox runs sandboxes with namespaces and cgroups)" >&2
+  exit 1
+fi
+
+need=()
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+[ -x /bin/busybox ] || need+=(busybox-static)
+if [ "${FORKBOX_GENERATE:-0}" = 1 ]; then
+  command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  echo "install-deps: Go is missing; install Go 1.26 into /usr/local/go" >&2
+  exit 1
+fi
+echo "install-deps: ok ($(runc --version | head -1))"

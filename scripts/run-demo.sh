@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Starts `forkbox serve` in the background, runs a short demo against it and
+# then keeps the daemon in the foreground until Ctrl-C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA_DIR=${DATA_DIR:-/var/lib/forkbox}
+LISTEN=${LISTEN:-127.0.0.1:7070}
+export FORKBOX_URL="http://$LISTEN"
+
+bin/forkbox serve --data-dir "$DATA_DIR" --listen "$LISTEN" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT INT TERM
+for _ in $(seq 1 100); do
+  curl -fs "$FORKBOX_URL/health" >/dev/null 2>&1 && break
+  kill -0 $pid 2>/dev/null || { echo "forkbox serve exited" >&2; exit 1; }
+  sleep 0.1
+done
+export FORKBOX_API_KEY=$(cat "$DATA_DIR/api-key")
+
+echo
+echo "== forkbox run: Python inside a sandbox (exit status passes through)"
+set +e
+bin/forkbox --api-key-file "$DATA_DIR/api-key" run -- python3 -c 'import sys, os, socket; print(sys.version.split()[0], "as uid", os.getuid(), "on", socket.gethostname()); sys.exit(3)'
+echo "exit status: $?"
+set -e
+
+echo
+echo "== a session: files in and out, commands, isolation"
+id=$(bin/forkbox create --label demo=1)
+echo "session $id"
+printf 'print(sum(range(10**6)))\n' > /tmp/forkbox-demo.py
+bin/forkbox cp /tmp/forkbox-demo.py "$id:/home/user/demo.py"
+bin/forkbox exec "$id" -- python3 demo.py
+bin/forkbox exec "$id" -- sh -c 'ps -e | wc -l | xargs echo processes visible:; touch /usr/x 2>&1 || true; ls /etc/shadow 2>&1 || true'
+bin/forkbox exec "$id" -- sh -c 'python3 -c "print(\"hello from the sandbox\")" > out.txt'
+bin/forkbox cp "$id:/home/user/out.txt" -
+bin/forkbox ls
+bin/forkbox rm "$id" >/dev/null
+rm -f /tmp/forkbox-demo.py
+
+echo
+echo "forkbox is serving at $FORKBOX_URL (API key in $DATA_DIR/api-key). Ctrl-C stops it."
+echo "Try:  export FORKBOX_API_KEY=\$(cat $DATA_DIR/api-key); bin/forkbox run -- python3 -c 'print(42)'"
+wait $pid
