@@ -12,6 +12,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -118,7 +119,7 @@ func (s *Server) notFoundOrMethod(w http.ResponseWriter, r *http.Request, h http
 			Detail: r.Method + " is not allowed on " + r.URL.Path})
 		return
 	}
-	if rec.status == http.StatusMovedPermanently {
+	if rec.status == http.StatusMovedPermanently || path.Clean(r.URL.Path) != r.URL.Path && r.URL.Path != "/" {
 		// The mux cleans paths ("a/../b"); say so instead of redirecting.
 		writeProblem(w, r, Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
 			Status: http.StatusBadRequest, Field: "path", Detail: "the URL path is not clean (it has '..', '.' or '//' segments)"})

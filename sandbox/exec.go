@@ -179,11 +179,12 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 	began := time.Now()
 	stream, err := sb.agent.process.Start(streamCtx, creq)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "argv")
+		return nil, m.agentError(ctx, id, err, startErrorField(err, req))
 	}
 	defer stream.Close()
 	if !stream.Receive() {
-		return nil, m.agentError(ctx, id, streamErr(stream.Err()), "argv")
+		err := streamErr(stream.Err())
+		return nil, m.agentError(ctx, id, err, startErrorField(err, req))
 	}
 	pid := int(stream.Msg().GetEvent().GetStart().GetPid())
 	if pid == 0 {
@@ -222,6 +223,25 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 		}
 	}
 	return res, nil
+}
+
+// startErrorField names the request field a failed start refers to, from
+// the agent's message: "cwd ...", "env ...", else the command itself.
+func startErrorField(err error, req ExecRequest) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	switch msg := ce.Message(); {
+	case strings.HasPrefix(msg, "cwd"):
+		return "cwd"
+	case strings.HasPrefix(msg, "env"):
+		return "env"
+	case req.Cmd != "":
+		return "cmd"
+	default:
+		return "argv"
+	}
 }
 
 // errOutput marks an error returned by an Output callback.
@@ -354,6 +374,9 @@ func (m *Manager) writeStdin(ctx context.Context, sb *Sandbox, pid int, data []b
 	}
 	if closeAfter {
 		_, err := sb.agent.process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil // it read its input and ended before we closed it
+		}
 		return err
 	}
 	return nil

@@ -1,0 +1,289 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Operations measured. Rows of the report carry one of these names.
+const (
+	// OpRun is a whole run of `true` to completion: forkbox create + exec +
+	// destroy, `runc run`, `podman run --rm`.
+	OpRun = "run true to completion"
+	// OpCreate is forkbox's POST /v1/sessions until the agent answered.
+	OpCreate = "create"
+	// OpExec is one exec of `true` in a running sandbox or container.
+	OpExec = "exec true"
+	// OpDestroy is forkbox's DELETE /v1/sessions/{id}.
+	OpDestroy = "destroy"
+	// OpPause freezes a running container (peers only).
+	OpPause = "pause"
+	// OpResume thaws a paused container (peers only).
+	OpResume = "resume"
+)
+
+// Systems measured.
+const (
+	SystemForkbox = "forkbox"
+	SystemRunc    = "runc"
+	SystemPodman  = "podman"
+)
+
+// opOrder is the order in which operations appear in the table.
+var opOrder = []string{OpRun, OpCreate, OpExec, OpDestroy, OpPause, OpResume}
+
+// systemOrder is the order of systems within one operation.
+var systemOrder = []string{SystemForkbox, SystemRunc, SystemPodman}
+
+// comparable lists the operations whose peer rows get a ratio to forkbox.
+var comparable = map[string]bool{OpRun: true, OpExec: true}
+
+// targets are the p50 targets of DESIGN.md section 6 for forkbox rows, in
+// milliseconds, by operation.
+var targets = map[string]float64{
+	OpCreate: 60, // cold create, runc tier
+	OpExec:   3,  // exec round trip of `true` through the agent, runc tier
+}
+
+// Target is a performance target from DESIGN.md section 6 and whether this
+// run met it.
+type Target struct {
+	// P50MS is the highest acceptable median, in milliseconds.
+	P50MS float64 `json:"p50_ms"`
+	// Met reports whether the measured p50 is at most P50MS.
+	Met bool `json:"met"`
+}
+
+// Result is one row of the report: one operation on one system.
+type Result struct {
+	// Operation is one of the Op constants.
+	Operation string `json:"operation"`
+	// System is one of the System constants.
+	System string `json:"system"`
+	// N is the number of measured iterations (warm-ups excluded).
+	N int `json:"n"`
+	// P50MS and P99MS are nearest-rank percentiles, in milliseconds.
+	P50MS float64 `json:"p50_ms"`
+	P99MS float64 `json:"p99_ms"`
+	// MeanMS is the arithmetic mean, in milliseconds.
+	MeanMS float64 `json:"mean_ms"`
+	// VsForkbox is this row's p50 divided by forkbox's p50 for the same
+	// operation (greater than 1: forkbox is faster); nil when not comparable.
+	VsForkbox *float64 `json:"vs_forkbox,omitempty"`
+	// Target is set on forkbox rows that DESIGN.md section 6 gives a target.
+	Target *Target `json:"target,omitempty"`
+	// Note says why a row has no numbers or how to read it.
+	Note string `json:"note,omitempty"`
+	// Error is why the operation could not be measured; N is 0 then.
+	Error string `json:"error,omitempty"`
+}
+
+// Report is the outcome of Run.
+type Report struct {
+	// N is the number of measured iterations per operation.
+	N int `json:"n"`
+	// Warmup is the number of uncounted iterations run before them.
+	Warmup int `json:"warmup"`
+	// Started is when the run began.
+	Started time.Time `json:"started"`
+	// Versions describes each system measured (binary versions, the
+	// daemon's address or data directory).
+	Versions map[string]string `json:"versions"`
+	// Results has one row per operation and system.
+	Results []Result `json:"results"`
+}
+
+// newResult summarises samples into a row; a non-nil err makes it an
+// error row without numbers.
+func newResult(op, system string, samples []time.Duration, err error) Result {
+	r := Result{Operation: op, System: system}
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.N, r.P50MS, r.P99MS, r.MeanMS = summarize(samples)
+	return r
+}
+
+// skipped returns a row for an operation that was not run, saying why.
+func skipped(op, system, why string) Result {
+	return Result{Operation: op, System: system, Note: "skipped: " + why}
+}
+
+// summarize returns the count and the nearest-rank p50, nearest-rank p99
+// and mean of samples, in milliseconds rounded to 2 decimals.
+func summarize(samples []time.Duration) (n int, p50, p99, mean float64) {
+	if len(samples) == 0 {
+		return 0, 0, 0, 0
+	}
+	sorted := slices.Clone(samples)
+	slices.Sort(sorted)
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	return len(sorted), ms(percentile(sorted, 50)), ms(percentile(sorted, 99)),
+		ms(sum / time.Duration(len(sorted)))
+}
+
+// percentile returns the nearest-rank pct-th percentile (0 < pct <= 100)
+// of sorted, which must be sorted ascending and not empty: the smallest
+// sample such that at least pct percent of the samples are at most it.
+func percentile(sorted []time.Duration, pct int) time.Duration {
+	rank := (pct*len(sorted) + 99) / 100 // ceil(pct/100 * n), in integers
+	rank = max(1, min(rank, len(sorted)))
+	return sorted[rank-1]
+}
+
+// ms converts d to milliseconds rounded to 2 decimals.
+func ms(d time.Duration) float64 { return round2(float64(d) / float64(time.Millisecond)) }
+
+// round2 rounds x to 2 decimals.
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// finish sorts the rows and fills in the ratios to forkbox, the targets of
+// forkbox rows and the notes of reference-only rows.
+func (r *Report) finish() {
+	slices.SortStableFunc(r.Results, func(a, b Result) int {
+		if c := slices.Index(opOrder, a.Operation) - slices.Index(opOrder, b.Operation); c != 0 {
+			return c
+		}
+		return slices.Index(systemOrder, a.System) - slices.Index(systemOrder, b.System)
+	})
+	base := map[string]float64{}
+	for _, res := range r.Results {
+		if res.System == SystemForkbox && res.Error == "" && res.N > 0 && res.P50MS > 0 {
+			base[res.Operation] = res.P50MS
+		}
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.Error != "" || res.N == 0 {
+			continue
+		}
+		if res.System == SystemForkbox {
+			if limit, ok := targets[res.Operation]; ok {
+				res.Target = &Target{P50MS: limit, Met: res.P50MS <= limit}
+			}
+			continue
+		}
+		if !comparable[res.Operation] {
+			if res.Note == "" {
+				res.Note = "reference (forkbox has no " + res.Operation + " API)"
+			}
+			continue
+		}
+		if b, ok := base[res.Operation]; ok {
+			ratio := round2(res.P50MS / b)
+			res.VsForkbox = &ratio
+		}
+	}
+}
+
+// ForkboxErr returns an error when a forkbox row could not be measured,
+// nil otherwise (peer failures are only reported in their rows).
+func (r *Report) ForkboxErr() error {
+	var failed []string
+	for _, res := range r.Results {
+		if res.System == SystemForkbox && res.Error != "" {
+			failed = append(failed, res.Operation+": "+res.Error)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("forkbox benchmark failed: %s", strings.Join(failed, "; "))
+	}
+	return nil
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// WriteTable writes the report as an aligned text table followed by the
+// versions of what was measured and how to read the ratio column.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "OPERATION\tSYSTEM\tN\tP50 MS\tP99 MS\tMEAN MS\tVS FORKBOX\tTARGET / NOTE")
+	for _, res := range r.Results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", res.Operation, res.System,
+			count(res), num(res, res.P50MS), num(res, res.P99MS), num(res, res.MeanMS),
+			ratio(res), note(res))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	fmt.Fprintf(w, "\n%d measured iterations per row after %d warm-ups; percentiles are nearest-rank.\n", r.N, r.Warmup)
+	fmt.Fprintln(w, "VS FORKBOX = peer p50 / forkbox p50 for the same operation (above 1: forkbox is faster).")
+	fmt.Fprintln(w, "forkbox run = create + exec + destroy through the REST API; targets are from DESIGN.md section 6.")
+	for _, sys := range systemOrder {
+		if v, ok := r.Versions[sys]; ok {
+			if _, err := fmt.Fprintf(w, "  %-8s %s\n", sys, v); err != nil {
+				return fmt.Errorf("write report: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// count renders a row's N, "-" for rows without numbers.
+func count(res Result) string {
+	if res.N == 0 {
+		return "-"
+	}
+	return fmt.Sprint(res.N)
+}
+
+// num renders a millisecond value with 2 decimals, "-" for rows without
+// numbers.
+func num(res Result, v float64) string {
+	if res.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// ratio renders the VS FORKBOX column ("12.34x"), "-" when not comparable.
+func ratio(res Result) string {
+	if res.VsForkbox == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *res.VsForkbox)
+}
+
+// note renders the last column: the error, the target and whether it was
+// met, or the row's note.
+func note(res Result) string {
+	switch {
+	case res.Error != "":
+		return "error: " + oneLine(res.Error, 120)
+	case res.Target != nil:
+		verdict := "met"
+		if !res.Target.Met {
+			verdict = "MISSED"
+		}
+		return fmt.Sprintf("p50 <= %g ms: %s", res.Target.P50MS, verdict)
+	}
+	return res.Note
+}
+
+// oneLine collapses s to a single line of at most limit bytes, keeping its
+// end (where command-line tools put the reason).
+func oneLine(s string, limit int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > limit {
+		s = "..." + s[len(s)-limit+3:]
+	}
+	return s
+}

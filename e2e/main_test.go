@@ -1,0 +1,184 @@
+// Package e2e tests forkbox end to end: a real daemon (in-process), real
+// runc sandboxes with the real agent, real SQLite, driven through the Go
+// client exactly as users drive it. The tests need root and runc; without
+// them every test skips and says why.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
+)
+
+// env is the shared daemon of the package's tests.
+var env struct {
+	skip    string // why tests cannot run, if they cannot
+	agent   string // path of the forkbox-agent binary
+	cli     string // path of the forkbox binary
+	dataDir string
+	d       *daemon.Daemon
+	c       *client.Client
+	key     string
+}
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if err := setup(); err != nil {
+			env.skip = err.Error()
+			fmt.Fprintln(os.Stderr, "e2e: tests will skip:", env.skip)
+			return m.Run()
+		}
+		defer teardown()
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// setup builds the binaries (unless FORKBOX_AGENT/FORKBOX_BIN name them)
+// and starts a daemon on a fresh data directory.
+func setup() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (sandboxes use namespaces, cgroups and mounts)")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return fmt.Errorf("needs runc in PATH (make deps installs it)")
+	}
+	tmp, err := os.MkdirTemp("", "forkbox-e2e-")
+	if err != nil {
+		return err
+	}
+	// Sandbox processes run as unprivileged host ids and must traverse here.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
+	env.dataDir = filepath.Join(tmp, "data")
+	env.agent = os.Getenv("FORKBOX_AGENT")
+	env.cli = os.Getenv("FORKBOX_BIN")
+	if env.agent == "" || env.cli == "" {
+		bin := filepath.Join(tmp, "bin")
+		cmd := exec.Command("go", "build", "-o", bin+"/", "../cmd/forkbox", "../cmd/forkbox-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build binaries: %v: %s", err, out)
+		}
+		env.agent, env.cli = filepath.Join(bin, "forkbox-agent"), filepath.Join(bin, "forkbox")
+	}
+	d, err := startDaemon(env.dataDir)
+	if err != nil {
+		return err
+	}
+	env.d = d
+	b, err := os.ReadFile(d.KeyFile)
+	if err != nil {
+		return err
+	}
+	env.key = strings.TrimSpace(string(b))
+	env.c = client.New(d.URL, env.key, nil)
+	return nil
+}
+
+func startDaemon(dataDir string) (*daemon.Daemon, error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return daemon.Start(context.Background(), daemon.Options{
+		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
+	})
+}
+
+func teardown() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ss, err := env.c.ListSessions(ctx, client.ListOptions{}); err == nil {
+		for _, s := range ss {
+			_ = env.c.DeleteSession(ctx, s.ID)
+		}
+	}
+	_ = env.d.Shutdown(ctx)
+	os.RemoveAll(filepath.Dir(env.dataDir))
+}
+
+// need skips t when the environment cannot run sandboxes.
+func need(t *testing.T) {
+	t.Helper()
+	if env.skip != "" {
+		t.Skip("e2e: " + env.skip)
+	}
+}
+
+// ctxFor returns a context that bounds one test step (a hang guard, not a
+// performance assertion).
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newSession creates a session and destroys it when the test ends.
+func newSession(t *testing.T, req client.CreateRequest) *client.Session {
+	t.Helper()
+	need(t)
+	s, _, err := env.c.CreateSession(ctxFor(t, time.Minute), req, "")
+	if err != nil {
+		t.Fatalf("create session: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.c.DeleteSession(ctx, s.ID)
+	})
+	return s
+}
+
+// run execs argv in session id and returns its result with stdout and stderr.
+func run(t *testing.T, id string, req client.ExecRequest) (*client.ExecResult, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	res, err := env.c.Exec(ctxFor(t, 2*time.Minute), id, req, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("exec %v %q: %v", req.Argv, truncate(req.Cmd, 80), err)
+	}
+	return res, stdout.String(), stderr.String()
+}
+
+// sh runs a shell command as the session's default user and fails the
+// test unless it exits 0; it returns stdout.
+func sh(t *testing.T, id, cmd string) string {
+	t.Helper()
+	res, out, errOut := run(t, id, client.ExecRequest{Cmd: cmd})
+	if res.ExitCode != 0 {
+		t.Fatalf("%q exited %d; stdout %q stderr %q", cmd, res.ExitCode, out, errOut)
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// download reads a sandbox file completely.
+func download(t *testing.T, id, path, user string) []byte {
+	t.Helper()
+	rc, err := env.c.Download(ctxFor(t, time.Minute), id, path, user)
+	if err != nil {
+		t.Fatalf("download %s: %v", path, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return b
+}
