@@ -1,0 +1,157 @@
+// Package bench is `forkbox bench`: it measures forkbox (through its REST
+// API, against a private in-process daemon or a running one) and, in the
+// same run and on the same machine, its peers: the raw runc CLI and podman
+// with runc, both on a busybox root filesystem. It reports nearest-rank
+// p50/p99 and means in milliseconds, each peer's ratio to forkbox for the
+// operations they share, and whether forkbox meets the targets of DESIGN.md
+// section 6.
+//
+// Every operation runs Warmup uncounted times, then N measured times, one
+// after the other (never concurrently). Everything the benchmark creates
+// (sessions, containers, cgroups, temporary directories, the private
+// daemon) is removed before Run returns.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Defaults for Options.
+const (
+	// DefaultN is the number of measured iterations per operation.
+	DefaultN = 30
+	// DefaultWarmup is the number of uncounted iterations before them.
+	DefaultWarmup = 2
+)
+
+// cleanupTimeout bounds the teardown of everything a run created; teardown
+// runs even after ctx is cancelled.
+const cleanupTimeout = 60 * time.Second
+
+// Options configure Run. Zero values take the defaults.
+type Options struct {
+	// N is the number of measured iterations per operation (DefaultN when 0).
+	N int
+	// Warmup is the number of uncounted iterations run first (DefaultWarmup
+	// when 0).
+	Warmup int
+	// SkipPeers measures forkbox only.
+	SkipPeers bool
+
+	// URL is the base URL of a running daemon to measure; "" reads
+	// FORKBOX_URL, and when that is empty too Run starts a private daemon.
+	URL string
+	// APIKey authenticates to the daemon at URL; "" reads FORKBOX_API_KEY,
+	// then APIKeyFile when URL is on this host.
+	APIKey string
+	// APIKeyFile is read for a local daemon's key when APIKey and
+	// FORKBOX_API_KEY are empty ("" means client.DefaultKeyFile).
+	APIKeyFile string
+
+	// AgentPath is the forkbox-agent binary of the private daemon; "" looks
+	// beside the running executable, then in PATH.
+	AgentPath string
+	// DataDir is the private daemon's data directory. "" makes a temporary
+	// one that is removed at the end; a given directory is created (0711)
+	// when missing and kept, so a later run reuses its base template.
+	DataDir string
+
+	// Progress receives one line per phase and the daemon's warnings; nil
+	// discards them.
+	Progress io.Writer
+}
+
+// withDefaults returns o with zero values replaced by the defaults.
+func (o Options) withDefaults() Options {
+	if o.N <= 0 {
+		o.N = DefaultN
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = DefaultWarmup
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return o
+}
+
+// progressf writes one progress line.
+func (o Options) progressf(format string, args ...any) {
+	fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...)
+}
+
+// logger returns the private daemon's logger: warnings and errors only, to
+// Progress.
+func (o Options) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// Run measures forkbox and, unless SkipPeers, runc and podman, and returns
+// the report. An operation that fails is reported in its row (Result.Error)
+// and the rest still run; Report.ForkboxErr tells whether forkbox's rows
+// all succeeded. Run itself fails only when forkbox cannot be reached (the
+// private daemon does not start), when ctx is cancelled, or when cleaning
+// up fails.
+func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
+	opts = opts.withDefaults()
+	rep = &Report{N: opts.N, Warmup: opts.Warmup, Started: time.Now().UTC(), Versions: map[string]string{}}
+
+	fb, err := openForkbox(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.Versions[SystemForkbox] = fb.describe(ctx)
+	rep.Results = append(rep.Results, fb.measure(ctx)...)
+	if err := fb.close(context.WithoutCancel(ctx)); err != nil {
+		retErr = errors.Join(retErr, fmt.Errorf("clean up forkbox: %w", err))
+	}
+
+	if !opts.SkipPeers && ctx.Err() == nil {
+		rows, cerr := measurePeers(ctx, opts, rep.Versions)
+		rep.Results = append(rep.Results, rows...)
+		if cerr != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("clean up peers: %w", cerr))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(fmt.Errorf("bench interrupted: %w", err), retErr)
+	}
+	rep.finish()
+	return rep, retErr
+}
+
+// series runs op warmup times without counting, then n times, and returns
+// the n measured durations. op returns the duration of the part it times
+// (it may do untimed setup or cleanup around it). The first error stops
+// the series and is returned with the iteration it happened in.
+func series(ctx context.Context, warmup, n int, op func(ctx context.Context) (time.Duration, error)) ([]time.Duration, error) {
+	samples := make([]time.Duration, 0, n)
+	for i := 0; i < warmup+n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, err := op(ctx)
+		if err != nil {
+			if i < warmup {
+				return nil, fmt.Errorf("warm-up %d: %w", i+1, err)
+			}
+			return nil, fmt.Errorf("iteration %d: %w", i-warmup+1, err)
+		}
+		if i >= warmup {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
+}
+
+// timed runs f and returns how long it took (wall clock, monotonic).
+func timed(f func() error) (time.Duration, error) {
+	start := time.Now()
+	err := f()
+	return time.Since(start), err
+}
