@@ -45,9 +45,17 @@ func (s *Store) CountAPIKeys(ctx context.Context) (int, error) {
 
 // AuthenticateKey returns the key whose hash matches secret and records the
 // use (last_used_at, at most once a minute per key). ErrUnauthenticated
-// when none matches.
+// when none matches. Keys that authenticated once are served from memory;
+// anything that removes or revokes a key must clear keyCache.
 func (s *Store) AuthenticateKey(ctx context.Context, secret string) (*APIKey, error) {
 	h := HashKey(secret)
+	s.keyMu.Lock()
+	cached, ok := s.keyCache[h]
+	s.keyMu.Unlock()
+	if ok && time.Since(cached.LastUsedAt) < time.Minute {
+		k := cached
+		return &k, nil
+	}
 	var k APIKey
 	var stored string
 	var created, used int64
@@ -63,5 +71,8 @@ func (s *Store) AuthenticateKey(ctx context.Context, secret string) (*APIKey, er
 			k.LastUsedAt = now
 		}
 	}
+	s.keyMu.Lock()
+	s.keyCache[h] = k
+	s.keyMu.Unlock()
 	return &k, nil
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
@@ -22,6 +23,9 @@ import (
 // Store is the database handle. It is safe for concurrent use.
 type Store struct {
 	db *sql.DB
+
+	keyMu    sync.Mutex
+	keyCache map[string]APIKey // by key hash: keys that authenticated recently
 }
 
 // migrations are applied in order; migration i brings the schema to
@@ -78,7 +82,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// One connection: SQLite serialises writers anyway, and a single
 	// connection makes every transaction see the previous one's writes.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db}
+	s := &Store{db: db, keyCache: map[string]APIKey{}}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
