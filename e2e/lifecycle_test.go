@@ -144,3 +144,28 @@ func TestDaemonRestart(t *testing.T) {
 		t.Fatal("orphaned sandbox directory was not removed")
 	}
 }
+
+// TestSandboxDeathIsNoticed proves that when a sandbox's init dies (killed
+// from the host here), the next call ends the session with reason error and
+// cleans up, instead of failing forever.
+func TestSandboxDeathIsNoticed(t *testing.T) {
+	s := newSession(t, client.CreateRequest{})
+	b, err := os.ReadFile(filepath.Join(env.dataDir, "sandboxes", s.ID, "init.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("kill", "-9", strings.TrimSpace(string(b))).CombinedOutput(); err != nil {
+		t.Fatalf("kill init: %v %s", err, out)
+	}
+	ctx := ctxFor(t, time.Minute)
+	var err2 error
+	waitFor(t, func() bool {
+		_, err2 = env.c.Exec(ctx, s.ID, client.ExecRequest{Argv: []string{"true"}}, nil, nil)
+		return errors.Is(err2, errdefs.ErrTerminated)
+	})
+	got, _ := env.c.GetSession(ctx, s.ID)
+	if got.State != "terminated" || got.Reason != "error" {
+		t.Fatalf("after init death: %+v", got)
+	}
+	assertGone(t, env.dataDir, s.ID)
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -402,6 +403,9 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 		if ended := m.endedError(ctx, id); ended != nil {
 			return ended
 		}
+		if ended := m.checkDead(ctx, id); ended != nil {
+			return ended
+		}
 		return fmt.Errorf("agent: %v: %w", err, errdefs.ErrUnavailable)
 	}
 	msg := ce.Message()
@@ -433,8 +437,30 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 		if ended := m.endedError(ctx, id); ended != nil {
 			return ended
 		}
+		if ended := m.checkDead(ctx, id); ended != nil {
+			return ended
+		}
 		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
 	}
+}
+
+// checkDead asks the runtime whether sandbox id still runs after its agent
+// could not be reached. A sandbox whose init (the agent) is gone is torn down
+// with reason error and the returned error says so; nil means it runs.
+func (m *Manager) checkDead(ctx context.Context, id string) error {
+	sb := m.lookup(id)
+	if sb == nil {
+		return nil
+	}
+	st, err := m.opts.Driver.Status(context.WithoutCancel(ctx), id)
+	if err != nil || st == runtime.StatusRunning || st == runtime.StatusPaused {
+		return nil
+	}
+	m.log.Warn("sandbox died", "session", id, "runtime_status", st)
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox's init process exited")
+	return m.endedError(ctx, id)
 }
 
 // endedError returns ErrTerminated with the reason when session id is being

@@ -126,9 +126,11 @@ func (m *Manager) janitor() {
 		m.mu.Lock()
 		var stuck []*Sandbox
 		for _, sb := range m.live {
-			if sb.Record().State == store.StateTerminating {
+			sb.mu.Lock()
+			if sb.rec.State == store.StateTerminating && !sb.tearing {
 				stuck = append(stuck, sb)
 			}
+			sb.mu.Unlock()
 		}
 		m.mu.Unlock()
 		for _, sb := range stuck {
