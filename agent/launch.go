@@ -46,6 +46,10 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 	if pc.GetCmd() == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
 	}
+	if len(pc.GetCmd()) > maxArgLen {
+		return nil, connect.NewError(connect.CodeInvalidArgument,
+			fmt.Errorf("process.cmd is %d bytes; the limit is %d", len(pc.GetCmd()), maxArgLen))
+	}
 	envMap := map[string]string{
 		"PATH": a.cfg.Path, "HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name,
 	}
@@ -101,17 +105,25 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 // fitArgs makes a shell script longer than the kernel's per-argument limit
 // runnable: `sh [flags] -c SCRIPT [name args...]` becomes
 // `sh [flags] /proc/self/fd/3 [args...]` with SCRIPT in a memfd at fd 3.
-// Any other over-long argument is an invalid_argument error.
-func (ls *launchSpec) fitArgs() error {
-	for i, arg := range ls.argv {
+// Any other over-long argument is an invalid_argument error (and then no
+// memfd is left open).
+func (ls *launchSpec) fitArgs() (err error) {
+	defer func() {
+		if err != nil && ls.extra != nil {
+			_ = ls.extra.Close()
+			ls.extra = nil
+		}
+	}()
+	orig := ls.argv // indexes below refer to the request's argv, not the rewritten one
+	for i, arg := range orig {
 		if len(arg) <= maxArgLen {
 			continue
 		}
-		if i == 0 || ls.argv[i-1] != "-c" || ls.extra != nil {
+		if i == 0 || orig[i-1] != "-c" || ls.extra != nil {
 			return connect.NewError(connect.CodeInvalidArgument,
 				fmt.Errorf("argument %d is %d bytes; the limit is %d unless it is a shell -c script", i, len(arg), maxArgLen))
 		}
-		fd, err := unix.MemfdCreate("forkbox-script", 0)
+		fd, err := unix.MemfdCreate("forkbox-script", unix.MFD_CLOEXEC)
 		if err != nil {
 			return fmt.Errorf("memfd for long script: %w", err)
 		}
@@ -121,11 +133,11 @@ func (ls *launchSpec) fitArgs() error {
 			return err
 		}
 		ls.extra = f
-		rest := ls.argv[i+1:]
+		rest := orig[i+1:]
 		if len(rest) > 0 {
 			rest = rest[1:] // with -c the first operand is $0; a script file sets $0 itself
 		}
-		argv := append(append([]string{}, ls.argv[:i-1]...), "/proc/self/fd/3")
+		argv := append(append([]string{}, orig[:i-1]...), "/proc/self/fd/3")
 		ls.argv = append(argv, rest...)
 	}
 	return nil
@@ -215,11 +227,13 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		var err error
 		var outW, errW *os.File
 		if outR, outW, err = os.Pipe(); err != nil {
+			p.closeStdin()
 			return nil, err
 		}
 		childFiles = append(childFiles, outW)
 		if errR, errW, err = os.Pipe(); err != nil {
 			outR.Close()
+			p.closeStdin()
 			return nil, err
 		}
 		childFiles = append(childFiles, errW)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
@@ -29,6 +31,7 @@ type proc struct {
 	pid    int
 	tag    string
 	config *processpb.ProcessConfig
+	seq    uint64 // start order, set by procTable.add
 
 	stdinMu sync.Mutex
 	stdin   *os.File // write end of the stdin pipe; nil when /dev/null or closed
@@ -85,14 +88,22 @@ func (p *proc) broadcast(ev *processpb.ProcessEvent) {
 	}
 }
 
-// finish records the end event and sends it to every subscriber.
+// finish records the end event and sends it to every subscriber. The end
+// is recorded and the subscribers taken in one step, so a subscriber that
+// arrives meanwhile gets the end event from subscribe instead of never.
 func (p *proc) finish(end *processpb.ProcessEvent_EndEvent) {
 	ev := endEvent(end)
-	p.broadcast(ev)
 	p.mu.Lock()
 	p.end = end
+	subs := p.subs
 	p.subs = nil
 	p.mu.Unlock()
+	for s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
+		}
+	}
 	close(p.done)
 }
 
@@ -174,11 +185,32 @@ func (p *proc) pump(r *os.File, exited <-chan struct{}, wrap func([]byte) *proce
 			}
 		}
 		if err != nil {
+			// The poller reports an expired deadline without reading, so
+			// output already in the pipe (the goroutine ran late) is
+			// still read before the drain counts as over.
+			if errors.Is(err, os.ErrDeadlineExceeded) && pending(r) {
+				_ = r.SetReadDeadline(time.Now().Add(drainAfterExit))
+				continue
+			}
 			// io.EOF: every writer closed; os.ErrDeadlineExceeded: the drain
 			// after exit is over; EIO: a PTY master whose terminal closed.
 			return
 		}
 	}
+}
+
+// pending reports whether f (a pipe or PTY master) has bytes to read now
+// (TIOCINQ is FIONREAD).
+func pending(f *os.File) bool {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	if err := sc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return false
+	}
+	return n > 0
 }
 
 func endEvent(e *processpb.ProcessEvent_EndEvent) *processpb.ProcessEvent {
@@ -217,12 +249,15 @@ func endFromStatus(ws syscall.WaitStatus) *processpb.ProcessEvent_EndEvent {
 type procTable struct {
 	mu    sync.Mutex
 	byPID map[int]*proc
+	seq   uint64 // processes added so far
 }
 
 func newProcTable() *procTable { return &procTable{byPID: map[int]*proc{}} }
 
 func (t *procTable) add(p *proc) {
 	t.mu.Lock()
+	t.seq++
+	p.seq = t.seq
 	t.byPID[p.pid] = p
 	t.mu.Unlock()
 }
@@ -238,8 +273,8 @@ func (t *procTable) forgetLater(p *proc) {
 	})
 }
 
-// find returns the process with pid, or (when pid is 0) the most recent one
-// with tag.
+// find returns the process with pid, or (when pid is 0) the one with tag:
+// the most recently started running one, else the most recently started.
 func (t *procTable) find(pid int, tag string) *proc {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -248,7 +283,21 @@ func (t *procTable) find(pid int, tag string) *proc {
 	}
 	var best *proc
 	for _, p := range t.byPID {
-		if tag != "" && p.tag == tag && (best == nil || !p.ended() && best.ended()) {
+		if tag == "" || p.tag != tag {
+			continue
+		}
+		if best == nil {
+			best = p
+			continue
+		}
+		pRunning, bestRunning := !p.ended(), !best.ended()
+		if pRunning != bestRunning {
+			if pRunning {
+				best = p
+			}
+			continue
+		}
+		if p.seq > best.seq {
 			best = p
 		}
 	}

@@ -56,6 +56,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if err != nil {
 		return err
 	}
+	defer p.unsubscribe(sub)
 	return s.follow(ctx, p, sub, req.Header(), func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})

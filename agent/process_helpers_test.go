@@ -28,24 +28,45 @@ import (
 const hangGuard = 20 * time.Second
 
 var (
-	testReaperOnce sync.Once
-	testReaper     *reaper
+	reaperMu    sync.Mutex
+	testReaper  *reaper // one for the whole test binary
+	reaperUsers int     // tests using it now
+	reaperStop  func()  // stops its run loop and waits for that
 )
 
-// sharedReaper returns the one reaper of the test binary, running until the
-// binary exits. Two reapers in one process would steal each other's
-// children (each waits for any child), so all test agents share this one.
-func sharedReaper() *reaper {
-	testReaperOnce.Do(func() {
+// acquireReaper returns the test binary's reaper, running until t and every
+// other test using it have ended. Two reapers running at once would steal
+// each other's children (each waits for any child), so all test agents
+// share this one, and it does not run while other tests run their own.
+func acquireReaper(t *testing.T) *reaper {
+	reaperMu.Lock()
+	defer reaperMu.Unlock()
+	if testReaper == nil {
 		testReaper = newReaper()
-		go testReaper.run(context.Background())
+	}
+	if reaperUsers == 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			testReaper.run(ctx)
+		}()
+		reaperStop = func() { cancel(); <-done }
+	}
+	reaperUsers++
+	t.Cleanup(func() {
+		reaperMu.Lock()
+		defer reaperMu.Unlock()
+		if reaperUsers--; reaperUsers == 0 {
+			reaperStop()
+		}
 	})
 	return testReaper
 }
 
 // newProcessAgent serves an agent for cfg (default user root) over plain
 // HTTP/1.1 with the shared reaper, and returns it with a process client.
-// Every process it still runs is killed when t ends.
+// When t ends, every process it still runs is killed and waited for.
 func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.ProcessClient) {
 	t.Helper()
 	requireRoot(t)
@@ -53,12 +74,15 @@ func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.Process
 		cfg.DefaultUser = "root"
 	}
 	a := New(cfg, slog.Default())
-	a.reaper = sharedReaper()
+	a.reaper = acquireReaper(t)
 	srv := httptest.NewUnstartedServer(a.Handler())
 	srv.EnableHTTP2 = false
 	srv.Start()
 	t.Cleanup(srv.Close)
-	t.Cleanup(func() { a.procs.signalAll(syscall.SIGKILL) })
+	t.Cleanup(func() {
+		a.procs.signalAll(syscall.SIGKILL)
+		a.procs.waitIdle(hangGuard)
+	})
 	return a, processpbconnect.NewProcessClient(srv.Client(), srv.URL)
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
@@ -305,4 +306,39 @@ func TestLongArgumentRejected(t *testing.T) {
 	wantCode(t, startErr(t, c, command("echo", big), ""), connect.CodeInvalidArgument)
 	wantCode(t, startErr(t, c, command(big), ""), connect.CodeInvalidArgument)
 	wantCode(t, startErr(t, c, command("sh", "-c", longScript(), "-c", longScript()), ""), connect.CodeInvalidArgument)
+}
+
+// TestFitArgs proves the long-script rewrite (flags kept, $0 dropped, the
+// script in a close-on-exec memfd), and that rejecting a second over-long
+// argument after a rewrite neither panics nor leaves the memfd open.
+func TestFitArgs(t *testing.T) {
+	script := longScript()
+	ls := &launchSpec{argv: []string{"bash", "-e", "-c", script, "name", "a1", "a2"}}
+	if err := ls.fitArgs(); err != nil {
+		t.Fatal(err)
+	}
+	defer ls.extra.Close()
+	if got := strings.Join(ls.argv, " "); got != "bash -e /proc/self/fd/3 a1 a2" {
+		t.Fatalf("argv = %q", got)
+	}
+	b, err := os.ReadFile("/proc/self/fd/" + strconv.Itoa(int(ls.extra.Fd())))
+	if err != nil || string(b) != script {
+		t.Fatalf("memfd holds %d bytes (%v), want the %d-byte script", len(b), err, len(script))
+	}
+	flags, err := unix.FcntlInt(ls.extra.Fd(), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("memfd is not close-on-exec (flags %#x, %v)", flags, err)
+	}
+
+	for _, argv := range [][]string{
+		{"sh", "-c", script, "name", strings.Repeat("z", maxArgLen+1)},
+		{"sh", "-c", script, "-c", script},
+		{"sh", "-c", script, strings.Repeat("n", maxArgLen+1)},
+	} {
+		ls := &launchSpec{argv: argv}
+		err := ls.fitArgs()
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || ls.extra != nil {
+			t.Fatalf("argv of %d args: err %v, memfd %v; want invalid_argument and no memfd", len(argv), connect.CodeOf(err), ls.extra)
+		}
+	}
 }

@@ -39,6 +39,10 @@ func decodeJSON(r *http.Request, v any, limit int64, allowEmpty bool) error {
 		return errdefs.InvalidField("body", "has data after the JSON object")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var big *http.MaxBytesError
+		if errors.As(err, &big) { // only whitespace so far, but too much of it
+			return jsonError(err)
+		}
 		return errdefs.InvalidField("body", "has data after the JSON object")
 	}
 	return nil

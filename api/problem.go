@@ -123,7 +123,8 @@ func handleProblemDoc(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	http.NotFound(w, r)
+	writeProblem(w, r, Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
+		Detail: "no such problem type: " + slug})
 }
 
 // ProblemTypes lists the problem type URIs this API can return, sorted.

@@ -100,7 +100,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()
-	if h, pattern := s.mux.Handler(r); pattern == "" {
+	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
+		// The mux would redirect to the cleaned path, which for
+		// "/v1/sessions/a/files/x/../y" is another resource; say so instead.
+		writeProblem(w, r, Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
+			Status: http.StatusBadRequest, Field: "path", Detail: "the URL path is not clean (it has '..', '.' or '//' segments)"})
+	} else if h, pattern := s.mux.Handler(r); pattern == "" {
 		s.notFoundOrMethod(w, r, h)
 	} else {
 		s.mux.ServeHTTP(w, r) // (Handler does not set path values; ServeHTTP does)
@@ -119,14 +124,21 @@ func (s *Server) notFoundOrMethod(w http.ResponseWriter, r *http.Request, h http
 			Detail: r.Method + " is not allowed on " + r.URL.Path})
 		return
 	}
-	if rec.status == http.StatusMovedPermanently || path.Clean(r.URL.Path) != r.URL.Path && r.URL.Path != "/" {
-		// The mux cleans paths ("a/../b"); say so instead of redirecting.
-		writeProblem(w, r, Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
-			Status: http.StatusBadRequest, Field: "path", Detail: "the URL path is not clean (it has '..', '.' or '//' segments)"})
-		return
-	}
 	writeProblem(w, r, Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
 		Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
+}
+
+// isCleanPath reports whether the escaped URL path p is one the mux routes
+// as is: rooted, without ".", ".." or empty segments (a trailing slash is fine).
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
 }
 
 type statusRecorder struct {

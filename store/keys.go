@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,14 +63,21 @@ func (s *Store) AuthenticateKey(ctx context.Context, secret string) (*APIKey, er
 	var created, used int64
 	err := s.db.QueryRowContext(ctx, `SELECT id, hash, name, created_at, last_used_at FROM api_keys WHERE hash = ?`, h).
 		Scan(&k.ID, &stored, &k.Name, &created, &used)
-	if err != nil || subtle.ConstantTimeCompare([]byte(stored), []byte(h)) != 1 {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("api key: %w", errdefs.ErrUnauthenticated)
+	}
+	if err != nil {
+		// A database failure is not a bad key: the caller reports it as such.
+		return nil, fmt.Errorf("look up api key: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(stored), []byte(h)) != 1 {
 		return nil, fmt.Errorf("api key: %w", errdefs.ErrUnauthenticated)
 	}
 	k.CreatedAt, k.LastUsedAt = fromMS(created), fromMS(used)
-	now := time.Now()
-	if now.Sub(k.LastUsedAt) > time.Minute {
-		if _, err := s.db.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE id = ?`, now.UnixMilli(), k.ID); err == nil {
-			k.LastUsedAt = now
+	now := time.Now().UnixMilli()
+	if now-used > time.Minute.Milliseconds() {
+		if _, err := s.db.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE id = ?`, now, k.ID); err == nil {
+			k.LastUsedAt = fromMS(now) // as stored: UTC, milliseconds
 		}
 	}
 	s.keyMu.Lock()

@@ -1,0 +1,170 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// newTestServer returns a Server with the real routes and no manager,
+// store or catalog: enough for everything that fails before a handler
+// needs them.
+func newTestServer() *Server {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+// serve runs one request through s and returns the recorder.
+func serve(s *Server, method, target string, header ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
+}
+
+// problemOf fails t unless w is a problem+json response with status, and
+// returns the problem.
+func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) Problem {
+	t.Helper()
+	if w.Code != status || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("got %d %q %q, want %d problem+json", w.Code, w.Header().Get("Content-Type"), w.Body.String(), status)
+	}
+	var p Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != status || p.RequestID == "" || p.RequestID != w.Header().Get(requestIDHeader) {
+		t.Fatalf("problem %+v (X-Request-Id %q)", p, w.Header().Get(requestIDHeader))
+	}
+	return p
+}
+
+// TestUnknownPathIsProblem proves an unknown path is a 404 not-found problem
+// naming the request, for any method.
+func TestUnknownPathIsProblem(t *testing.T) {
+	s := newTestServer()
+	for _, target := range []string{"/nope", "/v1/nope", "/v1/sessions/", "/v1/sessions/a/b/c"} {
+		w := serve(s, "GET", target)
+		p := problemOf(t, w, http.StatusNotFound)
+		if p.Type != "/problems/not-found" || p.Instance != target || !strings.Contains(p.Detail, "GET "+target) {
+			t.Errorf("%s: %+v", target, p)
+		}
+	}
+}
+
+// TestWrongMethodIsProblem proves a known path with a wrong method is a 405
+// problem with the allowed methods in Allow.
+func TestWrongMethodIsProblem(t *testing.T) {
+	s := newTestServer()
+	w := serve(s, "PATCH", "/v1/sessions/abc")
+	p := problemOf(t, w, http.StatusMethodNotAllowed)
+	if p.Instance != "/v1/sessions/abc" || !strings.Contains(p.Detail, "PATCH") {
+		t.Errorf("%+v", p)
+	}
+	allow := w.Header().Get("Allow")
+	if !strings.Contains(allow, "GET") || !strings.Contains(allow, "DELETE") || strings.Contains(allow, "PATCH") {
+		t.Errorf("Allow = %q", allow)
+	}
+}
+
+// TestUncleanPathIsProblem proves a path with ".", ".." or "//" segments is
+// a 400 invalid-argument problem for field "path", never a redirect to
+// another resource, even when the cleaned path names a route.
+func TestUncleanPathIsProblem(t *testing.T) {
+	s := newTestServer()
+	for _, target := range []string{
+		"/v1/sessions/x/../y",
+		"/v1/sessions//y",
+		"/v1/sessions/x/files/home/user/../other/secret",
+		"/v1/sessions/x/files/./a",
+		"/v1/x/../nothing",
+	} {
+		w := serve(s, "GET", target)
+		p := problemOf(t, w, http.StatusBadRequest)
+		if p.Type != "/problems/invalid-argument" || p.Field != "path" || w.Header().Get("Location") != "" {
+			t.Errorf("%s: %+v (Location %q)", target, p, w.Header().Get("Location"))
+		}
+	}
+}
+
+// TestRequestIDEchoed proves a client's X-Request-Id is echoed in the header
+// and the problem, an over-long one is replaced, and a missing one generated.
+func TestRequestIDEchoed(t *testing.T) {
+	s := newTestServer()
+	w := serve(s, "GET", "/nope", requestIDHeader, "client-id-42")
+	if p := problemOf(t, w, http.StatusNotFound); p.RequestID != "client-id-42" {
+		t.Fatalf("request id %q, want the client's", p.RequestID)
+	}
+	long := strings.Repeat("x", 129)
+	w = serve(s, "GET", "/nope", requestIDHeader, long)
+	if id := problemOf(t, w, http.StatusNotFound).RequestID; id == long || len(id) != 24 {
+		t.Fatalf("over-long id replaced by %q, want a new 24-hex-digit id", id)
+	}
+	a := problemOf(t, serve(s, "GET", "/nope"), http.StatusNotFound).RequestID
+	b := problemOf(t, serve(s, "GET", "/nope"), http.StatusNotFound).RequestID
+	if a == b {
+		t.Fatalf("generated request ids repeat: %q", a)
+	}
+	if got := serve(s, "GET", "/health", requestIDHeader, "h-1").Header().Get(requestIDHeader); got != "h-1" {
+		t.Fatalf("a successful response carries X-Request-Id %q", got)
+	}
+}
+
+// TestMissingAPIKeyIsProblem proves an authenticated route without a key
+// is a 401 unauthenticated problem with a WWW-Authenticate challenge.
+func TestMissingAPIKeyIsProblem(t *testing.T) {
+	s := newTestServer()
+	w := serve(s, "GET", "/v1/sessions")
+	if p := problemOf(t, w, http.StatusUnauthorized); p.Type != "/problems/unauthenticated" {
+		t.Fatalf("%+v", p)
+	}
+	if !strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("WWW-Authenticate = %q", w.Header().Get("WWW-Authenticate"))
+	}
+}
+
+// TestPanicIsInternalProblem proves a panicking handler yields a 500
+// internal problem without the panic text, and the server keeps serving.
+func TestPanicIsInternalProblem(t *testing.T) {
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /boom", func(http.ResponseWriter, *http.Request) { panic("secret detail") })
+	s.mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	w := serve(s, "GET", "/boom")
+	if p := problemOf(t, w, http.StatusInternalServerError); p.Type != "/problems/internal" || strings.Contains(w.Body.String(), "secret") {
+		t.Fatalf("%+v", p)
+	}
+	if w := serve(s, "GET", "/ok"); w.Code != http.StatusNoContent {
+		t.Fatalf("after a panic: %d", w.Code)
+	}
+}
+
+// TestProblemDocs proves GET /problems/{slug} describes every problem type
+// ProblemTypes lists, without authentication, and an unknown slug is a
+// not-found problem.
+func TestProblemDocs(t *testing.T) {
+	s := newTestServer()
+	for _, typ := range ProblemTypes() {
+		w := serve(s, "GET", typ)
+		if w.Code != http.StatusOK || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+			t.Fatalf("%s: %d %q", typ, w.Code, w.Header().Get("Content-Type"))
+		}
+		slug := strings.TrimPrefix(typ, problemPath)
+		for _, pc := range problemClasses {
+			if pc.slug == slug && (!strings.Contains(w.Body.String(), pc.title) || !strings.Contains(w.Body.String(), pc.about)) {
+				t.Errorf("%s: body %q lacks the title or description", typ, w.Body.String())
+			}
+		}
+	}
+	p := problemOf(t, serve(s, "GET", "/problems/no-such-problem"), http.StatusNotFound)
+	if p.Type != "/problems/not-found" {
+		t.Fatalf("%+v", p)
+	}
+}
