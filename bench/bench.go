@@ -155,3 +155,26 @@ func timed(f func() error) (time.Duration, error) {
 	err := f()
 	return time.Since(start), err
 }
+
+// pairSeries is series for operations measured in pairs (create then
+// destroy, pause then resume): each iteration runs first then second and
+// both durations are kept. The first error stops both series.
+func pairSeries(ctx context.Context, warmup, n int, first, second func(ctx context.Context) (time.Duration, error)) (a, b []time.Duration, err error) {
+	var seconds []time.Duration
+	firsts, err := series(ctx, warmup, n, func(ctx context.Context) (time.Duration, error) {
+		d1, err := first(ctx)
+		if err != nil {
+			return 0, err
+		}
+		d2, err := second(ctx)
+		if err != nil {
+			return 0, err
+		}
+		seconds = append(seconds, d2)
+		return d1, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return firsts, seconds[warmup:], nil
+}

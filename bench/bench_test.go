@@ -1,0 +1,166 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testWriter forwards progress lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+// Write logs p (one or more lines) through t.Log.
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestRun runs the whole benchmark with 3 iterations against a private
+// daemon, peers included, and checks the shape of the report (never how
+// fast anything was).
+func TestRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the private daemon creates namespaces, cgroups and mounts")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		t.Skip("needs runc in PATH (apt-get install runc)")
+	}
+	agent := os.Getenv("FORKBOX_AGENT")
+	if agent == "" {
+		t.Skip("set FORKBOX_AGENT to the forkbox-agent binary (make test does)")
+	}
+	// The benchmark must start its own daemon, whatever the environment says.
+	t.Setenv("FORKBOX_URL", "")
+	t.Setenv("FORKBOX_API_KEY", "")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := rep.ForkboxErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	want := map[string]bool{OpCreate: true, OpExec: true, OpDestroy: true, OpRun: true}
+	for _, r := range rep.Results {
+		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
+			r.Operation, r.System, r.N, r.P50MS, r.P99MS, r.MeanMS, r.Note, r.Error)
+		if r.System != SystemForkbox {
+			if r.Error == "" && r.Note == "" && r.N != 3 {
+				t.Errorf("%s %s: n = %d, want 3", r.System, r.Operation, r.N)
+			}
+			continue
+		}
+		delete(want, r.Operation)
+		if r.N != 3 {
+			t.Errorf("forkbox %s: n = %d, want 3", r.Operation, r.N)
+		}
+		if r.P50MS <= 0 || r.P99MS <= 0 || r.MeanMS <= 0 {
+			t.Errorf("forkbox %s: durations p50=%v p99=%v mean=%v, want all > 0", r.Operation, r.P50MS, r.P99MS, r.MeanMS)
+		}
+		if r.P50MS > r.P99MS {
+			t.Errorf("forkbox %s: p50 %v > p99 %v", r.Operation, r.P50MS, r.P99MS)
+		}
+	}
+	for op := range want {
+		t.Errorf("no forkbox row for %q", op)
+	}
+
+	var table, js bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("table:\n%s", table.String())
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("JSON report does not decode: %v", err)
+	}
+	if len(back.Results) != len(rep.Results) {
+		t.Errorf("JSON report has %d rows, want %d", len(back.Results), len(rep.Results))
+	}
+}
+
+// TestPercentile checks the nearest-rank percentiles on small samples.
+func TestPercentile(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		var out []time.Duration
+		for _, v := range vs {
+			out = append(out, time.Duration(v)*time.Millisecond)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		doc    string
+		sorted []time.Duration
+		pct    int
+		wantMS int
+	}{
+		{doc: "one sample is every percentile", sorted: ms(7), pct: 50, wantMS: 7},
+		{doc: "p50 of 4 is the 2nd", sorted: ms(1, 2, 3, 4), pct: 50, wantMS: 2},
+		{doc: "p50 of 5 is the 3rd", sorted: ms(1, 2, 3, 4, 5), pct: 50, wantMS: 3},
+		{doc: "p99 of 30 is the largest", sorted: ms(seq(30)...), pct: 99, wantMS: 30},
+		{doc: "p99 of 100 is the 99th", sorted: ms(seq(100)...), pct: 99, wantMS: 99},
+		{doc: "p99 of 200 is the 198th", sorted: ms(seq(200)...), pct: 99, wantMS: 198},
+	} {
+		if got := percentile(tc.sorted, tc.pct); got != time.Duration(tc.wantMS)*time.Millisecond {
+			t.Errorf("%s: got %v, want %d ms", tc.doc, got, tc.wantMS)
+		}
+	}
+}
+
+// seq returns 1..n.
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i + 1
+	}
+	return out
+}
+
+// TestFinish checks ratios, targets and reference notes on a made-up
+// report.
+func TestFinish(t *testing.T) {
+	rep := &Report{Results: []Result{
+		{Operation: OpExec, System: SystemRunc, N: 1, P50MS: 60, P99MS: 60, MeanMS: 60},
+		{Operation: OpExec, System: SystemForkbox, N: 1, P50MS: 2, P99MS: 2, MeanMS: 2},
+		{Operation: OpCreate, System: SystemForkbox, N: 1, P50MS: 90, P99MS: 90, MeanMS: 90},
+		{Operation: OpPause, System: SystemRunc, N: 1, P50MS: 30, P99MS: 30, MeanMS: 30},
+		{Operation: OpRun, System: SystemPodman, Error: "boom"},
+	}}
+	rep.finish()
+	byKey := map[string]Result{}
+	for _, r := range rep.Results {
+		byKey[r.Operation+"/"+r.System] = r
+	}
+	if r := byKey[OpExec+"/"+SystemRunc]; r.VsForkbox == nil || *r.VsForkbox != 30 {
+		t.Errorf("runc exec ratio = %v, want 30", r.VsForkbox)
+	}
+	if r := byKey[OpExec+"/"+SystemForkbox]; r.Target == nil || !r.Target.Met || r.Target.P50MS != 3 {
+		t.Errorf("forkbox exec target = %+v, want met at 3 ms", r.Target)
+	}
+	if r := byKey[OpCreate+"/"+SystemForkbox]; r.Target == nil || r.Target.Met {
+		t.Errorf("forkbox create target = %+v, want missed", r.Target)
+	}
+	if r := byKey[OpPause+"/"+SystemRunc]; r.VsForkbox != nil || r.Note == "" {
+		t.Errorf("runc pause = %+v, want a reference note and no ratio", r)
+	}
+	if r := byKey[OpRun+"/"+SystemPodman]; r.VsForkbox != nil {
+		t.Errorf("failed podman run has a ratio %v", *r.VsForkbox)
+	}
+	if rep.Results[0].Operation != OpRun || rep.Results[1].Operation != OpCreate {
+		t.Errorf("rows not in table order: %s, %s", rep.Results[0].Operation, rep.Results[1].Operation)
+	}
+	if rep.ForkboxErr() != nil {
+		t.Errorf("ForkboxErr = %v, want nil (only a peer failed)", rep.ForkboxErr())
+	}
+}

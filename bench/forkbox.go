@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
+)
+
+// benchLabel is the metadata key put on every session the benchmark
+// creates; its value is the run's id, so leftovers can be recognised.
+const benchLabel = "forkbox-bench"
+
+// forkbox is the forkbox side of a run: a client of the daemon under test
+// and, for a private daemon, the daemon and its data directory. Not safe
+// for concurrent use.
+type forkbox struct {
+	opts  Options
+	c     *client.Client
+	runID string          // value of the benchLabel metadata
+	live  map[string]bool // sessions created and not destroyed yet
+
+	d         *daemon.Daemon // the private daemon; nil for a running one
+	dataDir   string         // the private daemon's data directory
+	removeDir bool           // dataDir was made by Run and is removed at the end
+}
+
+// openForkbox connects to the daemon named by opts (URL or FORKBOX_URL) or,
+// when there is none, starts a private one.
+func openForkbox(ctx context.Context, opts Options) (*forkbox, error) {
+	raw := make([]byte, 4)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, fmt.Errorf("run id: %w", err)
+	}
+	f := &forkbox{opts: opts, runID: hex.EncodeToString(raw), live: map[string]bool{}}
+	base := opts.URL
+	if base == "" {
+		base = os.Getenv(client.EnvURL)
+	}
+	if base == "" {
+		return f, f.startDaemon(ctx)
+	}
+	key, err := apiKey(opts, base)
+	if err != nil {
+		return nil, err
+	}
+	f.c = client.New(base, key, nil)
+	if _, err := f.c.Info(ctx); err != nil {
+		return nil, fmt.Errorf("reach the daemon at %s: %w", base, err)
+	}
+	opts.progressf("measuring the running daemon at %s", base)
+	return f, nil
+}
+
+// apiKey returns the key for the daemon at base: opts.APIKey, else
+// FORKBOX_API_KEY, else (for a daemon on this host) the key file.
+func apiKey(opts Options, base string) (string, error) {
+	if opts.APIKey != "" {
+		return opts.APIKey, nil
+	}
+	if k := os.Getenv(client.EnvAPIKey); k != "" {
+		return k, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("daemon URL %q: %w", base, err)
+	}
+	switch u.Hostname() {
+	case "127.0.0.1", "localhost", "::1":
+	default:
+		return "", fmt.Errorf("no API key for %s: pass --api-key or set %s", base, client.EnvAPIKey)
+	}
+	file := opts.APIKeyFile
+	if file == "" {
+		file = client.DefaultKeyFile
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("no API key: pass --api-key, set %s, or run as root beside the daemon: %w", client.EnvAPIKey, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// startDaemon starts a private daemon on 127.0.0.1 (any free port) with
+// its own data directory and connects f to it.
+func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
+	f.dataDir = f.opts.DataDir
+	if f.dataDir == "" {
+		dir, err := os.MkdirTemp("", "forkbox-bench-*")
+		if err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		f.dataDir, f.removeDir = dir, true
+	} else if err := os.MkdirAll(f.dataDir, 0o711); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	defer func() {
+		if retErr != nil && f.removeDir {
+			os.RemoveAll(f.dataDir)
+		}
+	}()
+	// Sandbox processes run as unprivileged host ids and must traverse it.
+	if err := os.Chmod(f.dataDir, 0o711); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	start := time.Now()
+	d, err := daemon.Start(ctx, daemon.Options{
+		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Log: f.opts.logger(),
+	})
+	if err != nil {
+		return fmt.Errorf("start a private daemon: %w", err)
+	}
+	f.d = d
+	b, err := os.ReadFile(d.KeyFile)
+	if err != nil {
+		return errors.Join(fmt.Errorf("read the private daemon's API key: %w", err), f.close(ctx))
+	}
+	f.c = client.New(d.URL, strings.TrimSpace(string(b)), nil)
+	f.opts.progressf("private daemon at %s ready in %.0f ms (data dir %s)",
+		d.URL, float64(time.Since(start))/float64(time.Millisecond), f.dataDir)
+	return nil
+}
+
+// describe returns the daemon's version and driver and where it runs.
+func (f *forkbox) describe(ctx context.Context) string {
+	where := "daemon at " + f.c.BaseURL()
+	switch {
+	case f.d != nil && f.removeDir:
+		where = "private in-process daemon on a temporary data dir"
+	case f.d != nil:
+		where = "private in-process daemon, data dir " + f.dataDir
+	}
+	info, err := f.c.Info(ctx)
+	if err != nil {
+		return where
+	}
+	return fmt.Sprintf("%s, driver %s, %s", info.Version, info.DefaultDriver, where)
+}
+
+// measure runs every forkbox operation and returns their rows: create and
+// destroy (measured in pairs), exec of `true` in one session, and whole
+// runs (create + exec + destroy).
+func (f *forkbox) measure(ctx context.Context) []Result {
+	w, n := f.opts.Warmup, f.opts.N
+	var rows []Result
+
+	f.opts.progressf("forkbox: create + destroy x %d", w+n)
+	var id string
+	creates, destroys, err := pairSeries(ctx, w, n,
+		func(ctx context.Context) (d time.Duration, err error) {
+			id, d, err = f.create(ctx)
+			return d, err
+		},
+		func(ctx context.Context) (time.Duration, error) { return f.destroy(ctx, id) })
+	rows = append(rows, newResult(OpCreate, SystemForkbox, creates, err),
+		newResult(OpDestroy, SystemForkbox, destroys, err))
+
+	f.opts.progressf("forkbox: exec true x %d in one session", w+n)
+	execs, err := f.execSeries(ctx)
+	rows = append(rows, newResult(OpExec, SystemForkbox, execs, err))
+
+	f.opts.progressf("forkbox: create + exec true + destroy x %d", w+n)
+	runs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
+		start := time.Now()
+		id, _, err := f.create(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := f.exec(ctx, id); err != nil {
+			return 0, err
+		}
+		if _, err := f.destroy(ctx, id); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	})
+	return append(rows, newResult(OpRun, SystemForkbox, runs, err))
+}
+
+// execSeries creates one session (untimed), measures exec of `true` in it
+// and destroys it (close retries a failed destroy).
+func (f *forkbox) execSeries(ctx context.Context) ([]time.Duration, error) {
+	id, _, err := f.create(ctx)
+	if err != nil {
+		return nil, err
+	}
+	samples, err := series(ctx, f.opts.Warmup, f.opts.N, func(ctx context.Context) (time.Duration, error) {
+		return f.exec(ctx, id)
+	})
+	if _, derr := f.destroy(ctx, id); derr != nil && err == nil {
+		err = derr
+	}
+	return samples, err
+}
+
+// create creates a session with the daemon's defaults and returns its id
+// and how long POST /v1/sessions took (the session's agent has answered
+// when it returns).
+func (f *forkbox) create(ctx context.Context) (string, time.Duration, error) {
+	req := client.CreateRequest{Metadata: map[string]string{benchLabel: f.runID}}
+	var s *client.Session
+	d, err := timed(func() (err error) {
+		s, _, err = f.c.CreateSession(ctx, req, "")
+		return err
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("create: %w", err)
+	}
+	f.live[s.ID] = true
+	return s.ID, d, nil
+}
+
+// exec runs `true` in session id and returns how long the round trip took.
+func (f *forkbox) exec(ctx context.Context, id string) (time.Duration, error) {
+	var out *client.ExecOutput
+	d, err := timed(func() (err error) {
+		out, err = f.c.ExecCollect(ctx, id, client.ExecRequest{Argv: []string{"true"}})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("exec true in %s: %w", id, err)
+	}
+	if out.ExitCode != 0 {
+		return 0, fmt.Errorf("exec true in %s: exit code %d (stderr %q)", id, out.ExitCode, out.Stderr)
+	}
+	return d, nil
+}
+
+// destroy deletes session id and returns how long DELETE took.
+func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error) {
+	d, err := timed(func() error { return f.c.DeleteSession(ctx, id) })
+	if err != nil {
+		return 0, fmt.Errorf("destroy %s: %w", id, err)
+	}
+	delete(f.live, id)
+	return d, nil
+}
+
+// close destroys the sessions still alive and, for a private daemon,
+// shuts it down and removes the temporary data directory. It runs within
+// cleanupTimeout even when ctx is cancelled.
+func (f *forkbox) close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	for id := range f.live {
+		if _, err := f.destroy(ctx, id); err != nil && !client.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if f.d == nil {
+		return errors.Join(errs...)
+	}
+	if err := f.d.Shutdown(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("stop the private daemon: %w", err))
+	}
+	f.d = nil
+	if f.removeDir {
+		if len(errs) > 0 {
+			// A sandbox may still run from it; leave it for inspection.
+			errs = append(errs, fmt.Errorf("kept the data directory %s", f.dataDir))
+		} else if err := removeTree(f.dataDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
