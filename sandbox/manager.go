@@ -155,7 +155,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey 
 	m.live[sb.id] = sb
 	m.mu.Unlock()
 
-	if err := m.start(ctx, sb, tdir, tpl, req); err != nil {
+	// Once started, a create runs to completion even if the caller goes
+	// away: a retry with the same Idempotency-Key then finds the session.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := m.start(startCtx, sb, tdir, tpl, req); err != nil {
 		m.log.Error("create failed", "session", sb.id, "err", err)
 		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
 		return nil, false, err
@@ -390,6 +394,10 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 // terminating (with the first reason) and the janitor retries. Concurrent
 // calls are safe: one tears down, the others wait for it.
 func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail string) error {
+	// A caller that goes away (a client disconnecting) must not leave a
+	// teardown half done.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	sb.mu.Lock()
 	if sb.tearing || sb.rec.State == store.StateTerminated {
 		sb.mu.Unlock()
