@@ -169,3 +169,35 @@ func TestSandboxDeathIsNoticed(t *testing.T) {
 	}
 	assertGone(t, env.dataDir, s.ID)
 }
+
+// TestAgentReapsAndForwardsSignals proves the agent, as init, reaps
+// orphaned processes (no zombies pile up) and forwards SIGTERM sent to the
+// sandbox's init to the process groups it started.
+func TestAgentReapsAndForwardsSignals(t *testing.T) {
+	s := newSession(t, client.CreateRequest{})
+	// Orphans: the shell exits at once, its children are reparented to pid 1.
+	sh(t, s.ID, "for i in 1 2 3 4 5; do (sleep 0.1 &) ; done")
+	waitFor(t, func() bool {
+		out := sh(t, s.ID, "ps -eo stat= | grep -c '^Z' || true")
+		return strings.TrimSpace(out) == "0"
+	})
+	ctx := ctxFor(t, time.Minute)
+	if _, err := env.c.ExecBackground(ctx, s.ID, client.ExecRequest{
+		Cmd: `trap 'echo forwarded > /tmp/term; exit 0' TERM; echo > /tmp/ready; while true; do sleep 0.05; done`}); err != nil {
+		t.Fatal(err)
+	}
+	upper := filepath.Join(env.dataDir, "sandboxes", s.ID, "layer", "upper", "tmp")
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(upper, "ready")); return err == nil })
+	b, err := os.ReadFile(filepath.Join(env.dataDir, "sandboxes", s.ID, "init.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("kill", "-TERM", strings.TrimSpace(string(b))).CombinedOutput(); err != nil {
+		t.Fatalf("kill -TERM init: %v %s", err, out)
+	}
+	marker := filepath.Join(upper, "term")
+	waitFor(t, func() bool {
+		got, err := os.ReadFile(marker)
+		return err == nil && string(got) == "forwarded\n"
+	})
+}
