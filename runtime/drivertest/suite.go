@@ -1,0 +1,375 @@
+// Package drivertest is the conformance suite every isolation driver must
+// pass (runc today; gVisor and microVM drivers next). It drives the
+// runtime.Driver interface directly against real sandboxes: a base template
+// root filesystem, a writable layer and the real forkbox-agent as init.
+//
+// A driver's test calls Run with a factory; the suite skips (saying why)
+// when it cannot run here: not root, or no agent binary (set FORKBOX_AGENT,
+// as `make test` does).
+package drivertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
+	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage"
+)
+
+// Factory returns a driver whose state lives under stateRoot.
+type Factory func(t *testing.T, stateRoot string) runtime.Driver
+
+// env is what one suite run shares.
+type env struct {
+	driver runtime.Driver
+	dir    string // 0711 scratch directory
+	base   string // base template directory
+	agent  string
+	n      int
+}
+
+// Run runs every conformance test against the driver made by newDriver.
+func Run(t *testing.T, newDriver Factory) {
+	if os.Geteuid() != 0 {
+		t.Skip("driver conformance needs root (namespaces, cgroups, mounts)")
+	}
+	agentPath := os.Getenv("FORKBOX_AGENT")
+	if agentPath == "" {
+		t.Skip("set FORKBOX_AGENT to the forkbox-agent binary (make test does)")
+	}
+	dir, err := os.MkdirTemp("", "forkbox-drivertest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{dir: dir, agent: agentPath, base: filepath.Join(dir, "base")}
+	if _, err := storage.BuildBase(e.base, storage.DefaultIDShift); err != nil {
+		t.Fatal(err)
+	}
+	e.driver = newDriver(t, filepath.Join(dir, "state"))
+	t.Run("Lifecycle", e.testLifecycle)
+	t.Run("Limits", e.testLimits)
+	t.Run("KillProcessGroup", e.testKillProcessGroup)
+	t.Run("Pause", e.testPause)
+	t.Run("BadConfig", e.testBadConfig)
+}
+
+// sandbox is one running test sandbox.
+type sandbox struct {
+	id      string
+	dir     string
+	process processpbconnect.ProcessClient
+}
+
+// start creates a sandbox with limits and waits until its agent answers.
+func (e *env) start(t *testing.T, limits runtime.Limits) *sandbox {
+	t.Helper()
+	e.n++
+	id := fmt.Sprintf("dt%d%d", time.Now().UnixNano()%1e9, e.n)
+	dir := filepath.Join(e.dir, id)
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := storage.CreateLayer(filepath.Join(dir, "layer"), storage.RootFS(e.base), storage.DefaultIDShift)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.driver.Delete(ctx, id); err != nil {
+			t.Errorf("cleanup delete: %v", err)
+		}
+		storage.RemoveLayer(layer.Dir)
+	})
+	tpl, err := storage.LoadTemplate(e.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul.SetUnlinkOnClose(false)
+	defer ul.Close()
+	lf, err := ul.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	cfg, _ := json.Marshal(agent.Config{DefaultUser: "user"})
+	shift := storage.DefaultIDShift
+	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
+	mounts = append(mounts, runtime.Mount{Source: filepath.Join(layer.Merged(), "home/user"), Target: "/home/user"})
+	err = e.driver.Create(context.Background(), runtime.Config{
+		ID: id, StateDir: dir, RootFS: layer.Merged(), Mounts: mounts, Limits: limits,
+		AgentPath: e.agent, AgentEnv: []string{agent.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
+		UIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}},
+		GIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}},
+	})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	sb := &sandbox{id: id, dir: dir, process: processpbconnect.NewProcessClient(hc, "http://agent")}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := hc.Get("http://agent/health")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent never answered: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return sb
+}
+
+var defaultLimits = runtime.Limits{CPU: 1, MemoryBytes: 256 << 20, Pids: 128}
+
+// run executes argv in sb through the agent and returns its end event and output.
+func (sb *sandbox) run(t *testing.T, ctx context.Context, argv ...string) (*processpb.ProcessEvent_EndEvent, string, uint32) {
+	t.Helper()
+	f := false
+	st, err := sb.process.Start(ctx, connect.NewRequest(&processpb.StartRequest{
+		Process: &processpb.ProcessConfig{Cmd: argv[0], Args: argv[1:]}, Stdin: &f}))
+	if err != nil {
+		t.Fatalf("start %v: %v", argv, err)
+	}
+	defer st.Close()
+	var out strings.Builder
+	var pid uint32
+	for st.Receive() {
+		ev := st.Msg().GetEvent()
+		if s := ev.GetStart(); s != nil {
+			pid = s.GetPid()
+		}
+		if d := ev.GetData(); d != nil {
+			out.Write(d.GetStdout())
+			out.Write(d.GetStderr())
+		}
+		if end := ev.GetEnd(); end != nil {
+			return end, out.String(), pid
+		}
+	}
+	if err := st.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("stream %v: %v", argv, err)
+	}
+	return nil, out.String(), pid
+}
+
+// testLifecycle: Create runs the agent; Status, List and Stats see the
+// sandbox; Delete removes it and its cgroups; deleting again is fine.
+func (e *env) testLifecycle(t *testing.T) {
+	sb := e.start(t, defaultLimits)
+	ctx := context.Background()
+	if st, err := e.driver.Status(ctx, sb.id); err != nil || st != runtime.StatusRunning {
+		t.Fatalf("status %q %v, want running", st, err)
+	}
+	ids, err := e.driver.List(ctx)
+	if err != nil || !contains(ids, sb.id) {
+		t.Fatalf("list %v %v does not have %s", ids, err, sb.id)
+	}
+	end, out, _ := sb.run(t, ctx, "sh", "-c", "hostname; id -u")
+	if end.GetExitCode() != 0 || out != sb.id+"\n1000\n" {
+		t.Fatalf("exec in sandbox: %+v %q", end, out)
+	}
+	stats, err := e.driver.Stats(ctx, sb.id)
+	if err != nil || stats.Pids < 1 || stats.MemoryBytes <= 0 || stats.CPUSeconds <= 0 {
+		t.Fatalf("stats %+v %v", stats, err)
+	}
+	if err := e.driver.Delete(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.driver.Status(ctx, sb.id); st != runtime.StatusUnknown {
+		t.Fatalf("status after delete %q, want unknown", st)
+	}
+	if _, err := e.driver.Stats(ctx, sb.id); err == nil {
+		t.Fatal("stats of a deleted sandbox succeeded")
+	}
+	if err := e.driver.Delete(ctx, sb.id); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	if out, _ := exec.Command("sh", "-c", "ls -d /sys/fs/cgroup/*/forkbox/"+sb.id+" 2>/dev/null").Output(); len(out) > 0 {
+		t.Fatalf("cgroups left after delete:\n%s", out)
+	}
+}
+
+// testLimits: the limits in Config reach the kernel (memory without swap,
+// pids, CPU quota) and an allocation beyond memory is OOM-killed.
+func (e *env) testLimits(t *testing.T) {
+	sb := e.start(t, runtime.Limits{CPU: 0.5, MemoryBytes: 64 << 20, Pids: 50})
+	ctx := context.Background()
+	end, _, _ := sb.run(t, ctx, "python3", "-c", "b = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1")
+	if end.GetExited() || !strings.Contains(end.GetStatus(), "killed") {
+		t.Fatalf("allocation beyond the limit ended %+v, want killed", end)
+	}
+	stats, err := e.driver.Stats(ctx, sb.id)
+	if err != nil || stats.OOMKills < 1 || stats.MemoryPeakBytes > 65<<20 {
+		t.Fatalf("stats after OOM %+v %v", stats, err)
+	}
+	end, out, _ := sb.run(t, ctx, "sh", "-c", "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+	if end.GetExitCode() != 0 || out != "50\n50000\n" {
+		t.Fatalf("limits seen inside: %q", out)
+	}
+}
+
+// testKillProcessGroup: a process group is killed from outside, including
+// members that ignore signals, and other processes survive.
+func (e *env) testKillProcessGroup(t *testing.T) {
+	sb := e.start(t, defaultLimits)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan *processpb.ProcessEvent_EndEvent, 1)
+	pidc := make(chan uint32, 1)
+	go func() {
+		f := false
+		st, err := sb.process.Start(ctx, connect.NewRequest(&processpb.StartRequest{Stdin: &f,
+			Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", "trap '' TERM; sleep 300 & sleep 301 & wait"}}}))
+		if err != nil {
+			done <- nil
+			return
+		}
+		for st.Receive() {
+			if s := st.Msg().GetEvent().GetStart(); s != nil {
+				pidc <- s.GetPid()
+			}
+			if end := st.Msg().GetEvent().GetEnd(); end != nil {
+				done <- end
+				return
+			}
+		}
+		done <- nil
+	}()
+	pid := <-pidc
+	if _, err := e.driver.KillProcessGroup(ctx, sb.id, 1, 9); err == nil {
+		t.Fatal("KillProcessGroup accepted the agent's own group (pgid 1)")
+	}
+	waitFor(t, func() bool {
+		_, out, _ := sb.run(t, ctx, "sh", "-c", "ps -eo pgid=,comm= | grep -c sleep")
+		return strings.TrimSpace(out) == "2"
+	})
+	n, err := e.driver.KillProcessGroup(ctx, sb.id, int(pid), 9)
+	if err != nil || n != 3 {
+		t.Fatalf("KillProcessGroup: %d processes, %v; want 3", n, err)
+	}
+	if end := <-done; end == nil || end.GetExited() {
+		t.Fatalf("group leader ended %+v, want a signal death", end)
+	}
+	if _, out, _ := sb.run(t, ctx, "sh", "-c", "ps -eo comm= | grep -c sleep || true"); strings.TrimSpace(out) != "0" {
+		t.Fatalf("%s sleeps survived", out)
+	}
+}
+
+// testPause: when the driver can pause, a paused sandbox makes no progress
+// and resumes where it was.
+func (e *env) testPause(t *testing.T) {
+	if !e.driver.Capabilities().Pause {
+		if err := e.driver.Pause(context.Background(), "x"); err == nil {
+			t.Fatal("driver without the pause capability paused")
+		}
+		t.Skip("driver does not declare the pause capability")
+	}
+	sb := e.start(t, defaultLimits)
+	ctx := context.Background()
+	before, _ := e.driver.Stats(ctx, sb.id)
+	spinCtx, stopSpin := context.WithCancel(ctx)
+	defer stopSpin()
+	f := false
+	spin, err := sb.process.Start(spinCtx, connect.NewRequest(&processpb.StartRequest{Stdin: &f,
+		Process: &processpb.ProcessConfig{Cmd: "sh", Args: []string{"-c", "while :; do :; done"}}}))
+	if err != nil || !spin.Receive() {
+		t.Fatalf("start spinner: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := e.driver.Pause(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.driver.Status(ctx, sb.id); st != runtime.StatusPaused {
+		t.Fatalf("status %q after pause", st)
+	}
+	a, _ := e.driver.Stats(ctx, sb.id)
+	time.Sleep(300 * time.Millisecond)
+	b, _ := e.driver.Stats(ctx, sb.id)
+	if b.CPUSeconds-a.CPUSeconds > 0.01 {
+		t.Fatalf("paused sandbox used %.3f CPU-s", b.CPUSeconds-a.CPUSeconds)
+	}
+	if err := e.driver.Resume(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c, _ := e.driver.Stats(ctx, sb.id)
+	if c.CPUSeconds <= b.CPUSeconds || before.CPUSeconds >= c.CPUSeconds {
+		t.Fatalf("resumed sandbox made no progress: %.3f -> %.3f", b.CPUSeconds, c.CPUSeconds)
+	}
+}
+
+// testBadConfig: invalid ids and a missing root filesystem fail, leaving
+// nothing behind.
+func (e *env) testBadConfig(t *testing.T) {
+	ctx := context.Background()
+	if err := e.driver.Create(ctx, runtime.Config{ID: "../etc"}); err == nil {
+		t.Fatal("create with a path-like id succeeded")
+	}
+	dir := filepath.Join(e.dir, "bad")
+	os.MkdirAll(dir, 0o711)
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "s"), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	lf, _ := ul.File()
+	defer lf.Close()
+	err = e.driver.Create(ctx, runtime.Config{ID: "badrootfs1", StateDir: dir, RootFS: filepath.Join(dir, "nope"),
+		Limits: defaultLimits, AgentPath: e.agent, AgentListener: lf})
+	if err == nil {
+		t.Fatal("create with a missing rootfs succeeded")
+	}
+	if st, _ := e.driver.Status(ctx, "badrootfs1"); st != runtime.StatusUnknown {
+		t.Fatalf("failed create left a sandbox in state %q", st)
+	}
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
