@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -58,6 +59,9 @@ type Agent struct {
 	log    *slog.Logger
 	reaper *reaper
 	procs  *procTable
+	// errorLog receives the HTTP server's own errors; nil means the
+	// standard logger.
+	errorLog *stdlog.Logger
 }
 
 // New returns an agent for cfg. It does not start the reaper; Serve does.
@@ -90,7 +94,7 @@ func (a *Agent) Handler() http.Handler {
 // Serve runs the reaper and serves the agent API on l until ctx ends.
 func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 	go a.reaper.run(ctx)
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: a.errorLog}
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
@@ -101,7 +105,7 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(retryListener{l}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
@@ -111,7 +115,8 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 // config from ConfigEnv, listens on the inherited fd listenFD, forwards
 // SIGTERM/SIGINT/SIGHUP to its processes and exits when asked to stop.
 func Main(listenFD int) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	logOut := newCappedWriter(os.Stderr, maxLogBytes)
+	log := slog.New(slog.NewTextHandler(logOut, nil))
 	var cfg Config
 	if raw := os.Getenv(ConfigEnv); raw != "" {
 		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
@@ -137,6 +142,7 @@ func Main(listenFD int) int {
 		return 2
 	}
 	a := New(cfg, log)
+	a.errorLog = stdlog.New(logOut, "http: ", stdlog.LstdFlags)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)

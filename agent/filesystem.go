@@ -232,16 +232,19 @@ func mkdirAllOwned(dir string, acc *account) error {
 }
 
 // entryInfo describes the file at p without following a final symlink.
-// Its error is the *PathError of lstat.
+// Its error is the *PathError of lstat. Names that are not UTF-8 (any
+// sandbox process can create them) are shown with U+FFFD in place of the
+// bad bytes: protobuf strings must be UTF-8, and one such name must not
+// make a whole directory listing fail.
 func entryInfo(p string) (*filesystempb.EntryInfo, error) {
 	fi, err := os.Lstat(p)
 	if err != nil {
 		return nil, err
 	}
 	e := &filesystempb.EntryInfo{
-		Name:         fi.Name(),
+		Name:         validUTF8(fi.Name()),
 		Type:         fileType(fi.Mode()),
-		Path:         p,
+		Path:         validUTF8(p),
 		Size:         fi.Size(),
 		Mode:         uint32(fi.Mode().Perm()),
 		Permissions:  fi.Mode().String(),
@@ -253,12 +256,16 @@ func entryInfo(p string) (*filesystempb.EntryInfo, error) {
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		if target, err := os.Readlink(p); err == nil {
+			target = validUTF8(target)
 			e.SymlinkTarget = &target
 		}
 	}
 	e.Metadata = readMetadata(p)
 	return e, nil
 }
+
+// validUTF8 returns s with each run of invalid UTF-8 bytes replaced by U+FFFD.
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // fileType maps a Go file mode to the protocol's FileType: directories,
 // symlinks, and FILE for everything else (regular files, devices, fifos).
@@ -308,7 +315,7 @@ func readMetadata(p string) map[string]string {
 		if md == nil {
 			md = map[string]string{}
 		}
-		md[key] = string(val[:vn])
+		md[validUTF8(key)] = validUTF8(string(val[:vn]))
 	}
 	return md
 }

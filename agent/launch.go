@@ -78,6 +78,9 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 	}
 
 	dir := acc.Home
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		dir = "/" // a user whose home does not exist (nobody's /nonexistent)
+	}
 	if a.cfg.Workdir != "" {
 		dir = a.cfg.Workdir
 	}

@@ -210,7 +210,7 @@ func (w *dirWatcher) handle(buf []byte, emit func(*filesystempb.FilesystemEvent)
 			return true
 		}
 		lastName, lastType = rel, typ
-		ev := &filesystempb.FilesystemEvent{Name: rel, Type: typ}
+		ev := &filesystempb.FilesystemEvent{Name: validUTF8(rel), Type: typ}
 		if w.includeEntry {
 			if e, err := entryInfo(filepath.Join(w.root, rel)); err == nil {
 				ev.Entry = e

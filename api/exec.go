@@ -164,10 +164,15 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sand
 	_ = out.jsonEvent("exit", res)
 }
 
+// maxPid is Linux's largest possible pid (PID_MAX_LIMIT). Larger numbers
+// must not reach the agent, whose protocol carries pids as uint32 (2^32+1
+// would name pid 1).
+const maxPid = 1 << 22
+
 func pidParam(r *http.Request) (int, error) {
 	pid, err := strconv.Atoi(r.PathValue("pid"))
-	if err != nil || pid < 1 {
-		return 0, errdefs.InvalidField("pid", "must be a positive integer")
+	if err != nil || pid < 1 || pid > maxPid {
+		return 0, errdefs.InvalidField("pid", "must be a process id between 1 and %d", maxPid)
 	}
 	return pid, nil
 }

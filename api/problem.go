@@ -106,7 +106,13 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
 // writeError maps err to a problem and writes it.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := ProblemFor(err)
-	if p.Status >= 500 {
+	switch {
+	case p.Status >= 500 && r.Context().Err() != nil:
+		// The client went away (its context ended the call); nobody reads
+		// this answer and nothing failed on our side.
+		s.log.Debug("client gone", "method", r.Method, "path", r.URL.Path,
+			"request_id", w.Header().Get(requestIDHeader), "err", err)
+	case p.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
 			"request_id", w.Header().Get(requestIDHeader), "err", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/template"
 )
 
 // maxTemplateUpload caps an uploaded image tarball, in bytes.
@@ -55,11 +56,12 @@ func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
 // body is spooled to the data directory, then unpacked safely. 201.
 func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if !storage.ValidTemplateName(name) {
-		s.writeError(w, r, errdefs.InvalidField("name", "must be 1-63 characters of [a-z0-9._-]"))
+	// Refuse before receiving what may be gigabytes.
+	if err := s.catalog.CheckImportName(name); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
-	spool, err := os.CreateTemp(s.spoolDir, ".upload-*.tar")
+	spool, err := os.CreateTemp(s.spoolDir, template.UploadPattern)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -65,6 +66,7 @@ type Daemon struct {
 	mgr    *sandbox.Manager
 	srv    *http.Server
 	served chan error
+	active sync.WaitGroup // requests being handled
 }
 
 // Start prepares everything and starts serving. It returns once the API
@@ -100,6 +102,12 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
+	if err := restrictSandboxesDir(layout.Sandboxes(), storage.DefaultIDShift); err != nil {
+		return nil, err
+	}
+	if err := checkIDRange(storage.DefaultIDShift, "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, layout.Database())
 	if err != nil {
 		return nil, err
@@ -124,7 +132,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Layout: layout, Store: st, Driver: drv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Log: log,
 	})
-	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.TemplateInUse)
+	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused)
 	catalog.SweepTemp()
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
@@ -141,12 +149,17 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		mgr.Close()
 		return nil, err
 	}
-	handler := api.New(mgr, st, catalog, layout.Templates(), log)
+	apiServer := api.New(mgr, st, catalog, layout.Templates(), log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, mgr: mgr, served: make(chan error, 1),
-		srv: &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second},
 	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.active.Add(1)
+		defer d.active.Done()
+		apiServer.ServeHTTP(w, r)
+	})
+	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
 	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "driver", drv.Name(), "api_key_file", d.KeyFile)
 	return d, nil
@@ -164,13 +177,25 @@ func (d *Daemon) Wait() error {
 // Shutdown stops accepting requests, waits up to ctx for running ones, and
 // closes the manager and the store. Sandboxes keep running; the next Start
 // adopts them.
+//
+// Requests still running when ctx ends (exec streams, transfers) are cut
+// then: their clients see the connection close, and a foreground command
+// is killed as when its client goes away, instead of running on unseen
+// until its own timeout.
 func (d *Daemon) Shutdown(ctx context.Context) error {
-	err := d.srv.Shutdown(ctx)
-	d.mgr.Close()
-	if cerr := d.st.Close(); err == nil {
-		err = cerr
+	if err := d.srv.Shutdown(ctx); err != nil {
+		d.log.Warn("shutdown: cutting requests still running", "err", err)
+		_ = d.srv.Close()
+		done := make(chan struct{})
+		go func() { d.active.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			d.log.Warn("shutdown: requests still running after they were cut")
+		}
 	}
-	return err
+	d.mgr.Close()
+	return d.st.Close()
 }
 
 // Manager returns the sandbox manager (for tests and benchmarks in-process).

@@ -70,11 +70,16 @@ func TestAPIBadInput(t *testing.T) {
 		{`{"memory_mb":1000000000}`, "memory_mb"},
 		{`{"pids":-1}`, "pids"},
 		{`{"pids":99999999}`, "pids"},
+		{`{"pids":16}`, "pids"}, // too few for the agent's own threads: it could never start
 		{`{"timeout_s":-1}`, "timeout_s"},
 		{`{"timeout_s":999999999}`, "timeout_s"},
 		{`{"memory_mb":"lots"}`, "memory_mb"},
 		{`{"env":{"A=B":"x"}}`, "env"},
 		{`{"user":"Robert'); DROP"}`, "user"},
+		{`{"user":"65536"}`, "user"}, // beyond the sandbox's 65536 ids
+		{`{"user":"ghost"}`, "user"}, // not in the template: every exec would fail
+		{`{"workdir":"/nonexistent"}`, "workdir"},
+		{`{"workdir":"/etc/passwd"}`, "workdir"},
 		{`{"workdir":"relative"}`, "workdir"},
 		{`{"bogus":true}`, "bogus"},
 		{`{"cpu":1`, "body"},

@@ -26,7 +26,7 @@ func readCgroupInt(t *testing.T, controller, id, file string) int64 {
 // cgroup in any hierarchy, no runc state, no mount, no directory.
 func assertGone(t *testing.T, dataDir, id string) {
 	t.Helper()
-	for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "devices", "blkio", "cpuset"} {
+	for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "devices", "blkio", "cpuset", "systemd", "unified"} {
 		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "forkbox", id)); err == nil {
 			t.Errorf("cgroup %s/forkbox/%s is left", c, id)
 		}

@@ -7,9 +7,18 @@ import (
 	"net/http"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 )
+
+// maxAgentMessage bounds one Connect message the daemon accepts from an
+// agent, in bytes. What an agent answers is shaped by the sandbox (a
+// directory listing of a million files made in there), while the daemon's
+// memory is the host's: without a bound one listing could take gigabytes.
+// A bigger answer fails with resource_exhausted (ErrResourceExhausted).
+const maxAgentMessage = 32 << 20
 
 // agentBaseURL is the base URL of every agent request; the host part is
 // ignored because the transport always dials the sandbox's Unix socket.
@@ -40,8 +49,8 @@ func newAgentConn(socket string) *agentConn {
 	return &agentConn{
 		socket:  socket,
 		http:    hc,
-		process: processpbconnect.NewProcessClient(hc, agentBaseURL),
-		fs:      filesystempbconnect.NewFilesystemClient(hc, agentBaseURL),
+		process: processpbconnect.NewProcessClient(hc, agentBaseURL, connect.WithReadMaxBytes(maxAgentMessage)),
+		fs:      filesystempbconnect.NewFilesystemClient(hc, agentBaseURL, connect.WithReadMaxBytes(maxAgentMessage)),
 	}
 }
 
@@ -60,6 +69,18 @@ func (c *agentConn) health(ctx context.Context) error {
 		return fmt.Errorf("agent health: HTTP %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// listening reports (nil) whether something accepts connections on the
+// agent's socket. The kernel completes a Unix stream connection into the
+// listener's backlog, so this does not need the agent to be scheduled.
+func (c *agentConn) listening(ctx context.Context) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 // waitReady polls health until the agent answers or ctx ends.

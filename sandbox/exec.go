@@ -35,7 +35,8 @@ type ExecRequest struct {
 	// (default 60; for background commands 0 means "until the session ends").
 	TimeoutS int64 `json:"timeout_s,omitempty"`
 	// Stdin, when set, is written to the command's stdin, which is then
-	// closed. Without it stdin is /dev/null (unless KeepStdin).
+	// closed (unless KeepStdin). Without it stdin is /dev/null (unless
+	// KeepStdin).
 	Stdin []byte `json:"stdin,omitempty"`
 	// KeepStdin gives the command a stdin pipe that stays open for
 	// SendStdin calls (for background commands).
@@ -161,12 +162,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 	before, _ := m.opts.Driver.Stats(ctx, id)
 
 	// The stream's context: the agent gets a deadline slightly after ours.
-	// A background command's stream is dropped after the start event, so
-	// its context must not be the caller's.
-	parent := ctx
-	if req.Background {
-		parent = context.WithoutCancel(ctx)
-	}
+	// It is not the caller's: a caller that goes away before the start
+	// event would leave a command running that nobody knows the pid of (a
+	// background command's stream is dropped after the start event anyway).
+	// A foreground stream follows the caller's context once the pid is known.
+	parent := context.WithoutCancel(ctx)
 	var streamCtx context.Context
 	var cancel context.CancelFunc
 	if req.TimeoutS > 0 {
@@ -196,12 +196,39 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 	if req.TimeoutS > 0 {
 		m.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
 	}
+	if !req.Background {
+		if ctx.Err() != nil {
+			// The caller left while the command started.
+			m.killGroup(sb, pid)
+			m.disarmKiller(sb, pid)
+			return nil, ctx.Err()
+		}
+		stop := context.AfterFunc(ctx, cancel)
+		defer stop()
+	}
 	if err := out.Started(pid); err != nil {
 		m.killGroup(sb, pid)
 		return nil, err
 	}
 	if len(req.Stdin) > 0 {
-		go m.feedStdin(sb, pid, req.Stdin)
+		fed := make(chan struct{})
+		if req.KeepStdin {
+			// SendStdin calls wait for this, so that the input stays in order.
+			sb.mu.Lock()
+			sb.feeding[pid] = fed
+			sb.mu.Unlock()
+		}
+		go func() {
+			defer func() {
+				sb.mu.Lock()
+				if sb.feeding[pid] == fed {
+					delete(sb.feeding, pid)
+				}
+				sb.mu.Unlock()
+				close(fed)
+			}()
+			m.feedStdin(sb, pid, req.Stdin, !req.KeepStdin)
+		}()
 	}
 	if req.Background {
 		return res, nil
@@ -354,11 +381,12 @@ func (m *Manager) killGroup(sb *Sandbox, pid int) {
 	}
 }
 
-// feedStdin writes data to pid's stdin in chunks and closes it.
-func (m *Manager) feedStdin(sb *Sandbox, pid int, data []byte) {
+// feedStdin writes data to pid's stdin in chunks and then, with
+// closeAfter, closes it (a KeepStdin command's stdin stays open).
+func (m *Manager) feedStdin(sb *Sandbox, pid int, data []byte, closeAfter bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := m.writeStdin(ctx, sb, pid, data, true); err != nil {
+	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
 		m.log.Debug("stdin", "session", sb.id, "pid", pid, "err", err)
 	}
 }
@@ -399,7 +427,11 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 		return err
 	}
 	var ce *connect.Error
-	if !errors.As(err, &ce) {
+	if !errors.As(err, &ce) || !connect.IsWireError(ce) && ce.Code() != connect.CodeCanceled && ce.Code() != connect.CodeDeadlineExceeded &&
+		ce.Code() != connect.CodeResourceExhausted { // (an answer larger than maxAgentMessage)
+		// Not the agent's answer but a failure to talk to it (a broken
+		// stream is "invalid_argument: protocol error: incomplete
+		// envelope"): the sandbox may have ended or died under the call.
 		if ended := m.endedError(ctx, id); ended != nil {
 			return ended
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -51,8 +52,21 @@ func entryFromPB(e *filesystempb.EntryInfo) Entry {
 	}
 }
 
-// checkPath rejects paths no file can have.
+// checkPath rejects paths no file can have, and paths that are not UTF-8:
+// the envd protocol carries paths as protobuf strings, which must be UTF-8
+// (only a download, over plain HTTP, can name such a file).
 func checkPath(field, p string) error {
+	if err := checkPathBytes(field, p); err != nil {
+		return err
+	}
+	if !utf8.ValidString(p) {
+		return errdefs.InvalidField(field, "is not valid UTF-8")
+	}
+	return nil
+}
+
+// checkPathBytes rejects paths no file can have.
+func checkPathBytes(field, p string) error {
 	if p == "" {
 		return errdefs.InvalidField(field, "is empty")
 	}
@@ -119,7 +133,7 @@ func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Rea
 // Download opens path for reading. The caller closes the reader; size is
 // the file's length in bytes.
 func (m *Manager) Download(ctx context.Context, id, path, user string) (rc io.ReadCloser, size int64, err error) {
-	if err := checkPath("path", path); err != nil {
+	if err := checkPathBytes("path", path); err != nil {
 		return nil, 0, err
 	}
 	sb, user, err := m.fileCall(ctx, id, user)

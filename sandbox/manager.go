@@ -21,8 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -52,8 +55,13 @@ type Manager struct {
 
 	// createMu serialises creates that carry the same idempotency key.
 	createMu sync.Mutex
-	closing  chan struct{}
-	wg       sync.WaitGroup
+	// tplMu keeps template removal (write) apart from creates between
+	// loading their template and becoming live (read), so that a template
+	// is never removed from under a sandbox that is starting on it.
+	tplMu     sync.RWMutex
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -62,12 +70,45 @@ type Sandbox struct {
 	dir   string
 	agent *agentConn
 
+	// saveMu orders record changes with their store writes: a change and
+	// its write happen under it, so the store never ends up with an older
+	// state written after a newer one.
+	saveMu sync.Mutex
+
 	mu      sync.Mutex
 	rec     store.Session
-	timer   *time.Timer         // fires at rec.ExpiresAt
-	killers map[int]*time.Timer // exec timeouts by in-sandbox pid
-	tearing bool                // a teardown is in progress
-	done    chan struct{}       // closed when terminated
+	timer   *time.Timer           // fires at rec.ExpiresAt
+	killers map[int]*time.Timer   // exec timeouts by in-sandbox pid
+	feeding map[int]chan struct{} // closed when an exec's stdin data is written (KeepStdin)
+	tearing bool                  // a teardown is in progress
+	attempt chan struct{}         // closed when the current teardown attempt ends
+	done    chan struct{}         // closed when terminated
+	// deleteRequested: Destroy was called while the sandbox was being
+	// created; the creator tears it down (reason deleted) instead of
+	// making it running. abortReady stops the creator's wait for the agent.
+	deleteRequested bool
+	abortReady      context.CancelFunc
+	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
+}
+
+// errCreateAborted ends a create that was destroyed while it ran.
+var errCreateAborted = errors.New("the session was deleted while it was being created")
+
+// save applies change to sb's record and writes the result to the store,
+// both under sb.saveMu so that concurrent changes reach the store in the
+// order they were made. change runs under sb.mu; an error from it aborts
+// the save and is returned as is.
+func (m *Manager) save(ctx context.Context, sb *Sandbox, change func(r *store.Session) error) (store.Session, error) {
+	sb.saveMu.Lock()
+	defer sb.saveMu.Unlock()
+	sb.mu.Lock()
+	if err := change(&sb.rec); err != nil {
+		sb.mu.Unlock()
+		return store.Session{}, err
+	}
+	rec := sb.rec
+	sb.mu.Unlock()
+	return rec, m.opts.Store.UpdateSession(ctx, &rec)
 }
 
 // Record returns a copy of the sandbox's current record.
@@ -108,14 +149,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey 
 	if err := req.normalize(m.opts.Limits); err != nil {
 		return nil, false, err
 	}
-	tdir := m.opts.Layout.Template(req.Template)
-	tpl, err := storage.LoadTemplate(tdir)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
-		}
-		return nil, false, err
-	}
 	hash := req.hash()
 	if idempotencyKey != "" {
 		m.createMu.Lock()
@@ -137,10 +170,30 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey 
 		}
 	}
 
+	// From loading the template until the sandbox is live (and so counts
+	// as a user of it), the template cannot be removed.
+	m.tplMu.RLock()
+	tplLocked := true
+	defer func() {
+		if tplLocked {
+			m.tplMu.RUnlock()
+		}
+	}()
+	tdir := m.opts.Layout.Template(req.Template)
+	tpl, err := storage.LoadTemplate(tdir)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+		}
+		return nil, false, err
+	}
+
 	now := time.Now().UTC()
 	sb := &Sandbox{
-		id: newID(), killers: map[int]*time.Timer{}, done: make(chan struct{}),
+		id: newID(), killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{}),
+		created: make(chan struct{}),
 	}
+	defer close(sb.created)
 	sb.dir = m.opts.Layout.Sandbox(sb.id)
 	sb.rec = store.Session{
 		ID: sb.id, Template: req.Template, Driver: m.opts.Driver.Name(), State: store.StateCreating,
@@ -154,14 +207,33 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey 
 	m.mu.Lock()
 	m.live[sb.id] = sb
 	m.mu.Unlock()
+	m.tplMu.RUnlock()
+	tplLocked = false
 
 	// Once started, a create runs to completion even if the caller goes
 	// away: a retry with the same Idempotency-Key then finds the session.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	if err := m.start(startCtx, sb, tdir, tpl, req); err != nil {
+		sb.mu.Lock()
+		aborted := sb.deleteRequested
+		sb.mu.Unlock()
+		if aborted {
+			// Destroy came while we were creating; it waits for this.
+			m.log.Info("create aborted: session deleted", "session", sb.id)
+			m.teardown(context.WithoutCancel(ctx), sb, store.ReasonDeleted, "")
+			r := sb.Record()
+			return nil, false, terminatedError(&r)
+		}
 		m.log.Error("create failed", "session", sb.id, "err", err)
 		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
+		if idempotencyKey != "" {
+			// A retry with the key must try again (and get this error again,
+			// or a session), not be told 200 with this failed one.
+			if rerr := m.opts.Store.ReleaseIdempotencyKey(context.WithoutCancel(ctx), sb.id); rerr != nil {
+				m.log.Error("release idempotency key", "session", sb.id, "err", rerr)
+			}
+		}
 		return nil, false, err
 	}
 	r := sb.Record()
@@ -247,21 +319,57 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *stor
 	sb.agent = newAgentConn(socket)
 	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	sb.mu.Lock()
+	sb.abortReady = cancel
+	aborted := sb.deleteRequested
+	sb.mu.Unlock()
+	if aborted {
+		return errCreateAborted
+	}
 	if err := sb.agent.waitReady(readyCtx); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
+	if err := m.checkDefaults(ctx, sb, req); err != nil {
+		return err
+	}
 
-	sb.mu.Lock()
-	now := time.Now().UTC()
-	sb.rec.State = store.StateRunning
-	sb.rec.StartedAt = now
-	sb.rec.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
-	rec := sb.rec
-	sb.mu.Unlock()
-	if err := m.opts.Store.UpdateSession(ctx, &rec); err != nil {
+	if _, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.deleteRequested {
+			return errCreateAborted
+		}
+		now := time.Now().UTC()
+		r.State = store.StateRunning
+		r.StartedAt = now
+		r.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
+		return nil
+	}); err != nil {
 		return err
 	}
 	m.arm(sb)
+	return nil
+}
+
+// checkDefaults makes sure the session's default user and working directory
+// exist in its template, which only the agent can tell; else the create
+// would succeed and every exec without a user or cwd of its own fail.
+func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req CreateRequest) error {
+	p := req.Workdir
+	if p == "" {
+		p = "/"
+	}
+	sreq := connect.NewRequest(&filesystempb.StatRequest{Path: p})
+	setUser(sreq.Header(), req.User)
+	resp, err := sb.agent.fs.Stat(ctx, sreq)
+	switch {
+	case connect.CodeOf(err) == connect.CodeUnauthenticated:
+		return errdefs.InvalidField("user", "user %q does not exist in template %q", req.User, req.Template)
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return errdefs.InvalidField("workdir", "%q does not exist in template %q", p, req.Template)
+	case err != nil:
+		return fmt.Errorf("agent: check user and workdir: %v: %w", err, errdefs.ErrUnavailable)
+	case resp.Msg.GetEntry().GetType() == filesystempb.FileType_FILE_TYPE_FILE:
+		return errdefs.InvalidField("workdir", "%q is not a directory", p)
+	}
 	return nil
 }
 
@@ -274,10 +382,14 @@ func cutEnv(kv string) (string, string, bool) {
 	return kv, "", false
 }
 
-// arm (re)starts the session timer at the record's expiry.
+// arm (re)starts the session timer at the record's expiry, unless the
+// sandbox is no longer running (a teardown stopped its timer for good).
 func (m *Manager) arm(sb *Sandbox) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if sb.tearing || sb.rec.State != store.StateRunning {
+		return
+	}
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
@@ -360,11 +472,15 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*st
 	if err != nil {
 		return nil, err
 	}
-	sb.mu.Lock()
-	sb.rec.ExpiresAt = time.Now().UTC().Add(time.Duration(seconds) * time.Second)
-	rec := sb.rec
-	sb.mu.Unlock()
-	if err := m.opts.Store.UpdateSession(ctx, &rec); err != nil {
+	rec, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State != store.StateRunning {
+			// A teardown started since running() looked.
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+		}
+		r.ExpiresAt = time.Now().UTC().Add(time.Duration(seconds) * time.Second)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	m.arm(sb)
@@ -372,7 +488,9 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*st
 }
 
 // Destroy tears the session down now (reason deleted). Destroying a session
-// that already ended is a no-op; an unknown id is ErrNotFound.
+// that already ended is a no-op; an unknown id is ErrNotFound. A session
+// still being created is not torn down under its creator's feet: the
+// create is told to stop and tear down itself, and Destroy waits for that.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
 	sb := m.lookup(id)
 	if sb == nil {
@@ -385,6 +503,25 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		}
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
+	sb.mu.Lock()
+	if sb.rec.State == store.StateCreating && !sb.tearing && sb.created != nil {
+		sb.deleteRequested = true
+		abort := sb.abortReady
+		sb.mu.Unlock()
+		if abort != nil {
+			abort()
+		}
+		select {
+		case <-sb.created:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if sb.Record().State != store.StateTerminated {
+			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", id, errdefs.ErrUnavailable)
+		}
+		return nil
+	}
+	sb.mu.Unlock()
 	return m.teardown(ctx, sb, store.ReasonDeleted, "")
 }
 
@@ -398,30 +535,44 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 	// teardown half done.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	sb.mu.Lock()
-	if sb.tearing || sb.rec.State == store.StateTerminated {
-		sb.mu.Unlock()
-		select {
-		case <-sb.done:
-		case <-ctx.Done():
+	var attempt chan struct{} // this call's attempt, or the one to wait for
+	_, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State == store.StateTerminated {
+			attempt = sb.attempt
+			return errTeardownRunning
+		}
+		sb.tearing = true
+		attempt = make(chan struct{})
+		sb.attempt = attempt
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
+		for _, t := range sb.killers {
+			t.Stop()
+		}
+		if r.State != store.StateTerminating {
+			// A retry keeps the reason recorded by the first attempt.
+			r.State = store.StateTerminating
+			r.Reason, r.Detail = reason, detail
+		}
+		return nil
+	})
+	if errors.Is(err, errTeardownRunning) {
+		// Another call tears down; its outcome is ours.
+		if attempt != nil {
+			select {
+			case <-attempt:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if sb.Record().State != store.StateTerminated {
+			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", sb.id, errdefs.ErrUnavailable)
 		}
 		return nil
 	}
-	sb.tearing = true
-	if sb.timer != nil {
-		sb.timer.Stop()
-	}
-	for _, t := range sb.killers {
-		t.Stop()
-	}
-	if sb.rec.State != store.StateTerminating {
-		// A retry keeps the reason recorded by the first attempt.
-		sb.rec.State = store.StateTerminating
-		sb.rec.Reason, sb.rec.Detail = reason, detail
-	}
-	rec := sb.rec
-	sb.mu.Unlock()
-	if err := m.opts.Store.UpdateSession(ctx, &rec); err != nil {
+	defer close(attempt)
+	if err != nil {
 		m.log.Error("record terminating", "session", sb.id, "err", err)
 	}
 	if err := m.cleanup(ctx, sb.id); err != nil {
@@ -434,12 +585,11 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 	if sb.agent != nil {
 		sb.agent.close()
 	}
-	sb.mu.Lock()
-	sb.rec.State = store.StateTerminated
-	sb.rec.EndedAt = time.Now().UTC()
-	rec = sb.rec
-	sb.mu.Unlock()
-	if err := m.opts.Store.UpdateSession(ctx, &rec); err != nil {
+	if _, err := m.save(ctx, sb, func(r *store.Session) error {
+		r.State = store.StateTerminated
+		r.EndedAt = time.Now().UTC()
+		return nil
+	}); err != nil {
 		m.log.Error("record terminated", "session", sb.id, "err", err)
 	}
 	m.mu.Lock()
@@ -450,6 +600,9 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 	return nil
 }
 
+// errTeardownRunning: another call is tearing the sandbox down already.
+var errTeardownRunning = errors.New("teardown in progress")
+
 // cleanup removes every host resource of sandbox id; it is idempotent.
 func (m *Manager) cleanup(ctx context.Context, id string) error {
 	if err := m.opts.Driver.Delete(ctx, id); err != nil {
@@ -459,12 +612,16 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	if err := storage.RemoveLayer(filepath.Join(dir, "layer")); err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	return storage.RemoveTree(dir)
 }
 
 // Close stops timers and background work. Sandboxes keep running; the next
-// daemon adopts them in Recover.
+// daemon adopts them in Recover. Calls after the first do nothing.
 func (m *Manager) Close() {
+	m.closeOnce.Do(m.close)
+}
+
+func (m *Manager) close() {
 	close(m.closing)
 	m.mu.Lock()
 	for _, sb := range m.live {
@@ -486,6 +643,18 @@ func (m *Manager) Close() {
 
 func layerOf(sandboxDir string) storage.Layer {
 	return storage.Layer{Dir: filepath.Join(sandboxDir, "layer")}
+}
+
+// RemoveTemplateIfUnused runs remove (which takes template name's files
+// away) only if no live session uses name, and keeps creates from starting
+// on name while it runs. ErrConflict when a session uses it.
+func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error {
+	m.tplMu.Lock()
+	defer m.tplMu.Unlock()
+	if m.TemplateInUse(name) {
+		return errdefs.Newf(errdefs.ErrConflict, "template %q is used by running sessions", name)
+	}
+	return remove()
 }
 
 // TemplateInUse reports whether a live session runs on template name.

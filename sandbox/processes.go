@@ -106,6 +106,17 @@ func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte
 	if err != nil {
 		return err
 	}
+	sb.mu.Lock()
+	fed := sb.feeding[pid]
+	sb.mu.Unlock()
+	if fed != nil {
+		// The exec's own stdin data goes first.
+		select {
+		case <-fed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
 		return m.agentError(ctx, id, err, "")
 	}

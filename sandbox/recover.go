@@ -32,7 +32,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		sb := &Sandbox{id: rec.ID, dir: m.opts.Layout.Sandbox(rec.ID), rec: *rec,
-			killers: map[int]*time.Timer{}, done: make(chan struct{})}
+			killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{})}
 		switch rec.State {
 		case store.StateRunning:
 			if m.adopt(ctx, sb) {
@@ -43,6 +43,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		case store.StateCreating:
 			m.register(sb)
 			_ = m.teardown(ctx, sb, store.ReasonError, "daemon restarted while the sandbox was being created")
+			// The create never answered; a retry with its key tries again.
+			if err := m.opts.Store.ReleaseIdempotencyKey(ctx, rec.ID); err != nil {
+				m.log.Warn("release idempotency key", "session", rec.ID, "err", err)
+			}
 		case store.StateTerminating:
 			m.register(sb)
 			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
@@ -58,14 +62,28 @@ func (m *Manager) Recover(ctx context.Context) error {
 // false when the sandbox is not usable.
 func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	st, err := m.opts.Driver.Status(ctx, sb.id)
+	if err == nil && st == runtime.StatusPaused {
+		// Sessions have no paused state (yet): only a daemon that died
+		// between the freeze and the thaw of an exec kill leaves one frozen.
+		if err := m.opts.Driver.Resume(ctx, sb.id); err != nil {
+			m.log.Warn("adopt: thaw frozen sandbox", "session", sb.id, "err", err)
+		} else {
+			st = runtime.StatusRunning
+		}
+	}
 	if err != nil || st != runtime.StatusRunning {
 		return false
 	}
 	sb.agent = newAgentConn(filepath.Join(sb.dir, "agent.sock"))
+	// The agent is the sandbox's init, so a running sandbox has a live
+	// agent; connecting to its socket proves it still listens. Whether it
+	// answers quickly is another matter: a sandbox that starves itself of
+	// CPU (a small quota and busy processes) can take seconds to answer
+	// /health, and must not be destroyed, with its files, for that.
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := sb.agent.health(hctx); err != nil {
-		m.log.Warn("adopt: agent does not answer", "session", sb.id, "err", err)
+	if err := sb.agent.listening(hctx); err != nil {
+		m.log.Warn("adopt: agent socket does not accept connections", "session", sb.id, "err", err)
 		return false
 	}
 	m.register(sb)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"path"
 	goruntime "runtime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -52,12 +53,13 @@ type Limits struct {
 
 // DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
 // tasks and 300 s by default (E2B's default lifetime); at most every core of
-// the host, 64 GiB, 32768 tasks and 24 h.
+// the host, 64 GiB, 32768 tasks and 24 h. At least 32 tasks: the agent alone
+// holds about 20 (its pre-created threads), and with fewer it cannot start.
 func DefaultLimits() Limits {
 	return Limits{
 		DefaultCPU: 1, MaxCPU: float64(goruntime.NumCPU()),
 		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
-		DefaultPids: 512, MinPids: 16, MaxPids: 32768,
+		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
 		DefaultTimeoutS: 300, MaxTimeoutS: 86400,
 	}
 }
@@ -171,12 +173,21 @@ func validateMetadata(m map[string]string) error {
 	return nil
 }
 
+// maxUID is the largest uid a sandbox has: its user namespace maps 65536 ids.
+const maxUID = 65535
+
 // ValidateUser checks a user name or numeric id given in field: 1-32
-// characters of [a-z0-9_.-] (POSIX portable names, lower case) or digits.
+// characters of [a-z0-9_.-] (POSIX portable names, lower case) or a uid
+// the sandbox has (0-65535).
 func ValidateUser(field, name string) error {
 	if name == "" || len(name) > 32 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789_.-") != "" ||
 		name[0] == '-' {
 		return errdefs.InvalidField(field, "must be a user name of [a-z0-9_.-] or a numeric uid")
+	}
+	if strings.Trim(name, "0123456789") == "" {
+		if uid, err := strconv.ParseUint(name, 10, 32); err != nil || uid > maxUID {
+			return errdefs.InvalidField(field, "uid %s is outside the sandbox's ids (0-%d)", name, maxUID)
+		}
 	}
 	return nil
 }

@@ -54,15 +54,17 @@ func CreateLayer(dir, lower string, shift IDShift) (Layer, error) {
 	return l, nil
 }
 
-// RemoveLayer unmounts the layer (if mounted) and deletes dir entirely.
-// Removing a layer that is already gone is not an error.
+// RemoveLayer unmounts the layer (if mounted) and deletes dir entirely
+// (with RemoveTree: the upper directory holds whatever the sandbox made,
+// including trees deeper than any open-files limit). Removing a layer that
+// is already gone is not an error.
 func RemoveLayer(dir string) error {
 	l := Layer{Dir: dir}
 	if err := unix.Unmount(l.Merged(), unix.MNT_DETACH); err != nil &&
 		!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("unmount %s: %w", l.Merged(), err)
 	}
-	if err := os.RemoveAll(dir); err != nil {
+	if err := RemoveTree(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil

@@ -98,6 +98,14 @@ func (s *Store) GetSessionByIdempotencyKey(ctx context.Context, key string) (*Se
 	return se, notFound(err, "session for idempotency key")
 }
 
+// ReleaseIdempotencyKey forgets session id's idempotency key, so that a
+// retry with that key starts a new create. For creates that failed: the
+// key then names no session worth replaying.
+func (s *Store) ReleaseIdempotencyKey(ctx context.Context, id string) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE sessions SET idempotency_key = NULL WHERE id = ?`, id)
+	return err
+}
+
 // SessionFilter selects sessions in ListSessions.
 type SessionFilter struct {
 	// States, when not empty, keeps only sessions in one of them.

@@ -12,6 +12,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
@@ -73,7 +74,15 @@ var migrations = []string{
 
 // Open opens (creating if needed) the database at path and migrates it to
 // the latest schema. It fails if the database is newer than this binary.
+//
+// The database is readable by root only (0600, and SQLite gives its -wal and
+// -shm files the same mode): it holds every session's environment, where
+// callers put the secrets their sandboxes need, and the data directory's
+// well-known paths are traversable by every host user.
 func Open(ctx context.Context, path string) (*Store, error) {
+	if err := restrictDBFiles(path); err != nil {
+		return nil, err
+	}
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -88,6 +97,22 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// restrictDBFiles creates the database file at path with mode 0600 if it is
+// missing, and sets 0600 on it and its -wal and -shm files if they exist.
+func restrictDBFiles(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the database.

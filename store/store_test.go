@@ -181,6 +181,31 @@ func TestSessionConflictsAndNotFound(t *testing.T) {
 	wantClass(t, err, errdefs.ErrNotFound)
 }
 
+// TestReleaseIdempotencyKey proves a released key finds no session and can
+// be used by a new one, while the old session stays.
+func TestReleaseIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	a := session("a", time.Now())
+	a.IdempotencyKey = "k"
+	if err := s.CreateSession(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseIdempotencyKey(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetSessionByIdempotencyKey(ctx, "k")
+	wantClass(t, err, errdefs.ErrNotFound)
+	b := session("b", time.Now())
+	b.IdempotencyKey = "k"
+	if err := s.CreateSession(ctx, b); err != nil {
+		t.Fatalf("reuse a released key: %v", err)
+	}
+	if got, err := s.GetSession(ctx, "a"); err != nil || got.IdempotencyKey != "" {
+		t.Fatalf("session a after release: %+v %v", got, err)
+	}
+}
+
 // ids returns the ids of sessions, in order.
 func ids(list []*Session) []string {
 	out := []string{}

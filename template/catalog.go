@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,16 +28,20 @@ type Catalog struct {
 	layout storage.Layout
 	store  *store.Store
 	shift  storage.IDShift
-	// inUse reports whether a live session uses a template (set by the daemon).
-	inUse func(name string) bool
+	// guard runs the removal of a template's files only while no live
+	// session uses it (set by the daemon; see NewCatalog).
+	guard func(name string, remove func() error) error
 
 	mu sync.Mutex // serialises imports and deletes
 }
 
-// NewCatalog returns the catalog over layout and st. inUse, when not nil,
-// tells Delete whether live sessions still use a template.
-func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, inUse func(string) bool) *Catalog {
-	return &Catalog{layout: layout, store: st, shift: shift, inUse: inUse}
+// NewCatalog returns the catalog over layout and st. guard, when not nil,
+// is how Delete takes a template's files away: it calls remove only if no
+// live session uses template name, keeps new sessions off it while remove
+// runs, and returns ErrConflict otherwise (sandbox.Manager's
+// RemoveTemplateIfUnused).
+func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error) *Catalog {
+	return &Catalog{layout: layout, store: st, shift: shift, guard: guard}
 }
 
 // EnsureBase builds the base template if it is missing or was built by an
@@ -69,18 +74,15 @@ func (c *Catalog) EnsureBase(ctx context.Context) error {
 // image when src holds several. ErrConflict when name exists;
 // ErrInvalidArgument for a bad name or image.
 func (c *Catalog) Import(ctx context.Context, name, src, ref string) (*storage.Template, error) {
-	if !storage.ValidTemplateName(name) {
-		return nil, errdefs.InvalidField("name", "must be 1-63 characters of [a-z0-9._-]")
-	}
-	if name == storage.BaseTemplate {
-		return nil, errdefs.InvalidField("name", "%q is the built-in template", name)
+	if err := c.CheckImportName(name); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	dir := c.layout.Template(name)
-	if _, err := os.Stat(dir); err == nil {
-		return nil, errdefs.Newf(errdefs.ErrConflict, "template %q exists; delete it first", name)
+	if err := c.CheckImportName(name); err != nil {
+		return nil, err
 	}
+	dir := c.layout.Template(name)
 	tmp, err := c.tempDir()
 	if err != nil {
 		return nil, err
@@ -111,6 +113,22 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref string) (*storage.T
 	}
 	ok = true
 	return t, c.record(ctx, t, storage.RootFS(dir))
+}
+
+// CheckImportName says whether Import could take name now: ErrInvalidArgument
+// for a bad or reserved name, ErrConflict when a template has it. Callers
+// use it to refuse an upload before receiving it; Import checks again.
+func (c *Catalog) CheckImportName(name string) error {
+	if !storage.ValidTemplateName(name) {
+		return errdefs.InvalidField("name", "must be 1-63 characters of [a-z0-9._-]")
+	}
+	if name == storage.BaseTemplate {
+		return errdefs.InvalidField("name", "%q is the built-in template", name)
+	}
+	if _, err := os.Stat(c.layout.Template(name)); err == nil {
+		return errdefs.Newf(errdefs.ErrConflict, "template %q exists; delete it first", name)
+	}
+	return nil
 }
 
 // Get returns template name's metadata; ErrNotFound when absent.
@@ -152,9 +170,6 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 	if _, err := c.Get(ctx, name); err != nil {
 		return err
 	}
-	if c.inUse != nil && c.inUse(name) {
-		return errdefs.Newf(errdefs.ErrConflict, "template %q is used by running sessions", name)
-	}
 	trash, err := c.tempDir()
 	if err != nil {
 		return err
@@ -162,7 +177,13 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 	if err := os.Remove(trash); err != nil {
 		return err
 	}
-	if err := os.Rename(c.layout.Template(name), trash); err != nil {
+	remove := func() error { return os.Rename(c.layout.Template(name), trash) }
+	if c.guard != nil {
+		err = c.guard(name, remove)
+	} else {
+		err = remove()
+	}
+	if err != nil {
 		return err
 	}
 	if err := c.store.DeleteTemplate(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
@@ -203,12 +224,20 @@ func (c *Catalog) record(ctx context.Context, t *storage.Template, rootfs string
 	})
 }
 
-// SweepTemp removes leftovers of interrupted imports (".tmp-*" directories).
+// UploadPattern is the os.CreateTemp pattern of uploaded image tarballs
+// spooled in the templates directory before Import.
+const UploadPattern = ".upload-*.tar"
+
+// SweepTemp removes leftovers of interrupted imports and deletes (".tmp-*"
+// directories) and of uploads cut short by a crash (UploadPattern files,
+// which can be gigabytes). Call it before serving.
 func (c *Catalog) SweepTemp() {
 	entries, _ := os.ReadDir(c.layout.Templates())
 	for _, e := range entries {
-		if len(e.Name()) > 5 && e.Name()[:5] == ".tmp-" {
-			_ = os.RemoveAll(filepath.Join(c.layout.Templates(), e.Name()))
+		name := e.Name()
+		upload, _ := filepath.Match(UploadPattern, name)
+		if strings.HasPrefix(name, ".tmp-") || upload {
+			_ = os.RemoveAll(filepath.Join(c.layout.Templates(), name))
 		}
 	}
 }

@@ -43,13 +43,26 @@ func (c *cgroupV1) path(controller, id string) (string, error) {
 	return filepath.Join(mp, cgroupsPath(id)), nil
 }
 
+// unifiedKey is the key of the cgroup2 ("unified") mount in the map of
+// readCgroupMounts. On a hybrid host runc makes the sandbox's cgroup there
+// too; remove must find it (runc delete only removes what runc has state
+// for: after a runc run killed half-way the directory would stay forever).
+const unifiedKey = "cgroup2"
+
 // readCgroupMounts parses /proc/self/mountinfo for cgroup (v1) mounts.
 func readCgroupMounts() (map[string]string, error) {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
 	}
+	return parseCgroupMounts(data)
+}
+
+// parseCgroupMounts maps each v1 controller (and the unified hierarchy, as
+// unifiedKey) to its mount point, from mountinfo data.
+func parseCgroupMounts(data []byte) (map[string]string, error) {
 	out := map[string]string{}
+	unified := ""
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		// id parent major:minor root mountpoint opts ... - fstype source superopts
@@ -60,6 +73,9 @@ func readCgroupMounts() (map[string]string, error) {
 				sep = i
 				break
 			}
+		}
+		if sep >= 0 && len(fields) > sep+1 && fields[sep+1] == "cgroup2" && unified == "" {
+			unified = fields[4]
 		}
 		if sep < 0 || len(fields) < sep+4 || fields[sep+1] != "cgroup" {
 			continue
@@ -72,6 +88,9 @@ func readCgroupMounts() (map[string]string, error) {
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no cgroup v1 hierarchy is mounted")
+	}
+	if unified != "" {
+		out[unifiedKey] = unified
 	}
 	return out, nil
 }
