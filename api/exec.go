@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,16 +17,6 @@ import (
 // maxCollectedOutput caps each of stdout and stderr in a JSON exec result,
 // in bytes; output beyond it is dropped and the result says so.
 const maxCollectedOutput = 16 << 20
-
-// ExecResponse is the JSON exec result (Accept: application/json).
-// Stdout and Stderr are the raw bytes, base64-encoded in JSON.
-type ExecResponse struct {
-	sandbox.ExecResult
-	Stdout          []byte `json:"stdout"`
-	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
-}
 
 // wantsJSON reports whether the client asked for one JSON result instead of
 // an event stream.
@@ -40,7 +31,7 @@ func wantsJSON(r *http.Request) bool {
 //	event: stdout  data: <base64 of the raw bytes>
 //	event: stderr  data: <base64 of the raw bytes>
 //	event: exit    data: <ExecResult JSON>
-//	event: error   data: <Problem JSON> (the exec failed after it started)
+//	event: error   data: <v1.Problem JSON> (the exec failed after it started)
 //
 // Output is base64 so that every byte arrives unchanged (SSE is text).
 type sseOutput struct {
@@ -86,7 +77,7 @@ func (o *sseOutput) jsonEvent(name string, v any) error {
 
 // collector gathers output for a JSON result.
 type collector struct {
-	resp    ExecResponse
+	resp    v1.ExecOutput
 	started bool
 }
 
@@ -108,10 +99,10 @@ func appendCapped(buf, p []byte, truncated bool) ([]byte, bool) {
 	return append(buf, p...), truncated
 }
 
-// handleExec: POST /v1/sessions/{id}/exec with a sandbox.ExecRequest.
+// handleExec: POST /v1/sessions/{id}/exec with a v1.ExecRequest.
 // Background commands answer 202 {"pid": N} at once.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	var req sandbox.ExecRequest
+	var req v1.ExecRequest
 	if err := decodeJSON(r, &req, maxExecBody, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -123,7 +114,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusAccepted, map[string]any{"pid": res.Pid, "tag": req.Tag})
+		writeJSON(w, http.StatusAccepted, v1.BackgroundStarted{Pid: res.Pid, Tag: req.Tag})
 		return
 	}
 	if wantsJSON(r) {
@@ -137,14 +128,14 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.resp)
 		return
 	}
-	s.streamExec(w, r, func(out sandbox.Output) (*sandbox.ExecResult, error) {
+	s.streamExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
 		return s.mgr.Exec(r.Context(), id, req, out)
 	})
 }
 
 // streamExec runs fn with an SSE output. Errors before the stream started
 // are problem responses; later ones become an error event.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sandbox.Output) (*sandbox.ExecResult, error)) {
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sandbox.Output) (*v1.ExecResult, error)) {
 	out := newSSE(w)
 	started := false
 	tracked := sandbox.OutputFuncs(func(pid int) error { started = true; return out.Started(pid) }, out.Stdout, out.Stderr)
@@ -183,7 +174,7 @@ func (s *Server) handleProcesses(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"processes": ps})
+	writeJSON(w, http.StatusOK, v1.ProcessList{Processes: ps})
 }
 
 // handleAttach: GET /v1/sessions/{id}/processes/{pid}/stream re-attaches to
@@ -207,7 +198,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, c.resp)
 		return
 	}
-	s.streamExec(w, r, func(out sandbox.Output) (*sandbox.ExecResult, error) {
+	s.streamExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
 		return s.mgr.Attach(r.Context(), id, pid, out)
 	})
 }
@@ -219,9 +210,7 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req struct {
-		Signal int `json:"signal"`
-	}
+	var req v1.Signal
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -254,10 +243,7 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	var req struct {
-		Data  []byte `json:"data"`
-		Close bool   `json:"close"`
-	}
+	var req v1.StdinRequest
 	if err := decodeJSON(r, &req, maxExecBody, false); err != nil {
 		s.writeError(w, r, err)
 		return

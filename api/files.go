@@ -1,6 +1,7 @@
 package api
 
 import (
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"strconv"
@@ -99,16 +100,13 @@ func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": entries})
+	writeJSON(w, http.StatusOK, v1.EntryList{Entries: entries})
 }
 
 // handleMkdir: POST /v1/sessions/{id}/fs/mkdir {"path": P, "user"?: NAME}.
 // 201 with the entry; 409 when it exists.
 func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Path string `json:"path"`
-		User string `json:"user"`
-	}
+	var req v1.PathRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -123,11 +121,7 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 
 // handleMove: POST /v1/sessions/{id}/fs/move {"source", "destination", "user"?}.
 func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Source      string `json:"source"`
-		Destination string `json:"destination"`
-		User        string `json:"user"`
-	}
+	var req v1.MoveRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -4,29 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"sort"
 	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
-
-// Problem is an RFC 9457 problem details object, the body of every error
-// response (Content-Type application/problem+json).
-type Problem struct {
-	// Type is a stable URI reference naming the problem class; the daemon
-	// serves a description of it at that path (GET /problems/<slug>).
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	// Instance is the request path.
-	Instance string `json:"instance,omitempty"`
-	// Field names the request field at fault, for invalid-argument.
-	Field string `json:"field,omitempty"`
-	// RequestID is the request's correlation id (also in X-Request-Id).
-	RequestID string `json:"request_id,omitempty"`
-}
 
 // problemClass is one row of the error-class table.
 type problemClass struct {
@@ -68,13 +52,13 @@ const problemPath = "/problems/"
 // ProblemFor builds the problem for err: the class decides status and type,
 // err's message is the detail. Errors of no class are internal errors whose
 // message is not shown.
-func ProblemFor(err error) Problem {
+func ProblemFor(err error) v1.Problem {
 	class := errdefs.Class(err)
 	for _, pc := range problemClasses {
 		if pc.class != class {
 			continue
 		}
-		p := Problem{Type: problemPath + pc.slug, Title: pc.title, Status: pc.status, Field: errdefs.Field(err)}
+		p := v1.Problem{Type: problemPath + pc.slug, Title: pc.title, Status: pc.status, Field: errdefs.Field(err)}
 		if class != errdefs.ErrInternal {
 			p.Detail = detailOf(err, class)
 		}
@@ -94,7 +78,7 @@ func detailOf(err error, class error) string {
 }
 
 // writeProblem writes p as application/problem+json.
-func writeProblem(w http.ResponseWriter, r *http.Request, p Problem) {
+func writeProblem(w http.ResponseWriter, r *http.Request, p v1.Problem) {
 	p.Instance = r.URL.Path
 	p.RequestID = w.Header().Get(requestIDHeader)
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -129,7 +113,7 @@ func handleProblemDoc(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeProblem(w, r, Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
+	writeProblem(w, r, v1.Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
 		Detail: "no such problem type: " + slug})
 }
 

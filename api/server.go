@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"log/slog"
 	"net/http"
 	"path"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/version"
+	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/template"
@@ -103,7 +105,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for
 		// "/v1/sessions/a/files/x/../y" is another resource; say so instead.
-		writeProblem(w, r, Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
+		writeProblem(w, r, v1.Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
 			Status: http.StatusBadRequest, Field: "path", Detail: "the URL path is not clean (it has '..', '.' or '//' segments)"})
 	} else if h, pattern := s.mux.Handler(r); pattern == "" {
 		s.notFoundOrMethod(w, r, h)
@@ -120,11 +122,11 @@ func (s *Server) notFoundOrMethod(w http.ResponseWriter, r *http.Request, h http
 	h.ServeHTTP(rec, r)
 	if rec.status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", rec.header.Get("Allow"))
-		writeProblem(w, r, Problem{Type: "about:blank", Title: "Method not allowed", Status: http.StatusMethodNotAllowed,
+		writeProblem(w, r, v1.Problem{Type: "about:blank", Title: "Method not allowed", Status: http.StatusMethodNotAllowed,
 			Detail: r.Method + " is not allowed on " + r.URL.Path})
 		return
 	}
-	writeProblem(w, r, Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
+	writeProblem(w, r, v1.Problem{Type: problemPath + "not-found", Title: "Not found", Status: http.StatusNotFound,
 		Detail: "no such endpoint: " + r.Method + " " + r.URL.Path})
 }
 
@@ -185,27 +187,18 @@ func newRequestID() string {
 	return hex.EncodeToString(b)
 }
 
-// Info describes this daemon (GET /v1/info).
-type Info struct {
-	Version     string `json:"version"`
-	EnvdVersion string `json:"envd_version"`
-	// Drivers lists the isolation drivers this host has, with capabilities.
-	Drivers       []DriverInfo   `json:"drivers"`
-	DefaultDriver string         `json:"default_driver"`
-	Limits        sandbox.Limits `json:"limits"`
-}
-
-// DriverInfo is one isolation driver and what it supports.
-type DriverInfo struct {
-	Name         string `json:"name"`
-	Capabilities any    `json:"capabilities"`
-}
-
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	d := s.mgr.Driver()
-	writeJSON(w, http.StatusOK, Info{
+	writeJSON(w, http.StatusOK, v1.Info{
 		Version: version.String(), EnvdVersion: version.EnvdVersion,
-		Drivers:       []DriverInfo{{Name: d.Name(), Capabilities: d.Capabilities()}},
+		Drivers:       []v1.DriverInfo{{Name: d.Name(), Capabilities: capabilityMap(d.Capabilities())}},
 		DefaultDriver: d.Name(), Limits: s.mgr.Limits(),
 	})
+}
+
+// capabilityMap lists a driver's capabilities by their JSON names.
+func capabilityMap(c runtime.Capabilities) map[string]bool {
+	return map[string]bool{
+		"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
+	}
 }

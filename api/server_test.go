@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"log/slog"
 	"net/http"
@@ -32,12 +33,12 @@ func serve(s *Server, method, target string, header ...string) *httptest.Respons
 
 // problemOf fails t unless w is a problem+json response with status, and
 // returns the problem.
-func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) Problem {
+func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) v1.Problem {
 	t.Helper()
 	if w.Code != status || w.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("got %d %q %q, want %d problem+json", w.Code, w.Header().Get("Content-Type"), w.Body.String(), status)
 	}
-	var p Problem
+	var p v1.Problem
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}

@@ -1,47 +1,23 @@
 package api
 
 import (
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 )
 
-// Session is the API view of a session. Times are RFC 3339 UTC; unset
-// times are omitted. Environment values are never returned (they may hold
-// secrets).
-type Session struct {
-	ID       string `json:"id"`
-	Template string `json:"template"`
-	Driver   string `json:"driver"`
-	// State is creating, running, terminating or terminated.
-	State string `json:"state"`
-	// Reason (deleted, timeout, error) and Detail say why it ended.
-	Reason    string            `json:"reason,omitempty"`
-	Detail    string            `json:"detail,omitempty"`
-	CPU       float64           `json:"cpu"`
-	MemoryMB  int64             `json:"memory_mb"`
-	Pids      int64             `json:"pids"`
-	TimeoutS  int64             `json:"timeout_s"`
-	User      string            `json:"user"`
-	Workdir   string            `json:"workdir,omitempty"`
-	Metadata  map[string]string `json:"metadata"`
-	CreatedAt *time.Time        `json:"created_at,omitempty"`
-	StartedAt *time.Time        `json:"started_at,omitempty"`
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	EndedAt   *time.Time        `json:"ended_at,omitempty"`
-}
-
-func sessionView(r *store.Session) Session {
+// sessionView is the API view of a session record.
+func sessionView(r *store.Session) v1.Session {
 	meta := r.Metadata
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	return Session{
+	return v1.Session{
 		ID: r.ID, Template: r.Template, Driver: r.Driver, State: string(r.State), Reason: r.Reason, Detail: r.Detail,
 		CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS, User: r.DefaultUser,
 		Workdir: r.Workdir, Metadata: meta,
@@ -63,7 +39,7 @@ const maxIdempotencyKey = 255
 // original session (and Idempotent-Replayed: true) for a retry carrying the
 // same Idempotency-Key and body.
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
-	var req sandbox.CreateRequest
+	var req v1.CreateRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -125,11 +101,11 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]Session, 0, len(recs))
+	out := make([]v1.Session, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, sessionView(rec))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	writeJSON(w, http.StatusOK, v1.SessionList{Sessions: out})
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -154,9 +130,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 // handleTimeout: POST /v1/sessions/{id}/timeout {"timeout_s": N}: the
 // session now ends N seconds from now.
 func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		TimeoutS int64 `json:"timeout_s"`
-	}
+	var req v1.TimeoutRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
 		s.writeError(w, r, err)
 		return

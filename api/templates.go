@@ -1,6 +1,7 @@
 package api
 
 import (
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"os"
@@ -13,19 +14,9 @@ import (
 // maxTemplateUpload caps an uploaded image tarball, in bytes.
 const maxTemplateUpload = 64 << 30
 
-// Template is the API view of a template.
-type Template struct {
-	Name      string   `json:"name"`
-	Source    string   `json:"source"`
-	Digest    string   `json:"digest,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	Workdir   string   `json:"workdir,omitempty"`
-	SizeBytes int64    `json:"size_bytes"`
-	CreatedAt string   `json:"created_at"`
-}
-
-func templateView(t *storage.Template) Template {
-	return Template{Name: t.Name, Source: t.Source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
+// templateView is the API view of a template.
+func templateView(t *storage.Template) v1.Template {
+	return v1.Template{Name: t.Name, Source: t.Source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
 }
 
@@ -35,11 +26,11 @@ func (s *Server) handleTemplates(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	out := make([]Template, 0, len(ts))
+	out := make([]v1.Template, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, templateView(t))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
+	writeJSON(w, http.StatusOK, v1.TemplateList{Templates: out})
 }
 
 func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {

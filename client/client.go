@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
@@ -89,13 +90,7 @@ func (c *Client) BaseURL() string { return c.baseURL }
 
 // Error is an API error: the problem details the daemon returned.
 type Error struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Instance  string `json:"instance"`
-	Field     string `json:"field"`
-	RequestID string `json:"request_id"`
+	v1.Problem
 }
 
 // Error returns "detail (HTTP status)".
@@ -179,7 +174,7 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 }
 
 func decodeError(resp *http.Response) error {
-	e := &Error{Status: resp.StatusCode}
+	e := &Error{Problem: v1.Problem{Status: resp.StatusCode}}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err := json.Unmarshal(b, e); err != nil || e.Type == "" {
 		e.Type = "about:blank"

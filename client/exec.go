@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,46 +14,11 @@ import (
 	"strings"
 )
 
-// ExecRequest runs a command; set exactly one of Argv and Cmd (a shell
-// line run by /bin/sh -c).
-type ExecRequest struct {
-	Argv       []string          `json:"argv,omitempty"`
-	Cmd        string            `json:"cmd,omitempty"`
-	Env        map[string]string `json:"env,omitempty"`
-	Cwd        string            `json:"cwd,omitempty"`
-	User       string            `json:"user,omitempty"`
-	TimeoutS   int64             `json:"timeout_s,omitempty"`
-	Stdin      []byte            `json:"stdin,omitempty"`
-	KeepStdin  bool              `json:"keep_stdin,omitempty"`
-	Background bool              `json:"background,omitempty"`
-	Tag        string            `json:"tag,omitempty"`
-}
-
-// ExecResult is how a command ended; ExitCode is 128+Signal after a
-// signal death.
-type ExecResult struct {
-	Pid        int   `json:"pid"`
-	ExitCode   int   `json:"exit_code"`
-	Signal     int   `json:"signal,omitempty"`
-	TimedOut   bool  `json:"timed_out"`
-	OOMKilled  bool  `json:"oom_killed"`
-	DurationMS int64 `json:"duration_ms"`
-}
-
 // Exec runs req and streams its output into stdout and stderr (either may
 // be nil) as it arrives; it returns when the command ends.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
 	req.Background = false
 	return c.stream(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", req, stdout, stderr, nil)
-}
-
-// ExecOutput is a finished command with its collected output.
-type ExecOutput struct {
-	ExecResult
-	Stdout          []byte `json:"stdout"`
-	Stderr          []byte `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
 }
 
 // ExecCollect runs req and returns its output in one result (at most 16
@@ -67,28 +33,14 @@ func (c *Client) ExecCollect(ctx context.Context, id string, req ExecRequest) (*
 // ExecBackground starts req and returns its pid at once.
 func (c *Client) ExecBackground(ctx context.Context, id string, req ExecRequest) (int, error) {
 	req.Background = true
-	var out struct {
-		Pid int `json:"pid"`
-	}
+	var out v1.BackgroundStarted
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", nil, nil, req, &out)
 	return out.Pid, err
 }
 
-// Process is a running command.
-type Process struct {
-	Pid  int               `json:"pid"`
-	Tag  string            `json:"tag,omitempty"`
-	Cmd  string            `json:"cmd"`
-	Args []string          `json:"args"`
-	Env  map[string]string `json:"env,omitempty"`
-	Cwd  string            `json:"cwd,omitempty"`
-}
-
 // Processes lists the session's running commands.
 func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
-	var out struct {
-		Processes []Process `json:"processes"`
-	}
+	var out v1.ProcessList
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/processes", nil, nil, nil, &out)
 	return out.Processes, err
 }
@@ -108,17 +60,14 @@ func (c *Client) Kill(ctx context.Context, id string, pid int) error {
 // Signal sends 9 (SIGKILL) or 15 (SIGTERM) to command pid's process group.
 func (c *Client) Signal(ctx context.Context, id string, pid, signal int) error {
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/processes/"+strconv.Itoa(pid)+"/signal",
-		nil, nil, map[string]int{"signal": signal}, nil)
+		nil, nil, v1.Signal{Signal: signal}, nil)
 	return err
 }
 
 // SendStdin writes data to command pid's stdin (started with KeepStdin),
 // closing it afterwards when close is set.
 func (c *Client) SendStdin(ctx context.Context, id string, pid int, data []byte, close bool) error {
-	body := struct {
-		Data  []byte `json:"data"`
-		Close bool   `json:"close"`
-	}{data, close}
+	body := v1.StdinRequest{Data: data, Close: close}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/processes/"+strconv.Itoa(pid)+"/stdin",
 		nil, nil, body, nil)
 	return err

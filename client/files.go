@@ -2,27 +2,13 @@ package client
 
 import (
 	"context"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
-
-// Entry describes a file, directory or symlink in a sandbox.
-type Entry struct {
-	Name          string    `json:"name"`
-	Path          string    `json:"path"`
-	Type          string    `json:"type"` // "file", "dir" or "symlink"
-	Size          int64     `json:"size"`
-	Mode          uint32    `json:"mode"`
-	Permissions   string    `json:"permissions"`
-	Owner         string    `json:"owner"`
-	Group         string    `json:"group"`
-	ModifiedAt    time.Time `json:"modified_at"`
-	SymlinkTarget string    `json:"symlink_target,omitempty"`
-}
 
 // filesPath builds /v1/sessions/ID/files/PATH with each segment escaped.
 func filesPath(id, p string) string {
@@ -85,9 +71,7 @@ func (c *Client) ListDir(ctx context.Context, id, p string, depth int, user stri
 	if user != "" {
 		q.Set("user", user)
 	}
-	var out struct {
-		Entries []Entry `json:"entries"`
-	}
+	var out v1.EntryList
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/fs/list", q, nil, nil, &out)
 	return out.Entries, err
 }
@@ -96,7 +80,7 @@ func (c *Client) ListDir(ctx context.Context, id, p string, depth int, user stri
 func (c *Client) MakeDir(ctx context.Context, id, p, user string) (*Entry, error) {
 	e := &Entry{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/mkdir", nil, nil,
-		map[string]string{"path": p, "user": user}, e)
+		v1.PathRequest{Path: p, User: user}, e)
 	return e, err
 }
 
@@ -104,26 +88,13 @@ func (c *Client) MakeDir(ctx context.Context, id, p, user string) (*Entry, error
 func (c *Client) Move(ctx context.Context, id, source, destination, user string) (*Entry, error) {
 	e := &Entry{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/move", nil, nil,
-		map[string]string{"source": source, "destination": destination, "user": user}, e)
+		v1.MoveRequest{Source: source, Destination: destination, User: user}, e)
 	return e, err
-}
-
-// Template is an importable root filesystem.
-type Template struct {
-	Name      string   `json:"name"`
-	Source    string   `json:"source"`
-	Digest    string   `json:"digest,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	Workdir   string   `json:"workdir,omitempty"`
-	SizeBytes int64    `json:"size_bytes"`
-	CreatedAt string   `json:"created_at"`
 }
 
 // Templates lists templates.
 func (c *Client) Templates(ctx context.Context) ([]Template, error) {
-	var out struct {
-		Templates []Template `json:"templates"`
-	}
+	var out v1.TemplateList
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/templates", nil, nil, nil, &out)
 	return out.Templates, err
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"log/slog"
 	"net"
@@ -48,7 +49,7 @@ type Options struct {
 	// RuncPath is the runc binary; "" looks in PATH.
 	RuncPath string
 	// Limits bound create requests; zero means sandbox.DefaultLimits().
-	Limits sandbox.Limits
+	Limits v1.Limits
 	Log    *slog.Logger
 }
 

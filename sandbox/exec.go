@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,53 +18,6 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/store"
 )
-
-// ExecRequest runs one command. Exactly one of Argv and Cmd is set.
-type ExecRequest struct {
-	// Argv is the command and its arguments, run without a shell.
-	Argv []string `json:"argv,omitempty"`
-	// Cmd is a shell command line, run with /bin/sh -c (any length: texts
-	// beyond the kernel's 128 KiB argument limit are passed by file).
-	Cmd string `json:"cmd,omitempty"`
-	// Env is added to the sandbox's environment for this command.
-	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the working directory (relative paths start at the user's home).
-	Cwd string `json:"cwd,omitempty"`
-	// User runs the command ("" = the session's default user; "root" on request).
-	User string `json:"user,omitempty"`
-	// TimeoutS kills the command's process group after this many seconds
-	// (default 60; for background commands 0 means "until the session ends").
-	TimeoutS int64 `json:"timeout_s,omitempty"`
-	// Stdin, when set, is written to the command's stdin, which is then
-	// closed (unless KeepStdin). Without it stdin is /dev/null (unless
-	// KeepStdin).
-	Stdin []byte `json:"stdin,omitempty"`
-	// KeepStdin gives the command a stdin pipe that stays open for
-	// SendStdin calls (for background commands).
-	KeepStdin bool `json:"keep_stdin,omitempty"`
-	// Background returns as soon as the command started; its output is
-	// available by re-attaching (Attach) and it can be killed by pid.
-	Background bool `json:"background,omitempty"`
-	// Tag names a background command so it can be found without its pid.
-	Tag string `json:"tag,omitempty"`
-}
-
-// ExecResult is how a command ended. ExitCode follows the shell convention:
-// 128+N when signal N killed it.
-type ExecResult struct {
-	// Pid is the process id inside the sandbox.
-	Pid int `json:"pid"`
-	// ExitCode is the exit status, or 128+Signal after a signal death.
-	ExitCode int `json:"exit_code"`
-	// Signal is the number of the signal that killed it (0 for a normal exit).
-	Signal int `json:"signal,omitempty"`
-	// TimedOut: forkbox killed it at its exec timeout.
-	TimedOut bool `json:"timed_out"`
-	// OOMKilled: the kernel's out-of-memory killer ended it.
-	OOMKilled bool `json:"oom_killed"`
-	// DurationMS is the wall-clock run time in milliseconds.
-	DurationMS int64 `json:"duration_ms"`
-}
 
 // Output receives a command's events in order. A returned error stops the
 // exec (the command is then killed unless it is a background command).
@@ -86,7 +40,7 @@ const (
 // shellPath runs shell-form commands.
 const shellPath = "/bin/sh"
 
-func (r *ExecRequest) normalize(maxTimeoutS int64, defaultUser string) error {
+func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string) error {
 	switch {
 	case len(r.Argv) > 0 && r.Cmd != "":
 		return errdefs.InvalidField("argv", "give either argv or cmd, not both")
@@ -134,13 +88,13 @@ func (r *ExecRequest) normalize(maxTimeoutS int64, defaultUser string) error {
 // command's process group is killed with SIGKILL through the runtime, which
 // nothing in the sandbox can block. If ctx ends first, a foreground command
 // is killed the same way.
-func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Output) (*ExecResult, error) {
+func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out Output) (*v1.ExecResult, error) {
 	sb, err := m.running(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	rec := sb.Record()
-	if err := req.normalize(m.opts.Limits.MaxTimeoutS, rec.DefaultUser); err != nil {
+	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser); err != nil {
 		return nil, err
 	}
 	pc := &processpb.ProcessConfig{Envs: req.Env}
@@ -191,7 +145,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 	if pid == 0 {
 		return nil, fmt.Errorf("agent: first event is not start: %w", errdefs.ErrInternal)
 	}
-	res := &ExecResult{Pid: pid}
+	res := &v1.ExecResult{Pid: pid}
 	var timedOut atomic.Bool
 	if req.TimeoutS > 0 {
 		m.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
@@ -255,7 +209,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req ExecRequest, out Outp
 
 // startErrorField names the request field a failed start refers to, from
 // the agent's message: "cwd ...", "env ...", else the command itself.
-func startErrorField(err error, req ExecRequest) string {
+func startErrorField(err error, req v1.ExecRequest) string {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return ""
@@ -313,7 +267,7 @@ func streamErr(err error) error {
 
 // fillResult converts envd's end event: a signal death ("signal: killed",
 // exit code -1) becomes ExitCode 128+N with Signal N.
-func fillResult(res *ExecResult, end *processpb.ProcessEvent_EndEvent) {
+func fillResult(res *v1.ExecResult, end *processpb.ProcessEvent_EndEvent) {
 	if end.GetExited() {
 		res.ExitCode = int(end.GetExitCode())
 		return

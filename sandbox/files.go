@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -18,26 +18,7 @@ import (
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 )
 
-// Entry describes a file, directory or symlink inside a sandbox.
-type Entry struct {
-	Name string `json:"name"`
-	// Path is absolute inside the sandbox.
-	Path string `json:"path"`
-	// Type is "file", "dir" or "symlink".
-	Type string `json:"type"`
-	// Size in bytes.
-	Size int64 `json:"size"`
-	// Mode holds the permission bits (0o755).
-	Mode uint32 `json:"mode"`
-	// Permissions is the ls-style mode string ("-rw-r--r--").
-	Permissions   string    `json:"permissions"`
-	Owner         string    `json:"owner"`
-	Group         string    `json:"group"`
-	ModifiedAt    time.Time `json:"modified_at"`
-	SymlinkTarget string    `json:"symlink_target,omitempty"`
-}
-
-func entryFromPB(e *filesystempb.EntryInfo) Entry {
+func entryFromPB(e *filesystempb.EntryInfo) v1.Entry {
 	t := "file"
 	switch e.GetType() {
 	case filesystempb.FileType_FILE_TYPE_DIRECTORY:
@@ -45,7 +26,7 @@ func entryFromPB(e *filesystempb.EntryInfo) Entry {
 	case filesystempb.FileType_FILE_TYPE_SYMLINK:
 		t = "symlink"
 	}
-	return Entry{
+	return v1.Entry{
 		Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: e.GetMode() & 0o7777,
 		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
 		ModifiedAt: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget(),
@@ -98,7 +79,7 @@ func (m *Manager) fileCall(ctx context.Context, id, user string) (*Sandbox, stri
 // replaced atomically if it exists, owned by user). size is the body's
 // length in bytes or -1 when unknown. ErrInsufficientStorage when the
 // sandbox's disk is full.
-func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*Entry, error) {
+func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*v1.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -186,7 +167,7 @@ func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Resp
 }
 
 // Stat describes path.
-func (m *Manager) Stat(ctx context.Context, id, path, user string) (*Entry, error) {
+func (m *Manager) Stat(ctx context.Context, id, path, user string) (*v1.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -205,7 +186,7 @@ func (m *Manager) Stat(ctx context.Context, id, path, user string) (*Entry, erro
 }
 
 // ListDir lists directory path down to depth levels (1 = its entries).
-func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]Entry, error) {
+func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]v1.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -222,7 +203,7 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "path")
 	}
-	out := make([]Entry, 0, len(resp.Msg.GetEntries()))
+	out := make([]v1.Entry, 0, len(resp.Msg.GetEntries()))
 	for _, e := range resp.Msg.GetEntries() {
 		out = append(out, entryFromPB(e))
 	}
@@ -231,7 +212,7 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 
 // MakeDir creates directory path and its parents, owned by user.
 // ErrConflict when it already exists.
-func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*Entry, error) {
+func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*v1.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -250,7 +231,7 @@ func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*Entry, e
 }
 
 // Move renames source to destination (creating destination's parents).
-func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*Entry, error) {
+func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*v1.Entry, error) {
 	if err := checkPath("source", source); err != nil {
 		return nil, err
 	}
@@ -291,19 +272,9 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 	return nil
 }
 
-// Usage is a session's resource use, read from outside the sandbox.
-type Usage struct {
-	CPUSeconds      float64 `json:"cpu_seconds"`
-	MemoryBytes     int64   `json:"memory_bytes"`
-	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
-	Pids            int64   `json:"pids"`
-	DiskBytes       int64   `json:"disk_bytes"`
-	OOMKills        int64   `json:"oom_kills"`
-}
-
 // Usage reads the session's CPU seconds, memory (now and peak, bytes),
 // tasks, OOM kills and the bytes its writable layer holds.
-func (m *Manager) Usage(ctx context.Context, id string) (*Usage, error) {
+func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 	if _, err := m.running(ctx, id); err != nil {
 		return nil, err
 	}
@@ -311,7 +282,7 @@ func (m *Manager) Usage(ctx context.Context, id string) (*Usage, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+	u := &v1.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
 		Pids: st.Pids, OOMKills: st.OOMKills}
 	layer := layerOf(m.opts.Layout.Sandbox(id))
 	if u.DiskBytes, err = layer.DiskUsage(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"log/slog"
 	"net"
 	"net/http"
@@ -39,7 +40,7 @@ type Options struct {
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
 	AgentPath string
 	// Limits default and bound create requests.
-	Limits Limits
+	Limits v1.Limits
 	// Shift maps sandbox ids to host ids (storage.DefaultIDShift).
 	Shift storage.IDShift
 	Log   *slog.Logger
@@ -138,18 +139,18 @@ func NewManager(opts Options) *Manager {
 func (m *Manager) Driver() runtime.Driver { return m.opts.Driver }
 
 // Limits returns the bounds applied to create requests.
-func (m *Manager) Limits() Limits { return m.opts.Limits }
+func (m *Manager) Limits() v1.Limits { return m.opts.Limits }
 
 // Create starts a new sandbox for req. With a non-empty idempotencyKey, a
 // retry of the same request returns the session made by the first one
 // (created is then false) and a different request with that key fails with
 // ErrConflict. On any failure the half-made sandbox is torn down and its
 // record ends as terminated with reason error.
-func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey string) (rec *store.Session, created bool, err error) {
-	if err := req.normalize(m.opts.Limits); err != nil {
+func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *store.Session, created bool, err error) {
+	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
-	hash := req.hash()
+	hash := requestHash(&req)
 	if idempotencyKey != "" {
 		m.createMu.Lock()
 		defer m.createMu.Unlock()
@@ -242,7 +243,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest, idempotencyKey 
 
 // start builds the sandbox's files, starts it through the driver and waits
 // for its agent; then the record becomes running and the timeout is armed.
-func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *storage.Template, req CreateRequest) error {
+func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *storage.Template, req v1.CreateRequest) error {
 	if err := os.MkdirAll(sb.dir, 0o711); err != nil {
 		return err
 	}
@@ -352,7 +353,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *stor
 // checkDefaults makes sure the session's default user and working directory
 // exist in its template, which only the agent can tell; else the create
 // would succeed and every exec without a user or cwd of its own fail.
-func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req CreateRequest) error {
+func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
 	p := req.Workdir
 	if p == "" {
 		p = "/"

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"time"
 
 	"connectrpc.com/connect"
@@ -10,18 +11,8 @@ import (
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
-// ProcessInfo describes a running command started through exec.
-type ProcessInfo struct {
-	Pid  int               `json:"pid"`
-	Tag  string            `json:"tag,omitempty"`
-	Cmd  string            `json:"cmd"`
-	Args []string          `json:"args"`
-	Env  map[string]string `json:"env,omitempty"`
-	Cwd  string            `json:"cwd,omitempty"`
-}
-
 // Processes lists the commands still running in session id.
-func (m *Manager) Processes(ctx context.Context, id string) ([]ProcessInfo, error) {
+func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error) {
 	sb, err := m.running(ctx, id)
 	if err != nil {
 		return nil, err
@@ -30,9 +21,9 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]ProcessInfo, erro
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	out := make([]ProcessInfo, 0, len(resp.Msg.GetProcesses()))
+	out := make([]v1.Process, 0, len(resp.Msg.GetProcesses()))
 	for _, p := range resp.Msg.GetProcesses() {
-		out = append(out, ProcessInfo{
+		out = append(out, v1.Process{
 			Pid: int(p.GetPid()), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(),
 			Args: p.GetConfig().GetArgs(), Env: p.GetConfig().GetEnvs(), Cwd: p.GetConfig().GetCwd(),
 		})
@@ -43,7 +34,7 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]ProcessInfo, erro
 // Attach re-attaches to running command pid: its output from now on goes
 // to out, and the result comes when it ends. Leaving (ctx ends) does not
 // stop the command. ErrNotFound when no such command runs or ran recently.
-func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*ExecResult, error) {
+func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*v1.ExecResult, error) {
 	sb, err := m.running(ctx, id)
 	if err != nil {
 		return nil, err
@@ -65,7 +56,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	res := &ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
+	res := &v1.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
 	fillResult(res, end)
 	return res, nil
 }

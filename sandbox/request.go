@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"path"
 	goruntime "runtime"
 	"strconv"
@@ -14,49 +15,12 @@ import (
 	"github.com/forkbox/forkbox/storage"
 )
 
-// CreateRequest asks for a new sandbox session. Zero values take the
-// manager's defaults (Limits). Field names in errors are the REST API's.
-type CreateRequest struct {
-	// Template names the root filesystem ("base" when empty).
-	Template string `json:"template,omitempty"`
-	// CPU is the CPU quota in cores (fractions allowed).
-	CPU float64 `json:"cpu,omitempty"`
-	// MemoryMB is the memory limit in MiB (swap is not allowed beyond it).
-	MemoryMB int64 `json:"memory_mb,omitempty"`
-	// Pids caps processes plus threads.
-	Pids int64 `json:"pids,omitempty"`
-	// TimeoutS is the session's wall-clock lifetime in seconds.
-	TimeoutS int64 `json:"timeout_s,omitempty"`
-	// Env is added to every process's environment.
-	Env map[string]string `json:"env,omitempty"`
-	// Metadata is free-form labels, returned as given and usable as filters.
-	Metadata map[string]string `json:"metadata,omitempty"`
-	// User is the default user for execs and files ("user" when empty).
-	User string `json:"user,omitempty"`
-	// Workdir is the default working directory (absolute; "" = the user's home).
-	Workdir string `json:"workdir,omitempty"`
-}
-
-// Limits bound and default the values of a CreateRequest.
-type Limits struct {
-	DefaultCPU      float64 `json:"default_cpu"`
-	MaxCPU          float64 `json:"max_cpu"`
-	DefaultMemoryMB int64   `json:"default_memory_mb"`
-	MinMemoryMB     int64   `json:"min_memory_mb"`
-	MaxMemoryMB     int64   `json:"max_memory_mb"`
-	DefaultPids     int64   `json:"default_pids"`
-	MinPids         int64   `json:"min_pids"`
-	MaxPids         int64   `json:"max_pids"`
-	DefaultTimeoutS int64   `json:"default_timeout_s"`
-	MaxTimeoutS     int64   `json:"max_timeout_s"`
-}
-
 // DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
 // tasks and 300 s by default (E2B's default lifetime); at most every core of
 // the host, 64 GiB, 32768 tasks and 24 h. At least 32 tasks: the agent alone
 // holds about 20 (its pre-created threads), and with fewer it cannot start.
-func DefaultLimits() Limits {
-	return Limits{
+func DefaultLimits() v1.Limits {
+	return v1.Limits{
 		DefaultCPU: 1, MaxCPU: float64(goruntime.NumCPU()),
 		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
 		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
@@ -73,9 +37,9 @@ const (
 	maxMetadataVal  = 1024
 )
 
-// normalize applies defaults and validates r in place. Errors are
+// normalizeCreate applies defaults and validates r in place. Errors are
 // *errdefs.FieldError naming the offending field.
-func (r *CreateRequest) normalize(l Limits) error {
+func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 	if r.Template == "" {
 		r.Template = storage.BaseTemplate
 	}
@@ -127,9 +91,9 @@ func (r *CreateRequest) normalize(l Limits) error {
 	return nil
 }
 
-// hash fingerprints a normalized request, to tell an idempotent retry from
+// requestHash fingerprints a normalized request, to tell an idempotent retry from
 // a different request that reuses its Idempotency-Key.
-func (r *CreateRequest) hash() string {
+func requestHash(r *v1.CreateRequest) string {
 	b, _ := json.Marshal(r) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

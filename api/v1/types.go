@@ -1,0 +1,277 @@
+// Package v1 holds the wire types of forkbox's REST API, version 1: the
+// JSON bodies the daemon (package api) accepts and returns, and the Go
+// client (package client) sends and decodes. It is the single source of
+// the contract and depends on nothing but the standard library.
+//
+// Units are in the field names: _mb is MiB, _s seconds, _ms milliseconds,
+// _bytes bytes; CPU is in cores. Times are RFC 3339 UTC.
+package v1
+
+import "time"
+
+// CreateRequest asks for a new sandbox session (POST /v1/sessions). Zero
+// values take the daemon's defaults (see Limits).
+type CreateRequest struct {
+	// Template names the root filesystem ("base" when empty).
+	Template string `json:"template,omitempty"`
+	// CPU is the CPU quota in cores (fractions allowed).
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryMB is the memory limit in MiB (swap is not allowed beyond it).
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// Pids caps processes plus threads.
+	Pids int64 `json:"pids,omitempty"`
+	// TimeoutS is the session's wall-clock lifetime in seconds.
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Env is added to every process's environment.
+	Env map[string]string `json:"env,omitempty"`
+	// Metadata is free-form labels, returned as given and usable as filters.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// User is the default user for execs and files ("user" when empty).
+	User string `json:"user,omitempty"`
+	// Workdir is the default working directory (absolute; "" = the user's home).
+	Workdir string `json:"workdir,omitempty"`
+}
+
+// Limits bound and default the values of a CreateRequest (GET /v1/info).
+type Limits struct {
+	DefaultCPU      float64 `json:"default_cpu"`
+	MaxCPU          float64 `json:"max_cpu"`
+	DefaultMemoryMB int64   `json:"default_memory_mb"`
+	MinMemoryMB     int64   `json:"min_memory_mb"`
+	MaxMemoryMB     int64   `json:"max_memory_mb"`
+	DefaultPids     int64   `json:"default_pids"`
+	MinPids         int64   `json:"min_pids"`
+	MaxPids         int64   `json:"max_pids"`
+	DefaultTimeoutS int64   `json:"default_timeout_s"`
+	MaxTimeoutS     int64   `json:"max_timeout_s"`
+}
+
+// Session is a session as the API reports it. Unset times are omitted.
+// Environment values are never returned (they may hold secrets).
+type Session struct {
+	ID       string `json:"id"`
+	Template string `json:"template"`
+	Driver   string `json:"driver"`
+	// State is creating, running, terminating or terminated.
+	State string `json:"state"`
+	// Reason (deleted, timeout, error) and Detail say why it ended.
+	Reason    string            `json:"reason,omitempty"`
+	Detail    string            `json:"detail,omitempty"`
+	CPU       float64           `json:"cpu"`
+	MemoryMB  int64             `json:"memory_mb"`
+	Pids      int64             `json:"pids"`
+	TimeoutS  int64             `json:"timeout_s"`
+	User      string            `json:"user"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Metadata  map[string]string `json:"metadata"`
+	CreatedAt *time.Time        `json:"created_at,omitempty"`
+	StartedAt *time.Time        `json:"started_at,omitempty"`
+	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+}
+
+// SessionList is the body of GET /v1/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// ExecRequest runs one command (POST /v1/sessions/{id}/exec). Exactly one
+// of Argv and Cmd is set.
+type ExecRequest struct {
+	// Argv is the command and its arguments, run without a shell.
+	Argv []string `json:"argv,omitempty"`
+	// Cmd is a shell command line, run with /bin/sh -c (any length: texts
+	// beyond the kernel's 128 KiB argument limit are passed by file).
+	Cmd string `json:"cmd,omitempty"`
+	// Env is added to the sandbox's environment for this command.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory (relative paths start at the user's home).
+	Cwd string `json:"cwd,omitempty"`
+	// User runs the command ("" = the session's default user; "root" on request).
+	User string `json:"user,omitempty"`
+	// TimeoutS kills the command's process group after this many seconds
+	// (default 60; for background commands 0 means "until the session ends").
+	TimeoutS int64 `json:"timeout_s,omitempty"`
+	// Stdin, when set, is written to the command's stdin (base64 in JSON),
+	// which is then closed unless KeepStdin. Without either, stdin is /dev/null.
+	Stdin []byte `json:"stdin,omitempty"`
+	// KeepStdin gives the command a stdin pipe that stays open for stdin
+	// calls (for background commands).
+	KeepStdin bool `json:"keep_stdin,omitempty"`
+	// Background answers as soon as the command started; its output is
+	// available by re-attaching and it can be killed by pid.
+	Background bool `json:"background,omitempty"`
+	// Tag names a background command so it can be found without its pid.
+	Tag string `json:"tag,omitempty"`
+}
+
+// ExecResult is how a command ended. ExitCode follows the shell
+// convention: 128+N when signal N killed it.
+type ExecResult struct {
+	// Pid is the process id inside the sandbox.
+	Pid int `json:"pid"`
+	// ExitCode is the exit status, or 128+Signal after a signal death.
+	ExitCode int `json:"exit_code"`
+	// Signal is the number of the signal that killed it (0 for a normal exit).
+	Signal int `json:"signal,omitempty"`
+	// TimedOut: forkbox killed it at its exec timeout.
+	TimedOut bool `json:"timed_out"`
+	// OOMKilled: the kernel's out-of-memory killer ended it.
+	OOMKilled bool `json:"oom_killed"`
+	// DurationMS is the wall-clock run time in milliseconds.
+	DurationMS int64 `json:"duration_ms"`
+}
+
+// ExecOutput is a finished command with its output, the JSON answer of an
+// exec with Accept: application/json. Stdout and Stderr are the raw bytes
+// (base64 in JSON), at most 16 MiB each; the flags say when more was cut.
+type ExecOutput struct {
+	ExecResult
+	Stdout          []byte `json:"stdout"`
+	Stderr          []byte `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+// BackgroundStarted answers a background exec (202).
+type BackgroundStarted struct {
+	Pid int    `json:"pid"`
+	Tag string `json:"tag,omitempty"`
+}
+
+// Process is a running command started through exec.
+type Process struct {
+	Pid  int               `json:"pid"`
+	Tag  string            `json:"tag,omitempty"`
+	Cmd  string            `json:"cmd"`
+	Args []string          `json:"args"`
+	Env  map[string]string `json:"env,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"`
+}
+
+// ProcessList is the body of GET /v1/sessions/{id}/processes.
+type ProcessList struct {
+	Processes []Process `json:"processes"`
+}
+
+// Signal is the body of POST .../processes/{pid}/signal: 9 or 15.
+type Signal struct {
+	Signal int `json:"signal"`
+}
+
+// StdinRequest is the body of POST .../processes/{pid}/stdin.
+type StdinRequest struct {
+	// Data is written to the command's stdin (base64 in JSON).
+	Data []byte `json:"data"`
+	// Close closes stdin afterwards.
+	Close bool `json:"close"`
+}
+
+// TimeoutRequest is the body of POST /v1/sessions/{id}/timeout.
+type TimeoutRequest struct {
+	// TimeoutS: the session ends this many seconds from now.
+	TimeoutS int64 `json:"timeout_s"`
+}
+
+// Entry describes a file, directory or symlink inside a sandbox.
+type Entry struct {
+	Name string `json:"name"`
+	// Path is absolute inside the sandbox.
+	Path string `json:"path"`
+	// Type is "file", "dir" or "symlink".
+	Type string `json:"type"`
+	// Size in bytes.
+	Size int64 `json:"size"`
+	// Mode holds the permission bits (0o755).
+	Mode uint32 `json:"mode"`
+	// Permissions is the ls-style mode string ("-rw-r--r--").
+	Permissions   string    `json:"permissions"`
+	Owner         string    `json:"owner"`
+	Group         string    `json:"group"`
+	ModifiedAt    time.Time `json:"modified_at"`
+	SymlinkTarget string    `json:"symlink_target,omitempty"`
+}
+
+// EntryList is the body of GET /v1/sessions/{id}/fs/list.
+type EntryList struct {
+	Entries []Entry `json:"entries"`
+}
+
+// PathRequest is the body of POST .../fs/mkdir.
+type PathRequest struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+}
+
+// MoveRequest is the body of POST .../fs/move.
+type MoveRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	User        string `json:"user,omitempty"`
+}
+
+// Usage is a session's resource use, read from outside the sandbox.
+type Usage struct {
+	// CPUSeconds is CPU time used, in CPU-seconds.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// MemoryBytes and MemoryPeakBytes: memory in use now, and the most so far.
+	MemoryBytes     int64 `json:"memory_bytes"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+	// Pids is the number of tasks now.
+	Pids int64 `json:"pids"`
+	// DiskBytes is what the writable layer holds.
+	DiskBytes int64 `json:"disk_bytes"`
+	// OOMKills counts processes the out-of-memory killer ended.
+	OOMKills int64 `json:"oom_kills"`
+}
+
+// Template is a root filesystem sessions start from.
+type Template struct {
+	Name string `json:"name"`
+	// Source is "builtin" or where it was imported from.
+	Source string `json:"source"`
+	// Digest is the image manifest digest of imported templates.
+	Digest    string   `json:"digest,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	SizeBytes int64    `json:"size_bytes"`
+	CreatedAt string   `json:"created_at"`
+}
+
+// TemplateList is the body of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// Info describes the daemon (GET /v1/info).
+type Info struct {
+	Version     string `json:"version"`
+	EnvdVersion string `json:"envd_version"`
+	// Drivers lists the isolation drivers this host has, with capabilities.
+	Drivers       []DriverInfo `json:"drivers"`
+	DefaultDriver string       `json:"default_driver"`
+	Limits        Limits       `json:"limits"`
+}
+
+// DriverInfo is one isolation driver and what it supports.
+type DriverInfo struct {
+	Name         string          `json:"name"`
+	Capabilities map[string]bool `json:"capabilities"`
+}
+
+// Problem is an RFC 9457 problem details object, the body of every error
+// response (Content-Type application/problem+json).
+type Problem struct {
+	// Type is a stable URI reference naming the problem class; the daemon
+	// serves a description of it at that path ("/problems/not-found").
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Instance is the request path.
+	Instance string `json:"instance,omitempty"`
+	// Field names the request field at fault, for invalid-argument.
+	Field string `json:"field,omitempty"`
+	// RequestID is the request's correlation id (also in X-Request-Id).
+	RequestID string `json:"request_id,omitempty"`
+}
