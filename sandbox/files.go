@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"connectrpc.com/connect"
 

@@ -2,8 +2,9 @@ package sandbox
 
 import (
 	"context"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"connectrpc.com/connect"
 

@@ -4,12 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"path"
 	goruntime "runtime"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"

@@ -1,0 +1,264 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/agent"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
+	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Create starts a new sandbox for req. With a non-empty idempotencyKey, a
+// retry of the same request returns the session made by the first one
+// (created is then false) and a different request with that key fails with
+// ErrConflict. On any failure the half-made sandbox is torn down and its
+// record ends as terminated with reason error.
+func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *store.Session, created bool, err error) {
+	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
+		return nil, false, err
+	}
+	hash := requestHash(&req)
+	if idempotencyKey != "" {
+		m.createMu.Lock()
+		defer m.createMu.Unlock()
+		prev, err := m.opts.Store.GetSessionByIdempotencyKey(ctx, idempotencyKey)
+		if err == nil {
+			if prev.RequestHash != hash {
+				return nil, false, errdefs.Newf(errdefs.ErrConflict,
+					"Idempotency-Key %q was used for a different request", idempotencyKey)
+			}
+			if sb := m.lookup(prev.ID); sb != nil {
+				r := sb.Record()
+				return &r, false, nil
+			}
+			return prev, false, nil
+		}
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, false, err
+		}
+	}
+
+	// From loading the template until the sandbox is live (and so counts
+	// as a user of it), the template cannot be removed.
+	m.tplMu.RLock()
+	tplLocked := true
+	defer func() {
+		if tplLocked {
+			m.tplMu.RUnlock()
+		}
+	}()
+	tdir := m.opts.Layout.Template(req.Template)
+	tpl, err := storage.LoadTemplate(tdir)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+		}
+		return nil, false, err
+	}
+
+	now := time.Now().UTC()
+	sb := &Sandbox{
+		id: newID(), killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{}),
+		created: make(chan struct{}),
+	}
+	defer close(sb.created)
+	sb.dir = m.opts.Layout.Sandbox(sb.id)
+	sb.rec = store.Session{
+		ID: sb.id, Template: req.Template, Driver: m.opts.Driver.Name(), State: store.StateCreating,
+		CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutS: req.TimeoutS,
+		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
+		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
+	}
+	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
+		return nil, false, err
+	}
+	m.mu.Lock()
+	m.live[sb.id] = sb
+	m.mu.Unlock()
+	m.tplMu.RUnlock()
+	tplLocked = false
+
+	// Once started, a create runs to completion even if the caller goes
+	// away: a retry with the same Idempotency-Key then finds the session.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := m.start(startCtx, sb, tdir, tpl, req); err != nil {
+		sb.mu.Lock()
+		aborted := sb.deleteRequested
+		sb.mu.Unlock()
+		if aborted {
+			// Destroy came while we were creating; it waits for this.
+			m.log.Info("create aborted: session deleted", "session", sb.id)
+			m.teardown(context.WithoutCancel(ctx), sb, store.ReasonDeleted, "")
+			r := sb.Record()
+			return nil, false, terminatedError(&r)
+		}
+		m.log.Error("create failed", "session", sb.id, "err", err)
+		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
+		if idempotencyKey != "" {
+			// A retry with the key must try again (and get this error again,
+			// or a session), not be told 200 with this failed one.
+			if rerr := m.opts.Store.ReleaseIdempotencyKey(context.WithoutCancel(ctx), sb.id); rerr != nil {
+				m.log.Error("release idempotency key", "session", sb.id, "err", rerr)
+			}
+		}
+		return nil, false, err
+	}
+	r := sb.Record()
+	return &r, true, nil
+}
+
+// start builds the sandbox's files, starts it through the driver and waits
+// for its agent; then the record becomes running and the timeout is armed.
+func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *storage.Template, req v1.CreateRequest) error {
+	if err := os.MkdirAll(sb.dir, 0o711); err != nil {
+		return err
+	}
+	layer, err := storage.CreateLayer(filepath.Join(sb.dir, "layer"), storage.RootFS(tdir), m.opts.Shift)
+	if err != nil {
+		return fmt.Errorf("writable layer: %w", err)
+	}
+	hosts := filepath.Join(sb.dir, "hosts")
+	hostsData := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", sb.id)
+	if err := os.WriteFile(hosts, []byte(hostsData), 0o644); err != nil {
+		return err
+	}
+	hostname := filepath.Join(sb.dir, "hostname")
+	if err := os.WriteFile(hostname, []byte(sb.id+"\n"), 0o644); err != nil {
+		return err
+	}
+	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
+	for _, d := range []string{"/home/user", "/root", "/tmp"} {
+		mounts = append(mounts, runtime.Mount{Source: filepath.Join(layer.Merged(), d), Target: d})
+	}
+	mounts = append(mounts,
+		runtime.Mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true},
+		runtime.Mount{Source: hostname, Target: "/etc/hostname", ReadOnly: true},
+	)
+
+	acfg := agent.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
+	if acfg.Workdir == "" {
+		acfg.Workdir = tpl.Workdir
+	}
+	for _, kv := range tpl.Env {
+		k, v, _ := cutEnv(kv)
+		if k == "PATH" {
+			acfg.Path = v
+			continue
+		}
+		acfg.Env[k] = v
+	}
+	for k, v := range req.Env {
+		acfg.Env[k] = v
+	}
+	acfgJSON, err := json.Marshal(acfg)
+	if err != nil {
+		return err
+	}
+
+	socket := filepath.Join(sb.dir, "agent.sock")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	ul.SetUnlinkOnClose(false)
+	defer ul.Close()
+	if err := os.Chmod(socket, 0o600); err != nil {
+		return err
+	}
+	lf, err := ul.File()
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+
+	shift := m.opts.Shift
+	idmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}}
+	gidmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}}
+	err = m.opts.Driver.Create(ctx, runtime.Config{
+		ID: sb.id, StateDir: sb.dir, RootFS: layer.Merged(), Mounts: mounts,
+		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
+		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
+		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap,
+	})
+	if err != nil {
+		return err
+	}
+	sb.agent = newAgentConn(socket)
+	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sb.mu.Lock()
+	sb.abortReady = cancel
+	aborted := sb.deleteRequested
+	sb.mu.Unlock()
+	if aborted {
+		return errCreateAborted
+	}
+	if err := sb.agent.waitReady(readyCtx); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := m.checkDefaults(ctx, sb, req); err != nil {
+		return err
+	}
+
+	if _, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.deleteRequested {
+			return errCreateAborted
+		}
+		now := time.Now().UTC()
+		r.State = store.StateRunning
+		r.StartedAt = now
+		r.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
+		return nil
+	}); err != nil {
+		return err
+	}
+	m.arm(sb)
+	return nil
+}
+
+// checkDefaults makes sure the session's default user and working directory
+// exist in its template, which only the agent can tell; else the create
+// would succeed and every exec without a user or cwd of its own fail.
+func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
+	p := req.Workdir
+	if p == "" {
+		p = "/"
+	}
+	sreq := connect.NewRequest(&filesystempb.StatRequest{Path: p})
+	setUser(sreq.Header(), req.User)
+	resp, err := sb.agent.fs.Stat(ctx, sreq)
+	switch {
+	case connect.CodeOf(err) == connect.CodeUnauthenticated:
+		return errdefs.InvalidField("user", "user %q does not exist in template %q", req.User, req.Template)
+	case connect.CodeOf(err) == connect.CodeNotFound:
+		return errdefs.InvalidField("workdir", "%q does not exist in template %q", p, req.Template)
+	case err != nil:
+		return fmt.Errorf("agent: check user and workdir: %v: %w", err, errdefs.ErrUnavailable)
+	case resp.Msg.GetEntry().GetType() == filesystempb.FileType_FILE_TYPE_FILE:
+		return errdefs.InvalidField("workdir", "%q is not a directory", p)
+	}
+	return nil
+}
+
+func cutEnv(kv string) (string, string, bool) {
+	for i := 0; i < len(kv); i++ {
+		if kv[i] == '=' {
+			return kv[:i], kv[i+1:], true
+		}
+	}
+	return kv, "", false
+}

@@ -1,0 +1,167 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Destroy tears the session down now (reason deleted). Destroying a session
+// that already ended is a no-op; an unknown id is ErrNotFound. A session
+// still being created is not torn down under its creator's feet: the
+// create is told to stop and tear down itself, and Destroy waits for that.
+func (m *Manager) Destroy(ctx context.Context, id string) error {
+	sb := m.lookup(id)
+	if sb == nil {
+		rec, err := m.opts.Store.GetSession(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rec.State == store.StateTerminated {
+			return nil
+		}
+		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
+	}
+	sb.mu.Lock()
+	if sb.rec.State == store.StateCreating && !sb.tearing && sb.created != nil {
+		sb.deleteRequested = true
+		abort := sb.abortReady
+		sb.mu.Unlock()
+		if abort != nil {
+			abort()
+		}
+		select {
+		case <-sb.created:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if sb.Record().State != store.StateTerminated {
+			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", id, errdefs.ErrUnavailable)
+		}
+		return nil
+	}
+	sb.mu.Unlock()
+	return m.teardown(ctx, sb, store.ReasonDeleted, "")
+}
+
+// teardown moves sb to terminating, removes everything it has on the host
+// (processes, cgroups, runtime state, mounts, writable layer, files) and
+// records it as terminated with reason. If removal fails the record stays
+// terminating (with the first reason) and the janitor retries. Concurrent
+// calls are safe: one tears down, the others wait for it.
+func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail string) error {
+	// A caller that goes away (a client disconnecting) must not leave a
+	// teardown half done.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	var attempt chan struct{} // this call's attempt, or the one to wait for
+	_, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State == store.StateTerminated {
+			attempt = sb.attempt
+			return errTeardownRunning
+		}
+		sb.tearing = true
+		attempt = make(chan struct{})
+		sb.attempt = attempt
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
+		for _, t := range sb.killers {
+			t.Stop()
+		}
+		if r.State != store.StateTerminating {
+			// A retry keeps the reason recorded by the first attempt.
+			r.State = store.StateTerminating
+			r.Reason, r.Detail = reason, detail
+		}
+		return nil
+	})
+	if errors.Is(err, errTeardownRunning) {
+		// Another call tears down; its outcome is ours.
+		if attempt != nil {
+			select {
+			case <-attempt:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if sb.Record().State != store.StateTerminated {
+			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", sb.id, errdefs.ErrUnavailable)
+		}
+		return nil
+	}
+	defer close(attempt)
+	if err != nil {
+		m.log.Error("record terminating", "session", sb.id, "err", err)
+	}
+	if err := m.cleanup(ctx, sb.id); err != nil {
+		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
+		sb.mu.Lock()
+		sb.tearing = false
+		sb.mu.Unlock()
+		return err
+	}
+	if sb.agent != nil {
+		sb.agent.close()
+	}
+	if _, err := m.save(ctx, sb, func(r *store.Session) error {
+		r.State = store.StateTerminated
+		r.EndedAt = time.Now().UTC()
+		return nil
+	}); err != nil {
+		m.log.Error("record terminated", "session", sb.id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.live, sb.id)
+	m.mu.Unlock()
+	close(sb.done)
+	m.log.Info("session ended", "session", sb.id, "reason", reason)
+	return nil
+}
+
+// errTeardownRunning: another call is tearing the sandbox down already.
+var errTeardownRunning = errors.New("teardown in progress")
+
+// cleanup removes every host resource of sandbox id; it is idempotent.
+func (m *Manager) cleanup(ctx context.Context, id string) error {
+	if err := m.opts.Driver.Delete(ctx, id); err != nil {
+		return err
+	}
+	dir := m.opts.Layout.Sandbox(id)
+	if err := storage.RemoveLayer(filepath.Join(dir, "layer")); err != nil {
+		return err
+	}
+	return storage.RemoveTree(dir)
+}
+
+// Close stops timers and background work. Sandboxes keep running; the next
+// daemon adopts them in Recover. Calls after the first do nothing.
+func (m *Manager) Close() {
+	m.closeOnce.Do(m.close)
+}
+
+func (m *Manager) close() {
+	close(m.closing)
+	m.mu.Lock()
+	for _, sb := range m.live {
+		sb.mu.Lock()
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
+		for _, t := range sb.killers {
+			t.Stop()
+		}
+		sb.mu.Unlock()
+		if sb.agent != nil {
+			sb.agent.close()
+		}
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+}
