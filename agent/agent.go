@@ -128,7 +128,9 @@ func Main(listenFD int) int {
 	// Not dumpable: no process in the sandbox (not even root, which lacks
 	// CAP_SYS_PTRACE) may ptrace the agent or open /proc/1/fd.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
-	prewarmThreads(16)
+	// In the background: it takes a few ms, and nothing can start a fork
+	// bomb before the agent serves its first exec.
+	go prewarmThreads(16)
 
 	f := os.NewFile(uintptr(listenFD), "agent-listener")
 	if f == nil {
