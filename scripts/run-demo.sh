@@ -31,7 +31,7 @@ echo "session $id"
 printf 'print(sum(range(10**6)))\n' > /tmp/forkbox-demo.py
 bin/forkbox cp /tmp/forkbox-demo.py "$id:/home/user/demo.py"
 bin/forkbox exec "$id" -- python3 demo.py
-bin/forkbox exec "$id" -- sh -c 'ps -e | wc -l | xargs echo processes visible:; touch /usr/x 2>&1 || true; ls /etc/shadow 2>&1 || true'
+bin/forkbox exec "$id" -- sh -c 'ps -eo pid,user,comm; touch /usr/x 2>&1 || true; ls /etc/shadow 2>&1 || true'
 bin/forkbox exec "$id" -- sh -c 'python3 -c "print(\"hello from the sandbox\")" > out.txt'
 bin/forkbox cp "$id:/home/user/out.txt" -
 bin/forkbox ls
