@@ -105,10 +105,20 @@ func shell(script string) *processpb.StartRequest { return command("/bin/sh", "-
 // and the stream's error, or io.EOF for a clean end.
 type next func() (*processpb.ProcessEvent, error)
 
-func startEvents(s *connect.ServerStreamForClient[processpb.StartResponse]) next {
+// startEvents and connectEvents adapt a Start or Connect stream to next.
+func startEvents(s *connect.ServerStreamForClient[processpb.StartResponse]) next { return events(s) }
+
+func connectEvents(s *connect.ServerStreamForClient[processpb.ConnectResponse]) next {
+	return events(s)
+}
+
+func events[T any, PT interface {
+	*T
+	GetEvent() *processpb.ProcessEvent
+}](s *connect.ServerStreamForClient[T]) next {
 	return func() (*processpb.ProcessEvent, error) {
 		if s.Receive() {
-			return s.Msg().GetEvent(), nil
+			return PT(s.Msg()).GetEvent(), nil
 		}
 		if err := s.Err(); err != nil {
 			return nil, err
@@ -117,16 +127,21 @@ func startEvents(s *connect.ServerStreamForClient[processpb.StartResponse]) next
 	}
 }
 
-func connectEvents(s *connect.ServerStreamForClient[processpb.ConnectResponse]) next {
-	return func() (*processpb.ProcessEvent, error) {
-		if s.Receive() {
-			return s.Msg().GetEvent(), nil
-		}
-		if err := s.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
+// mustStart starts req and reads its start event; the stream is closed
+// when the test ends. It returns the remaining events and the pid.
+func mustStart(t *testing.T, ctx context.Context, c processpbconnect.ProcessClient, req *processpb.StartRequest) (next, uint32) {
+	t.Helper()
+	s, err := c.Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
+	ev := startEvents(s)
+	pid, err := expectStart(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, pid
 }
 
 // outcome is what a process stream delivered.

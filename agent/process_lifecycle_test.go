@@ -46,16 +46,7 @@ func TestDeadlineKillsProcess(t *testing.T) {
 	_, c := newProcessAgent(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	s, err := c.Start(ctx, connect.NewRequest(command("sleep", "30")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ev := startEvents(s)
-	pid, err := expectStart(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev, pid := mustStart(t, ctx, c, command("sleep", "30"))
 	o := &outcome{pid: pid}
 	if err := collectRest(ev, o); err == nil && o.end.GetStatus() != "signal: killed" {
 		t.Fatalf("stream ended with %v", o.end)

@@ -28,16 +28,7 @@ func ptyRequest(script string, cols, rows uint32) *processpb.StartRequest {
 func TestPTY(t *testing.T) {
 	_, c := newProcessAgent(t, Config{})
 	ctx := guardCtx(t)
-	s, err := c.Start(ctx, connect.NewRequest(ptyRequest(`stty size; read line; stty size; echo "got $line"; tty`, 80, 24)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ev := startEvents(s)
-	pid, err := expectStart(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev, pid := mustStart(t, ctx, c, ptyRequest(`stty size; read line; stty size; echo "got $line"; tty`, 80, 24))
 	o := &outcome{pid: pid}
 	readUntil(t, ev, o, "24 80")
 
@@ -46,7 +37,7 @@ func TestPTY(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: pidSel(pid)}))
+	_, err := c.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: pidSel(pid)}))
 	wantCode(t, err, connect.CodeFailedPrecondition)
 	_, err = c.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{
 		Process: pidSel(pid), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: []byte("x")}},
@@ -117,16 +108,7 @@ func TestPTYBackgroundChildDoesNotHoldStream(t *testing.T) {
 func TestStreamInput(t *testing.T) {
 	_, c := newProcessAgent(t, Config{})
 	ctx := guardCtx(t)
-	s, err := c.Start(ctx, connect.NewRequest(shell(`head -c 12`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ev := startEvents(s)
-	pid, err := expectStart(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev, pid := mustStart(t, ctx, c, shell(`head -c 12`))
 	in := c.StreamInput(ctx)
 	msgs := []*processpb.StreamInputRequest{{Event: &processpb.StreamInputRequest_Start{
 		Start: &processpb.StreamInputRequest_StartEvent{Process: pidSel(pid)}}}}

@@ -226,16 +226,7 @@ func TestNumericUser(t *testing.T) {
 func TestStdin(t *testing.T) {
 	_, c := newProcessAgent(t, Config{})
 	ctx := guardCtx(t)
-	s, err := c.Start(ctx, connect.NewRequest(command("cat")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ev := startEvents(s)
-	pid, err := expectStart(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev, pid := mustStart(t, ctx, c, command("cat"))
 	input := []byte("hello\x00\xff world\n")
 	for _, chunk := range [][]byte{input[:3], input[3:]} {
 		_, err := c.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{

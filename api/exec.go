@@ -117,20 +117,26 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, v1.BackgroundStarted{Pid: res.Pid, Tag: req.Tag})
 		return
 	}
-	if wantsJSON(r) {
-		c := &collector{}
-		res, err := s.mgr.Exec(r.Context(), id, req, c)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		c.resp.ExecResult = *res
-		writeJSON(w, http.StatusOK, c.resp)
-		return
-	}
-	s.streamExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
+	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
 		return s.mgr.Exec(r.Context(), id, req, out)
 	})
+}
+
+// respondExec runs fn and answers with one JSON result when the client
+// asked for it (Accept: application/json), else with the event stream.
+func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(sandbox.Output) (*v1.ExecResult, error)) {
+	if !wantsJSON(r) {
+		s.streamExec(w, r, fn)
+		return
+	}
+	c := &collector{}
+	res, err := fn(c)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	c.resp.ExecResult = *res
+	writeJSON(w, http.StatusOK, c.resp)
 }
 
 // streamExec runs fn with an SSE output. Errors before the stream started
@@ -187,18 +193,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if wantsJSON(r) {
-		c := &collector{}
-		res, err := s.mgr.Attach(r.Context(), id, pid, c)
-		if err != nil {
-			s.writeError(w, r, err)
-			return
-		}
-		c.resp.ExecResult = *res
-		writeJSON(w, http.StatusOK, c.resp)
-		return
-	}
-	s.streamExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
+	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
 		return s.mgr.Attach(r.Context(), id, pid, out)
 	})
 }

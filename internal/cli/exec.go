@@ -79,11 +79,7 @@ when forkbox itself failed; 127 when the command does not exist).`,
 			if err != nil {
 				return err
 			}
-			req, err := cf.request()
-			if err != nil {
-				return err
-			}
-			s, _, err := c.CreateSession(cmd.Context(), req, "")
+			s, err := cf.create(cmd.Context(), c)
 			if err != nil {
 				return err
 			}

@@ -40,6 +40,16 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringVarP(&f.user, "user", "u", "", `user to run as (default "user"; "root" on request)`)
 }
 
+// create makes a session from the flags.
+func (f *createFlags) create(ctx context.Context, c *client.Client) (*client.Session, error) {
+	req, err := f.request()
+	if err != nil {
+		return nil, err
+	}
+	s, _, err := c.CreateSession(ctx, req, "")
+	return s, err
+}
+
 func (f *createFlags) request() (client.CreateRequest, error) {
 	env, err := parseEnv(f.env)
 	if err != nil {
@@ -73,11 +83,7 @@ func newCreateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			req, err := cf.request()
-			if err != nil {
-				return err
-			}
-			s, _, err := c.CreateSession(cmd.Context(), req, "")
+			s, err := cf.create(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
