@@ -55,7 +55,8 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 // Agent holds the services' shared state. It is safe for concurrent use.
 type Agent struct {
-	cfg    Config
+	cfgMu  sync.RWMutex
+	cfg    Config // read through config(); /init changes it
 	log    *slog.Logger
 	reaper *reaper
 	procs  *procTable
@@ -75,6 +76,13 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	return &Agent{cfg: cfg, log: log, reaper: newReaper(), procs: newProcTable()}
 }
 
+// config returns the current configuration (callers must not modify Env).
+func (a *Agent) config() Config {
+	a.cfgMu.RLock()
+	defer a.cfgMu.RUnlock()
+	return a.cfg
+}
+
 // Handler returns the agent's HTTP handler: the Connect-RPC services under
 // /process.Process/ and /filesystem.Filesystem/, plus /files and /health.
 func (a *Agent) Handler() http.Handler {
@@ -86,6 +94,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /init", a.handleInit)
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
 	return mux

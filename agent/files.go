@@ -92,7 +92,7 @@ func fileErrorStatus(err error) int {
 func (a *Agent) fileUser(r *http.Request) (*account, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
-		name = userFromRequest(r.Header, a.cfg.DefaultUser)
+		name = userFromRequest(r.Header, a.config().DefaultUser)
 	}
 	acc, err := lookupAccount(name)
 	if err != nil {

@@ -50,8 +50,9 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 		return nil, connect.NewError(connect.CodeInvalidArgument,
 			fmt.Errorf("process.cmd is %d bytes; the limit is %d", len(pc.GetCmd()), maxArgLen))
 	}
+	cfg := a.config()
 	envMap := map[string]string{
-		"PATH": a.cfg.Path, "HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name,
+		"PATH": cfg.Path, "HOME": acc.Home, "USER": acc.Name, "LOGNAME": acc.Name,
 	}
 	keys := []string{"PATH", "HOME", "USER", "LOGNAME"}
 	add := func(k, v string) {
@@ -60,8 +61,8 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 		}
 		envMap[k] = v
 	}
-	for _, k := range sortedKeys(a.cfg.Env) {
-		add(k, a.cfg.Env[k])
+	for _, k := range sortedKeys(cfg.Env) {
+		add(k, cfg.Env[k])
 	}
 	for _, k := range sortedKeys(pc.GetEnvs()) {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -81,8 +82,8 @@ func (a *Agent) buildLaunch(req *processpb.StartRequest, acc *account) (*launchS
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		dir = "/" // a user whose home does not exist (nobody's /nonexistent)
 	}
-	if a.cfg.Workdir != "" {
-		dir = a.cfg.Workdir
+	if cfg.Workdir != "" {
+		dir = cfg.Workdir
 	}
 	if pc.Cwd != nil && pc.GetCwd() != "" {
 		dir = resolvePath(pc.GetCwd(), acc.Home)

@@ -41,7 +41,7 @@ func keepaliveInterval(h interface{ Get(string) string }) time.Duration {
 // life: it is killed then, even if the client has gone; a client that
 // disconnects earlier leaves it running.
 func (s *processService) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
-	acc, err := lookupAccount(userFromRequest(req.Header(), s.a.cfg.DefaultUser))
+	acc, err := lookupAccount(userFromRequest(req.Header(), s.a.config().DefaultUser))
 	if err != nil {
 		return err
 	}

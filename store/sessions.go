@@ -14,11 +14,15 @@ import (
 // State is a session's lifecycle state.
 type State string
 
-// The lifecycle: creating -> running -> terminating -> terminated. A session
-// that fails while creating goes straight to terminated with reason error.
+// The lifecycle: creating -> running <-> paused -> terminating ->
+// terminated. A session that fails while creating goes straight to
+// terminated with reason error. Warm-pool members wait in pooled (hidden
+// from users) until a create claims them and they become running.
 const (
 	StateCreating    State = "creating"
+	StatePooled      State = "pooled"
 	StateRunning     State = "running"
+	StatePaused      State = "paused"
 	StateTerminating State = "terminating"
 	StateTerminated  State = "terminated"
 )
@@ -58,11 +62,21 @@ type Session struct {
 	StartedAt      time.Time
 	ExpiresAt      time.Time
 	EndedAt        time.Time
+	// Snapshot is the snapshot the session was restored from ("" for a template).
+	Snapshot string
+	// DiskMB caps what the session may write, in MiB (0 = no cap).
+	DiskMB int64
+	// AutoPauseS pauses the session after that many idle seconds (0 = never).
+	AutoPauseS int64
+	// PausedAt is when a paused session was paused; Remaining is the
+	// timeout it had left then, restored on resume.
+	PausedAt  time.Time
+	Remaining time.Duration
 }
 
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
-	created_at, started_at, expires_at, ended_at`
+	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -74,10 +88,11 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
-		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt))
+		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds())
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -159,12 +174,28 @@ func jsonPathKey(k string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(k) + `"`
 }
 
-// UpdateSession writes the mutable fields of se: state, reason, detail,
-// started, expires and ended times. ErrNotFound for an unknown id.
+// UpdateSession writes every field of se but its id, template, driver and
+// creation time, which never change.
+// ErrNotFound for an unknown id; ErrConflict when the idempotency key is
+// another session's.
 func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?, detail = ?,
-		started_at = ?, expires_at = ?, ended_at = ? WHERE id = ?`,
-		se.State, se.Reason, se.Detail, ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt), se.ID)
+	env, _ := json.Marshal(nonNil(se.Env))
+	meta, _ := json.Marshal(nonNil(se.Metadata))
+	var key any
+	if se.IdempotencyKey != "" {
+		key = se.IdempotencyKey
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?,
+		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
+		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
+		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ? WHERE id = ?`,
+		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
+		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
+		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.ID)
+	if isUniqueViolation(err) {
+		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
+	}
 	if err != nil {
 		return err
 	}
@@ -180,10 +211,10 @@ func scanSession(r scanner) (*Session, error) {
 	var se Session
 	var env, meta string
 	var key sql.NullString
-	var created, started, expires, ended int64
+	var created, started, expires, ended, paused, remaining int64
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
-		&created, &started, &expires, &ended)
+		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +226,7 @@ func scanSession(r scanner) (*Session, error) {
 		return nil, fmt.Errorf("session %s metadata: %w", se.ID, err)
 	}
 	se.CreatedAt, se.StartedAt, se.ExpiresAt, se.EndedAt = fromMS(created), fromMS(started), fromMS(expires), fromMS(ended)
+	se.PausedAt, se.Remaining = fromMS(paused), time.Duration(remaining)*time.Millisecond
 	return &se, nil
 }
 

@@ -70,6 +70,33 @@ var migrations = []string{
 		created_at   INTEGER NOT NULL,
 		last_used_at INTEGER NOT NULL DEFAULT 0
 	);`,
+	// 2: snapshots, pause state, restore source, disk limits, warm pools.
+	`ALTER TABLE sessions ADD COLUMN snapshot TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN disk_mb INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN auto_pause_s INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN paused_at INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE sessions ADD COLUMN remaining_ms INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE snapshots (
+		id          TEXT PRIMARY KEY,
+		session_id  TEXT NOT NULL,
+		parent      TEXT NOT NULL DEFAULT '',
+		template    TEXT NOT NULL,
+		storage     TEXT NOT NULL,
+		size_bytes  INTEGER NOT NULL DEFAULT 0,
+		digest      TEXT NOT NULL,
+		created_at  INTEGER NOT NULL,
+		expires_at  INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE INDEX snapshots_parent ON snapshots(parent);
+	CREATE INDEX sessions_snapshot ON sessions(snapshot);
+	CREATE TABLE pools (
+		template   TEXT PRIMARY KEY,
+		size       INTEGER NOT NULL,
+		cpu        REAL NOT NULL,
+		memory_mb  INTEGER NOT NULL,
+		pids       INTEGER NOT NULL,
+		disk_mb    INTEGER NOT NULL
+	);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

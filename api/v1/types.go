@@ -30,6 +30,17 @@ type CreateRequest struct {
 	User string `json:"user,omitempty"`
 	// Workdir is the default working directory (absolute; "" = the user's home).
 	Workdir string `json:"workdir,omitempty"`
+	// Snapshot starts the session from a snapshot's files instead of a
+	// template (the template is the snapshot's). Processes are not part of a
+	// snapshot in the runc tier: the session starts with a fresh agent.
+	Snapshot string `json:"snapshot,omitempty"`
+	// DiskMB caps what the session may write, in MiB; past it writes fail
+	// with ENOSPC or EDQUOT inside the sandbox.
+	DiskMB int64 `json:"disk_mb,omitempty"`
+	// AutoPauseS pauses the session after this many seconds without an exec
+	// or files call (0 = never). An auto-paused session resumes by itself on
+	// its next exec or files call.
+	AutoPauseS int64 `json:"auto_pause_s,omitempty"`
 }
 
 // Limits bound and default the values of a CreateRequest (GET /v1/info).
@@ -44,6 +55,9 @@ type Limits struct {
 	MaxPids         int64   `json:"max_pids"`
 	DefaultTimeoutS int64   `json:"default_timeout_s"`
 	MaxTimeoutS     int64   `json:"max_timeout_s"`
+	DefaultDiskMB   int64   `json:"default_disk_mb"`
+	MinDiskMB       int64   `json:"min_disk_mb"`
+	MaxDiskMB       int64   `json:"max_disk_mb"`
 }
 
 // Session is a session as the API reports it. Unset times are omitted.
@@ -52,7 +66,7 @@ type Session struct {
 	ID       string `json:"id"`
 	Template string `json:"template"`
 	Driver   string `json:"driver"`
-	// State is creating, running, terminating or terminated.
+	// State is creating, running, paused, terminating or terminated.
 	State string `json:"state"`
 	// Reason (deleted, timeout, error) and Detail say why it ended.
 	Reason    string            `json:"reason,omitempty"`
@@ -66,8 +80,16 @@ type Session struct {
 	Metadata  map[string]string `json:"metadata"`
 	CreatedAt *time.Time        `json:"created_at,omitempty"`
 	StartedAt *time.Time        `json:"started_at,omitempty"`
-	ExpiresAt *time.Time        `json:"expires_at,omitempty"`
-	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	// ExpiresAt is when the session times out; while it is paused, the
+	// clock is stopped and ExpiresAt is unset (RemainingS says what is left).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// Snapshot is the snapshot it was restored from, if any.
+	Snapshot   string     `json:"snapshot,omitempty"`
+	DiskMB     int64      `json:"disk_mb"`
+	AutoPauseS int64      `json:"auto_pause_s,omitempty"`
+	PausedAt   *time.Time `json:"paused_at,omitempty"`
+	RemainingS int64      `json:"remaining_s,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -274,4 +296,78 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// RequestID is the request's correlation id (also in X-Request-Id).
 	RequestID string `json:"request_id,omitempty"`
+}
+
+// Snapshot is a saved copy of a session's files (POST
+// /v1/sessions/{id}/snapshot, GET /v1/snapshots). In the runc tier it holds
+// the filesystem only: processes and memory are not captured.
+type Snapshot struct {
+	ID string `json:"snapshot_id"`
+	// SessionID is the session it was taken from.
+	SessionID string `json:"session_id"`
+	// Parent is the snapshot that session was restored from; the snapshot
+	// stores only what changed since then.
+	Parent   string `json:"parent,omitempty"`
+	Template string `json:"template"`
+	// Storage is the storage driver holding it (btrfs or overlay).
+	Storage string `json:"storage"`
+	// SizeBytes is what it adds over its parent, in bytes.
+	SizeBytes int64 `json:"size_bytes"`
+	// Digest is "sha256:..." of its contents manifest, checked before every restore.
+	Digest    string     `json:"digest"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// SnapshotRequest is the optional body of POST /v1/sessions/{id}/snapshot.
+type SnapshotRequest struct {
+	// ExpiresInS garbage-collects the snapshot after this many seconds
+	// (0 = keep until deleted).
+	ExpiresInS int64 `json:"expires_in_s,omitempty"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// ForkRequest starts Count sessions from a snapshot (POST
+// /v1/snapshots/{id}/fork) or from a snapshot of a running session taken on
+// the spot (POST /v1/sessions/{id}/fork). The create fields override the
+// source session's settings for every fork (template and snapshot cannot be
+// set).
+type ForkRequest struct {
+	// Count is how many sessions to start, 1..64.
+	Count int `json:"count"`
+	CreateRequest
+}
+
+// ForkResult lists the sessions a fork started, and the snapshot they
+// came from.
+type ForkResult struct {
+	Snapshot Snapshot  `json:"snapshot"`
+	Sessions []Session `json:"sessions"`
+}
+
+// Pool is a warm pool of ready sandboxes for one template (GET /v1/pools,
+// PUT /v1/pools/{template}). A create that asks for this template and
+// these limits, without a snapshot, takes a ready member in milliseconds;
+// members are used once and never returned.
+type Pool struct {
+	Template string `json:"template"`
+	// Size is how many ready members the pool keeps (0 disables it).
+	Size int `json:"size"`
+	// The limits of its members; a create must ask for the same to fit.
+	CPU      float64 `json:"cpu"`
+	MemoryMB int64   `json:"memory_mb"`
+	Pids     int64   `json:"pids"`
+	DiskMB   int64   `json:"disk_mb"`
+	// Ready is how many members are ready now; Starting how many are being made.
+	Ready    int `json:"ready"`
+	Starting int `json:"starting"`
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
 }

@@ -1,0 +1,57 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/http"
+	"path"
+	"strings"
+)
+
+// InitRequest is the body of POST /init, envd's way to hand a running agent
+// the settings of the session it now serves (the daemon uses it when a
+// warm-pool sandbox is claimed). Fields left out keep their value; EnvVars
+// are added to the environment, replacing variables of the same name.
+type InitRequest struct {
+	EnvVars        map[string]string `json:"envVars,omitempty"`
+	DefaultUser    string            `json:"defaultUser,omitempty"`
+	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
+}
+
+// handleInit applies an InitRequest: 204, or 400 with a JSON {code,
+// message} body for a malformed request. It checks names, not whether the
+// user or directory exists (the daemon checks that through the usual calls).
+func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
+	var req InitRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err := dec.Decode(&req); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "init: "+err.Error())
+		return
+	}
+	for k, v := range req.EnvVars {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			writeJSONError(w, http.StatusBadRequest, "init: bad environment variable "+k)
+			return
+		}
+	}
+	if req.DefaultWorkdir != "" && !path.IsAbs(req.DefaultWorkdir) {
+		writeJSONError(w, http.StatusBadRequest, "init: defaultWorkdir must be absolute")
+		return
+	}
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	env := make(map[string]string, len(a.cfg.Env)+len(req.EnvVars))
+	for k, v := range a.cfg.Env {
+		env[k] = v
+	}
+	for k, v := range req.EnvVars {
+		env[k] = v
+	}
+	a.cfg.Env = env
+	if req.DefaultUser != "" {
+		a.cfg.DefaultUser = req.DefaultUser
+	}
+	if req.DefaultWorkdir != "" {
+		a.cfg.Workdir = path.Clean(req.DefaultWorkdir)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
