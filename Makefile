@@ -23,9 +23,13 @@ build:
 vet:
 	$(GO) vet ./...
 
+# Every package against the default storage driver (btrfs), then the
+# storage-dependent end-to-end tests again on overlay.
 test: deps build vet
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox \
 		$(GO) test $(TEST_FLAGS) ./...
+	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox FORKBOX_STORAGE=overlay \
+		$(GO) test $(TEST_FLAGS) -run 'Snapshot|Fork|Pause|Disk|Pool|Destroy|Restart|Files' ./e2e/
 
 run: deps build
 	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) ./scripts/run-demo.sh

@@ -61,6 +61,18 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /v1/sessions/{id}", auth(s.handleDelete))
 	s.mux.Handle("POST /v1/sessions/{id}/timeout", auth(s.handleTimeout))
 	s.mux.Handle("GET /v1/sessions/{id}/usage", auth(s.handleUsage))
+	s.mux.Handle("POST /v1/sessions/{id}/pause", auth(s.handlePause))
+	s.mux.Handle("POST /v1/sessions/{id}/resume", auth(s.handleResume))
+	s.mux.Handle("POST /v1/sessions/{id}/snapshot", auth(s.handleSnapshot))
+	s.mux.Handle("POST /v1/sessions/{id}/fork", auth(s.handleSessionFork))
+
+	s.mux.Handle("GET /v1/snapshots", auth(s.handleSnapshots))
+	s.mux.Handle("GET /v1/snapshots/{id}", auth(s.handleGetSnapshot))
+	s.mux.Handle("DELETE /v1/snapshots/{id}", auth(s.handleDeleteSnapshot))
+	s.mux.Handle("POST /v1/snapshots/{id}/fork", auth(s.handleSnapshotFork))
+
+	s.mux.Handle("GET /v1/pools", auth(s.handlePools))
+	s.mux.Handle("PUT /v1/pools/{template}", auth(s.handleSetPool))
 
 	s.mux.Handle("POST /v1/sessions/{id}/exec", auth(s.handleExec))
 	s.mux.Handle("GET /v1/sessions/{id}/processes", auth(s.handleProcesses))

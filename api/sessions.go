@@ -17,11 +17,26 @@ func sessionView(r *store.Session) v1.Session {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	return v1.Session{
+	v := v1.Session{
 		ID: r.ID, Template: r.Template, Driver: r.Driver, State: string(r.State), Reason: r.Reason, Detail: r.Detail,
 		CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS, User: r.DefaultUser,
 		Workdir: r.Workdir, Metadata: meta,
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
+		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
+	}
+	if r.State == store.StatePaused {
+		// The timeout clock is stopped: say what is left instead of a date.
+		v.ExpiresAt = nil
+		v.RemainingS = int64(r.Remaining.Seconds())
+	}
+	return v
+}
+
+// snapshotView is the API view of a snapshot record.
+func snapshotView(sn *store.Snapshot) v1.Snapshot {
+	return v1.Snapshot{
+		ID: sn.ID, SessionID: sn.SessionID, Parent: sn.Parent, Template: sn.Template, Storage: sn.Storage,
+		SizeBytes: sn.SizeBytes, Digest: sn.Digest, CreatedAt: sn.CreatedAt, ExpiresAt: timePtr(sn.ExpiresAt),
 	}
 }
 
@@ -63,19 +78,21 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sessionView(rec))
 }
 
-// handleList: GET /v1/sessions[?state=running,terminated|all][&limit=N][&metadata.KEY=VALUE...].
-// Without state, sessions that have not ended are listed.
+// handleList: GET /v1/sessions[?state=running,paused,terminated|all][&limit=N][&metadata.KEY=VALUE...].
+// Without state, sessions that have not ended are listed. Warm-pool
+// members are never listed.
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.SessionFilter{Metadata: map[string]string{}}
 	switch st := q.Get("state"); st {
 	case "":
-		f.States = []store.State{store.StateCreating, store.StateRunning, store.StateTerminating}
+		f.States = []store.State{store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating}
 	case "all":
+		f.States = []store.State{store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating, store.StateTerminated}
 	default:
 		for _, v := range strings.Split(st, ",") {
 			switch state := store.State(v); state {
-			case store.StateCreating, store.StateRunning, store.StateTerminating, store.StateTerminated:
+			case store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating, store.StateTerminated:
 				f.States = append(f.States, state)
 			default:
 				s.writeError(w, r, errdefs.InvalidField("state", "unknown state %q", v))

@@ -1,15 +1,17 @@
 // Package bench is `forkbox bench`: it measures forkbox (through its REST
 // API, against a private in-process daemon or a running one) and, in the
 // same run and on the same machine, its peers: the raw runc CLI and podman
-// with runc, both on a busybox root filesystem. It reports nearest-rank
+// with runc, both on a busybox root filesystem, and for snapshots a plain
+// copy of as much data as reference. It reports nearest-rank
 // p50/p99 and means in milliseconds, each peer's ratio to forkbox for the
 // operations they share, and whether forkbox meets the targets of DESIGN.md
 // section 6.
 //
 // Every operation runs Warmup uncounted times, then N measured times, one
 // after the other (never concurrently). Everything the benchmark creates
-// (sessions, containers, cgroups, temporary directories, the private
-// daemon) is removed before Run returns.
+// (sessions, snapshots, warm-pool settings, containers, images, cgroups,
+// temporary directories, the private daemon and its storage mount) is
+// removed or put back before Run returns.
 package bench
 
 import (
@@ -27,6 +29,9 @@ const (
 	DefaultN = 30
 	// DefaultWarmup is the number of uncounted iterations before them.
 	DefaultWarmup = 2
+	// DefaultSnapshotMB is how many MB (10^6 bytes) a sandbox writes before
+	// it is snapshotted (DESIGN.md's "500 MB written").
+	DefaultSnapshotMB = 500
 )
 
 // cleanupTimeout bounds the teardown of everything a run created; teardown
@@ -40,8 +45,12 @@ type Options struct {
 	// Warmup is the number of uncounted iterations run first (DefaultWarmup
 	// when 0).
 	Warmup int
-	// SkipPeers measures forkbox only.
+	// SkipPeers measures forkbox only (no runc, podman or plain copy).
 	SkipPeers bool
+	// SnapshotMB is how many MB (10^6 bytes) of random data a sandbox
+	// writes before the snapshot and fork rows (DefaultSnapshotMB when 0);
+	// the podman commit and plain copy references use as much.
+	SnapshotMB int
 
 	// URL is the base URL of a running daemon to measure; "" reads
 	// FORKBOX_URL, and when that is empty too Run starts a private daemon.
@@ -60,6 +69,9 @@ type Options struct {
 	// one that is removed at the end; a given directory is created (0711)
 	// when missing and kept, so a later run reuses its base template.
 	DataDir string
+	// Storage is the private daemon's storage driver: "btrfs", "overlay",
+	// or "" for the daemon's choice (btrfs where it works).
+	Storage string
 
 	// Progress receives one line per phase and the daemon's warnings; nil
 	// discards them.
@@ -73,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Warmup <= 0 {
 		o.Warmup = DefaultWarmup
+	}
+	if o.SnapshotMB <= 0 {
+		o.SnapshotMB = DefaultSnapshotMB
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -91,12 +106,12 @@ func (o Options) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// Run measures forkbox and, unless SkipPeers, runc and podman, and returns
-// the report. An operation that fails is reported in its row (Result.Error)
-// and the rest still run; Report.ForkboxErr tells whether forkbox's rows
-// all succeeded. Run itself fails only when forkbox cannot be reached (the
-// private daemon does not start), when ctx is cancelled, or when cleaning
-// up fails.
+// Run measures forkbox and, unless SkipPeers, a plain copy, runc and
+// podman, and returns the report. An operation that fails is reported in
+// its row (Result.Error) and the rest still run; Report.ForkboxErr tells
+// whether forkbox's rows all succeeded. Run itself fails only when forkbox
+// cannot be reached (the private daemon does not start), when ctx is
+// cancelled, or when cleaning up fails.
 func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 	opts = opts.withDefaults()
 	rep = &Report{N: opts.N, Warmup: opts.Warmup, Started: time.Now().UTC(), Versions: map[string]string{}}
@@ -107,6 +122,10 @@ func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 	}
 	rep.Versions[SystemForkbox] = fb.describe(ctx)
 	rep.Results = append(rep.Results, fb.measure(ctx)...)
+	rep.Storage = fb.storage
+	if !opts.SkipPeers && ctx.Err() == nil {
+		rep.Results = append(rep.Results, measureCopy(ctx, opts, fb.scratchDir()))
+	}
 	if err := fb.close(context.WithoutCancel(ctx)); err != nil {
 		retErr = errors.Join(retErr, fmt.Errorf("clean up forkbox: %w", err))
 	}

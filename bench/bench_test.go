@@ -40,7 +40,8 @@ func TestRun(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, Progress: testWriter{t}})
+	// 20 MB instead of 500 keeps the test short; the shape is the same.
+	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -48,7 +49,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := map[string]bool{OpCreate: true, OpExec: true, OpDestroy: true, OpRun: true}
+	want := map[string]bool{OpCreate: true, OpExec: true, OpDestroy: true, OpRun: true,
+		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true}
 	for _, r := range rep.Results {
 		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
 			r.Operation, r.System, r.N, r.P50MS, r.P99MS, r.MeanMS, r.Note, r.Error)
@@ -59,6 +61,9 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		delete(want, r.Operation)
+		if (r.Operation == OpSnapshot || r.Operation == OpFork) != (r.DataMB == 20) {
+			t.Errorf("forkbox %s: data_mb = %d", r.Operation, r.DataMB)
+		}
 		if r.N != 3 {
 			t.Errorf("forkbox %s: n = %d, want 3", r.Operation, r.N)
 		}
@@ -87,6 +92,9 @@ func TestRun(t *testing.T) {
 	}
 	if len(back.Results) != len(rep.Results) {
 		t.Errorf("JSON report has %d rows, want %d", len(back.Results), len(rep.Results))
+	}
+	if back.Storage == "" {
+		t.Errorf("JSON report names no storage driver")
 	}
 }
 
@@ -136,7 +144,13 @@ func TestFinish(t *testing.T) {
 		{Operation: OpCreate, System: SystemForkbox, N: 1, P50MS: 90, P99MS: 90, MeanMS: 90},
 		{Operation: OpPause, System: SystemRunc, N: 1, P50MS: 30, P99MS: 30, MeanMS: 30},
 		{Operation: OpRun, System: SystemPodman, Error: "boom"},
-	}}
+		{Operation: OpResume, System: SystemForkbox, N: 1, P50MS: 4, P99MS: 4, MeanMS: 4},
+		{Operation: OpResume, System: SystemPodman, N: 1, P50MS: 40, P99MS: 40, MeanMS: 40},
+		{Operation: OpPoolCreate, System: SystemForkbox, N: 1, P50MS: 3, P99MS: 3, MeanMS: 3},
+		{Operation: OpFork, System: SystemForkbox, N: 1, P50MS: 80, P99MS: 80, MeanMS: 80},
+		{Operation: OpSnapshot, System: SystemForkbox, N: 1, P50MS: 20, P99MS: 20, MeanMS: 20},
+		{Operation: OpSnapshot, System: SystemCopy, N: 1, P50MS: 400, P99MS: 400, MeanMS: 400, Note: "reference: cp"},
+	}, Storage: "btrfs"}
 	rep.finish()
 	byKey := map[string]Result{}
 	for _, r := range rep.Results {
@@ -157,10 +171,32 @@ func TestFinish(t *testing.T) {
 	if r := byKey[OpRun+"/"+SystemPodman]; r.VsForkbox != nil {
 		t.Errorf("failed podman run has a ratio %v", *r.VsForkbox)
 	}
+	if r := byKey[OpResume+"/"+SystemPodman]; r.VsForkbox == nil || *r.VsForkbox != 10 {
+		t.Errorf("podman resume ratio = %v, want 10", r.VsForkbox)
+	}
+	if r := byKey[OpSnapshot+"/"+SystemCopy]; r.VsForkbox == nil || *r.VsForkbox != 20 || r.Note != "reference: cp" {
+		t.Errorf("plain cp snapshot = %+v, want ratio 20 and its own note", r)
+	}
+	if r := byKey[OpSnapshot+"/"+SystemForkbox]; r.Target == nil || !r.Target.Met || r.Target.P50MS != 50 {
+		t.Errorf("forkbox snapshot target = %+v, want met at 50 ms", r.Target)
+	}
+	if r := byKey[OpFork+"/"+SystemForkbox]; r.Target == nil || r.Target.P50MS != 100 || !strings.Contains(r.Note, "10.00 ms per session") {
+		t.Errorf("forkbox fork = %+v, want a 100 ms target and 10 ms per session", r)
+	}
+	if r := byKey[OpPoolCreate+"/"+SystemForkbox]; r.Target == nil || r.Target.P50MS != 5 || !strings.Contains(r.Note, "cold create p50 90.00 ms = 30.0x") {
+		t.Errorf("forkbox pool create = %+v, want a 5 ms target and the cold create compared", r)
+	}
 	if rep.Results[0].Operation != OpRun || rep.Results[1].Operation != OpCreate {
 		t.Errorf("rows not in table order: %s, %s", rep.Results[0].Operation, rep.Results[1].Operation)
 	}
 	if rep.ForkboxErr() != nil {
 		t.Errorf("ForkboxErr = %v, want nil (only a peer failed)", rep.ForkboxErr())
+	}
+
+	// On other storage the btrfs targets become a note.
+	over := &Report{Storage: "overlay", Results: []Result{{Operation: OpSnapshot, System: SystemForkbox, N: 1, P50MS: 20, P99MS: 20, MeanMS: 20}}}
+	over.finish()
+	if r := over.Results[0]; r.Target != nil || !strings.Contains(r.Note, "is for btrfs (storage: overlay)") {
+		t.Errorf("overlay snapshot = %+v, want no target and a note", r)
 	}
 }

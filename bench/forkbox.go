@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,6 +28,12 @@ type forkbox struct {
 	c     *client.Client
 	runID string          // value of the benchLabel metadata
 	live  map[string]bool // sessions created and not destroyed yet
+	snaps map[string]bool // snapshots taken and not deleted yet
+
+	storage   string       // storage driver of the snapshots taken ("" before one)
+	snapBytes int64        // SizeBytes of the last snapshot taken
+	poolSet   bool         // the benchmark changed the base pool
+	poolPrev  *client.Pool // the base pool before that; nil when there was none
 
 	d         *daemon.Daemon // the private daemon; nil for a running one
 	dataDir   string         // the private daemon's data directory
@@ -40,13 +47,16 @@ func openForkbox(ctx context.Context, opts Options) (*forkbox, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("run id: %w", err)
 	}
-	f := &forkbox{opts: opts, runID: hex.EncodeToString(raw), live: map[string]bool{}}
+	f := &forkbox{opts: opts, runID: hex.EncodeToString(raw), live: map[string]bool{}, snaps: map[string]bool{}}
 	base := opts.URL
 	if base == "" {
 		base = os.Getenv(client.EnvURL)
 	}
 	if base == "" {
 		return f, f.startDaemon(ctx)
+	}
+	if opts.Storage != "" {
+		return nil, fmt.Errorf("storage %q: only a private daemon's storage can be chosen (not with a daemon URL)", opts.Storage)
 	}
 	key, err := apiKey(opts, base)
 	if err != nil {
@@ -113,7 +123,8 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 	}
 	start := time.Now()
 	d, err := daemon.Start(ctx, daemon.Options{
-		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Log: f.opts.logger(),
+		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
+		Log: f.opts.logger(),
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)
@@ -146,8 +157,9 @@ func (f *forkbox) describe(ctx context.Context) string {
 }
 
 // measure runs every forkbox operation and returns their rows: create and
-// destroy (measured in pairs), exec of `true` in one session, and whole
-// runs (create + exec + destroy).
+// destroy (measured in pairs), exec of `true` in one session, whole runs
+// (create + exec + destroy), pause and resume, snapshot and fork (see
+// snapshots.go), and create from a warm pool.
 func (f *forkbox) measure(ctx context.Context) []Result {
 	w, n := f.opts.Warmup, f.opts.N
 	var rows []Result
@@ -182,7 +194,11 @@ func (f *forkbox) measure(ctx context.Context) []Result {
 		}
 		return time.Since(start), nil
 	})
-	return append(rows, newResult(OpRun, SystemForkbox, runs, err))
+	rows = append(rows, newResult(OpRun, SystemForkbox, runs, err))
+
+	rows = append(rows, f.measurePauseResume(ctx)...)
+	rows = append(rows, f.measureSnapshots(ctx)...)
+	return append(rows, f.measurePool(ctx))
 }
 
 // execSeries creates one session (untimed), measures exec of `true` in it
@@ -205,18 +221,31 @@ func (f *forkbox) execSeries(ctx context.Context) ([]time.Duration, error) {
 // and how long POST /v1/sessions took (the session's agent has answered
 // when it returns).
 func (f *forkbox) create(ctx context.Context) (string, time.Duration, error) {
-	req := client.CreateRequest{Metadata: map[string]string{benchLabel: f.runID}}
+	s, d, err := f.createWith(ctx, client.CreateRequest{})
+	if err != nil {
+		return "", 0, err
+	}
+	return s.ID, d, nil
+}
+
+// createWith creates a session for req, labelled with the run's id, and
+// returns it and how long POST /v1/sessions took.
+func (f *forkbox) createWith(ctx context.Context, req client.CreateRequest) (*client.Session, time.Duration, error) {
+	req.Metadata = f.labels()
 	var s *client.Session
 	d, err := timed(func() (err error) {
 		s, _, err = f.c.CreateSession(ctx, req, "")
 		return err
 	})
 	if err != nil {
-		return "", 0, fmt.Errorf("create: %w", err)
+		return nil, 0, fmt.Errorf("create: %w", err)
 	}
 	f.live[s.ID] = true
-	return s.ID, d, nil
+	return s, d, nil
 }
+
+// labels returns the metadata put on every session the run creates.
+func (f *forkbox) labels() map[string]string { return map[string]string{benchLabel: f.runID} }
 
 // exec runs `true` in session id and returns how long the round trip took.
 func (f *forkbox) exec(ctx context.Context, id string) (time.Duration, error) {
@@ -244,20 +273,34 @@ func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error)
 	return d, nil
 }
 
-// close destroys the sessions still alive and, for a private daemon,
-// shuts it down and removes the temporary data directory. It runs within
+// close puts the base warm pool back as it was, destroys the sessions
+// still alive, deletes the snapshots left and, for a private daemon,
+// waits for the warm-pool members it tears down in the background, shuts
+// it down and removes the temporary data directory (unmounting the
+// storage volume the daemon leaves mounted for its next start). It runs within
 // cleanupTimeout even when ctx is cancelled.
 func (f *forkbox) close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
+	if err := f.restorePool(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	for id := range f.live {
 		if _, err := f.destroy(ctx, id); err != nil && !client.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
+	for id := range f.snaps { // force: also any session started from it
+		if err := f.deleteSnapshot(ctx, id, true); err != nil && !client.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
 	if f.d == nil {
 		return errors.Join(errs...)
+	}
+	if err := waitSandboxesGone(ctx, f.dataDir); err != nil {
+		errs = append(errs, err)
 	}
 	if err := f.d.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop the private daemon: %w", err))
@@ -267,9 +310,30 @@ func (f *forkbox) close(ctx context.Context) error {
 		if len(errs) > 0 {
 			// A sandbox may still run from it; leave it for inspection.
 			errs = append(errs, fmt.Errorf("kept the data directory %s", f.dataDir))
+		} else if err := unmountStorage(f.dataDir); err != nil {
+			errs = append(errs, err)
 		} else if err := removeTree(f.dataDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitSandboxesGone waits until the private daemon's data directory holds
+// no sandbox: a daemon tears down the members of a pool set to 0 in the
+// background, and Shutdown does not wait for them (it leaves sandboxes
+// running for its next start).
+func waitSandboxesGone(ctx context.Context, dataDir string) error {
+	dir := filepath.Join(dataDir, "sandboxes")
+	for {
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) == 0 {
+			return nil // nothing left (or never made)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d sandbox(es) still in %s: %w", len(entries), dir, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

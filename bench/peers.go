@@ -24,6 +24,23 @@ var podmanFlags = []string{
 // peerOps are the operations measured on every peer, in table order.
 var peerOps = []string{OpRun, OpExec, OpPause, OpResume}
 
+// opsOf returns the operations measured on system: peerOps, and for
+// podman also a snapshot (podman commit).
+func opsOf(system string) []string {
+	if system == SystemPodman {
+		return append(slices.Clone(peerOps), OpSnapshot)
+	}
+	return peerOps
+}
+
+// withData returns r with DataMB set when it is a snapshot row.
+func withData(opts Options, r Result) Result {
+	if r.Operation == OpSnapshot {
+		r.DataMB = opts.SnapshotMB
+	}
+	return r
+}
+
 // measurePeers builds a busybox root filesystem in a temporary directory
 // and measures the runc CLI and podman on it, one after the other. Failures
 // become error rows; the returned error is only about cleaning up.
@@ -32,11 +49,11 @@ func measurePeers(ctx context.Context, opts Options, versions map[string]string)
 	dir, err := os.MkdirTemp("", "forkbox-bench-peers-*")
 	if err != nil {
 		err = fmt.Errorf("peer directory: %w", err)
-		return append(failAll(SystemRunc, err), failAll(SystemPodman, err)...), nil
+		return append(failAll(opts, SystemRunc, err), failAll(opts, SystemPodman, err)...), nil
 	}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := buildRootFS(rootfs); err != nil {
-		return append(failAll(SystemRunc, err), failAll(SystemPodman, err)...), removeTree(dir)
+		return append(failAll(opts, SystemRunc, err), failAll(opts, SystemPodman, err)...), removeTree(dir)
 	}
 	prefix := fmt.Sprintf("fbb-%d", os.Getpid())
 	rows := measureRunc(ctx, opts, dir, rootfs, prefix, versions)
@@ -45,20 +62,20 @@ func measurePeers(ctx context.Context, opts Options, versions map[string]string)
 	return rows, removeTree(dir)
 }
 
-// failAll returns an error row for every peer operation of system.
-func failAll(system string, err error) []Result {
-	rows := make([]Result, 0, len(peerOps))
-	for _, op := range peerOps {
-		rows = append(rows, newResult(op, system, nil, err))
+// failAll returns an error row for every operation of system.
+func failAll(opts Options, system string, err error) []Result {
+	var rows []Result
+	for _, op := range opsOf(system) {
+		rows = append(rows, withData(opts, newResult(op, system, nil, err)))
 	}
 	return rows
 }
 
-// skipAll returns a skipped row for every peer operation of system.
-func skipAll(system, why string) []Result {
-	rows := make([]Result, 0, len(peerOps))
-	for _, op := range peerOps {
-		rows = append(rows, skipped(op, system, why))
+// skipAll returns a skipped row for every operation of system.
+func skipAll(opts Options, system, why string) []Result {
+	var rows []Result
+	for _, op := range opsOf(system) {
+		rows = append(rows, withData(opts, skipped(op, system, why)))
 	}
 	return rows
 }
@@ -70,16 +87,16 @@ func measureRunc(ctx context.Context, opts Options, dir, rootfs, prefix string, 
 	bin, err := exec.LookPath("runc")
 	if err != nil {
 		opts.progressf("runc: skipped (not in PATH)")
-		return skipAll(SystemRunc, "runc not in PATH")
+		return skipAll(opts, SystemRunc, "runc not in PATH")
 	}
 	runc := tool{bin: bin, pre: []string{"--root", filepath.Join(dir, "runc-root")}, dir: dir}
 	versions[SystemRunc] = runc.version(ctx) + " (" + bin + "), busybox rootfs"
 	trueBundle, sleepBundle := filepath.Join(dir, "bundle-true"), filepath.Join(dir, "bundle-sleep")
 	if err := writeBundle(trueBundle, rootfs, prefix+"-run", []string{"/bin/true"}); err != nil {
-		return failAll(SystemRunc, err)
+		return failAll(opts, SystemRunc, err)
 	}
 	if err := writeBundle(sleepBundle, rootfs, prefix+"-sleep", []string{"/bin/sleep", "3600"}); err != nil {
-		return failAll(SystemRunc, err)
+		return failAll(opts, SystemRunc, err)
 	}
 	w, n := opts.Warmup, opts.N
 	cleanup := func(id string) {
@@ -122,16 +139,19 @@ func measureRunc(ctx context.Context, opts Options, dir, rootfs, prefix string, 
 
 // measurePodman measures podman (with runc) on the same root filesystem:
 // `podman run --rm` of /bin/true to completion, and `podman exec`,
-// `podman pause` and `podman unpause` on a container running /bin/sleep.
+// `podman pause` and `podman unpause` on a container running /bin/sleep;
+// then (once that container is gone) `podman commit` (measurePodmanCommit).
 // Skipped when podman is not in PATH.
-func measurePodman(ctx context.Context, opts Options, dir, rootfs, prefix string, versions map[string]string) []Result {
+func measurePodman(ctx context.Context, opts Options, dir, rootfs, prefix string, versions map[string]string) (rows []Result) {
 	bin, err := exec.LookPath("podman")
 	if err != nil {
 		opts.progressf("podman: skipped (not in PATH)")
-		return skipAll(SystemPodman, "podman not in PATH")
+		return skipAll(opts, SystemPodman, "podman not in PATH")
 	}
 	podman := tool{bin: bin, dir: dir}
 	versions[SystemPodman] = podman.version(ctx) + " (" + bin + "), " + strings.Join(podmanFlags, " ") + " --rootfs"
+	// Deferred first, so it runs last: after the sleep container is removed.
+	defer func() { rows = append(rows, measurePodmanCommit(ctx, opts, podman, dir, prefix)) }()
 	w, n := opts.Warmup, opts.N
 	cleanup := func(name string) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
@@ -153,7 +173,7 @@ func measurePodman(ctx context.Context, opts Options, dir, rootfs, prefix string
 		}
 		return d, err
 	})
-	rows := []Result{newResult(OpRun, SystemPodman, runs, err)}
+	rows = []Result{newResult(OpRun, SystemPodman, runs, err)}
 
 	name := prefix + "-sleep"
 	defer cleanup(name)

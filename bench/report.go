@@ -22,10 +22,22 @@ const (
 	OpExec = "exec true"
 	// OpDestroy is forkbox's DELETE /v1/sessions/{id}.
 	OpDestroy = "destroy"
-	// OpPause freezes a running container (peers only).
+	// OpPause freezes a running sandbox or container: forkbox's POST
+	// /v1/sessions/{id}/pause, `runc pause`, `podman pause`.
 	OpPause = "pause"
-	// OpResume thaws a paused container (peers only).
+	// OpResume thaws a paused one: forkbox's resume, `runc resume`,
+	// `podman unpause`.
 	OpResume = "resume"
+	// OpPoolCreate is forkbox's POST /v1/sessions answered by a ready
+	// member of a warm pool (only creates that took one are counted).
+	OpPoolCreate = "create from a warm pool"
+	// OpSnapshot is a filesystem snapshot of a sandbox that wrote
+	// Result.DataMB MB: forkbox's POST /v1/sessions/{id}/snapshot,
+	// `podman commit`, and a plain copy of as much data for reference.
+	OpSnapshot = "snapshot"
+	// OpFork is forkbox's POST /v1/snapshots/{id}/fork of forkCount
+	// sessions from such a snapshot, the whole call.
+	OpFork = "fork 8 from a snapshot"
 )
 
 // Systems measured.
@@ -33,23 +45,34 @@ const (
 	SystemForkbox = "forkbox"
 	SystemRunc    = "runc"
 	SystemPodman  = "podman"
+	// SystemCopy is a plain copy of a file (cp), a reference for snapshots.
+	SystemCopy = "plain cp"
 )
 
 // opOrder is the order in which operations appear in the table.
-var opOrder = []string{OpRun, OpCreate, OpExec, OpDestroy, OpPause, OpResume}
+var opOrder = []string{OpRun, OpCreate, OpPoolCreate, OpExec, OpDestroy, OpPause, OpResume, OpSnapshot, OpFork}
 
 // systemOrder is the order of systems within one operation.
-var systemOrder = []string{SystemForkbox, SystemRunc, SystemPodman}
+var systemOrder = []string{SystemForkbox, SystemRunc, SystemPodman, SystemCopy}
 
 // comparable lists the operations whose peer rows get a ratio to forkbox.
-var comparable = map[string]bool{OpRun: true, OpExec: true}
+var comparable = map[string]bool{OpRun: true, OpExec: true, OpPause: true, OpResume: true, OpSnapshot: true}
 
 // targets are the p50 targets of DESIGN.md section 6 for forkbox rows, in
 // milliseconds, by operation.
 var targets = map[string]float64{
-	OpCreate: 60, // cold create, runc tier
-	OpExec:   3,  // exec round trip of `true` through the agent, runc tier
+	OpCreate:     60,  // cold create, runc tier
+	OpPoolCreate: 5,   // sandbox ready from a warm pool
+	OpExec:       3,   // exec round trip of `true` through the agent, runc tier
+	OpPause:      10,  // freezer
+	OpResume:     10,  // freezer
+	OpSnapshot:   50,  // filesystem snapshot with 500 MB written, on btrfs
+	OpFork:       100, // fork of 8 children from it, in all, on btrfs
 }
+
+// btrfsTargets are the targets DESIGN.md gives for btrfs storage only;
+// forkbox rows measured on other storage show them as a note.
+var btrfsTargets = map[string]bool{OpSnapshot: true, OpFork: true}
 
 // Target is a performance target from DESIGN.md section 6 and whether this
 // run met it.
@@ -66,6 +89,9 @@ type Result struct {
 	Operation string `json:"operation"`
 	// System is one of the System constants.
 	System string `json:"system"`
+	// DataMB is how many MB (10^6 bytes) the sandbox had written before the
+	// operation (snapshot and fork rows), 0 otherwise.
+	DataMB int `json:"data_mb,omitempty"`
 	// N is the number of measured iterations (warm-ups excluded).
 	N int `json:"n"`
 	// P50MS and P99MS are nearest-rank percentiles, in milliseconds.
@@ -95,6 +121,9 @@ type Report struct {
 	// Versions describes each system measured (binary versions, the
 	// daemon's address or data directory).
 	Versions map[string]string `json:"versions"`
+	// Storage is the forkbox storage driver the snapshots were taken on
+	// (btrfs or overlay; "" when none was taken).
+	Storage string `json:"storage,omitempty"`
 	// Results has one row per operation and system.
 	Results []Result `json:"results"`
 }
@@ -168,22 +197,51 @@ func (r *Report) finish() {
 			continue
 		}
 		if res.System == SystemForkbox {
-			if limit, ok := targets[res.Operation]; ok {
-				res.Target = &Target{P50MS: limit, Met: res.P50MS <= limit}
-			}
+			r.finishForkbox(res, base)
 			continue
 		}
-		if !comparable[res.Operation] {
-			if res.Note == "" {
-				res.Note = "reference (forkbox has no " + res.Operation + " API)"
-			}
-			continue
-		}
-		if b, ok := base[res.Operation]; ok {
+		b, ok := base[res.Operation]
+		switch {
+		case comparable[res.Operation] && ok:
 			ratio := round2(res.P50MS / b)
 			res.VsForkbox = &ratio
+		case res.Note == "":
+			res.Note = "reference (no forkbox measurement of " + res.Operation + ")"
 		}
 	}
+}
+
+// finishForkbox sets the target of forkbox row res and the notes that
+// relate it to other forkbox rows (base: forkbox p50 by operation).
+func (r *Report) finishForkbox(res *Result, base map[string]float64) {
+	var notes []string
+	switch res.Operation {
+	case OpFork:
+		notes = append(notes, fmt.Sprintf("%.2f ms per session (p50/%d)", res.P50MS/forkCount, forkCount))
+	case OpPoolCreate:
+		if cold, ok := base[OpCreate]; ok && res.P50MS > 0 {
+			notes = append(notes, fmt.Sprintf("cold create p50 %.2f ms = %.1fx", cold, cold/res.P50MS))
+		}
+	}
+	if limit, ok := targets[res.Operation]; ok {
+		if btrfsTargets[res.Operation] && r.Storage != "btrfs" {
+			notes = append(notes, fmt.Sprintf("target p50 <= %g ms is for btrfs (storage: %s)", limit, orUnknown(r.Storage)))
+		} else {
+			res.Target = &Target{P50MS: limit, Met: res.P50MS <= limit}
+		}
+	}
+	if res.Note != "" {
+		notes = append(notes, res.Note)
+	}
+	res.Note = strings.Join(notes, "; ")
+}
+
+// orUnknown returns s, or "unknown" when it is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // ForkboxErr returns an error when a forkbox row could not be measured,
@@ -217,7 +275,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "OPERATION\tSYSTEM\tN\tP50 MS\tP99 MS\tMEAN MS\tVS FORKBOX\tTARGET / NOTE")
 	for _, res := range r.Results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", res.Operation, res.System,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", label(res), res.System,
 			count(res), num(res, res.P50MS), num(res, res.P99MS), num(res, res.MeanMS),
 			ratio(res), note(res))
 	}
@@ -227,6 +285,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "\n%d measured iterations per row after %d warm-ups; percentiles are nearest-rank.\n", r.N, r.Warmup)
 	fmt.Fprintln(w, "VS FORKBOX = peer p50 / forkbox p50 for the same operation (above 1: forkbox is faster).")
 	fmt.Fprintln(w, "forkbox run = create + exec + destroy through the REST API; targets are from DESIGN.md section 6.")
+	fmt.Fprintln(w, "create from a warm pool counts only creates that took a ready member (pool full before each).")
+	fmt.Fprintln(w, "snapshot and fork rows: the sandbox wrote the data (and synced) before the timed loop;")
+	fmt.Fprintf(w, "fork = one call starting %d sessions; plain cp = a copy of as much data, for reference only.\n", forkCount)
+	if r.Storage != "" {
+		fmt.Fprintf(w, "forkbox storage driver: %s.\n", r.Storage)
+	}
 	for _, sys := range systemOrder {
 		if v, ok := r.Versions[sys]; ok {
 			if _, err := fmt.Fprintf(w, "  %-8s %s\n", sys, v); err != nil {
@@ -262,20 +326,32 @@ func ratio(res Result) string {
 	return fmt.Sprintf("%.2fx", *res.VsForkbox)
 }
 
-// note renders the last column: the error, the target and whether it was
-// met, or the row's note.
-func note(res Result) string {
-	switch {
-	case res.Error != "":
-		return "error: " + oneLine(res.Error, 120)
-	case res.Target != nil:
-		verdict := "met"
-		if !res.Target.Met {
-			verdict = "MISSED"
-		}
-		return fmt.Sprintf("p50 <= %g ms: %s", res.Target.P50MS, verdict)
+// label renders a row's operation, with the data written before it.
+func label(res Result) string {
+	if res.DataMB > 0 {
+		return fmt.Sprintf("%s (%d MB written)", res.Operation, res.DataMB)
 	}
-	return res.Note
+	return res.Operation
+}
+
+// note renders the last column: the error, or the target and whether it
+// was met followed by the row's note.
+func note(res Result) string {
+	if res.Error != "" {
+		return "error: " + oneLine(res.Error, 120)
+	}
+	if res.Target == nil {
+		return res.Note
+	}
+	verdict := "met"
+	if !res.Target.Met {
+		verdict = "MISSED"
+	}
+	s := fmt.Sprintf("p50 <= %g ms: %s", res.Target.P50MS, verdict)
+	if res.Note != "" {
+		s += "; " + res.Note
+	}
+	return s
 }
 
 // oneLine collapses s to a single line of at most limit bytes, keeping its

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // busyboxPath is the static busybox the peers' root filesystem is made of
@@ -17,14 +19,14 @@ import (
 const busyboxPath = "/bin/busybox"
 
 // busyboxApplets are the commands linked to busybox in the root filesystem.
-var busyboxApplets = []string{"sh", "true", "sleep"}
+var busyboxApplets = []string{"sh", "true", "sleep", "head", "sync"}
 
 // cgroupParent is the cgroup, in every hierarchy, under which the runc
 // peer's containers are placed.
 const cgroupParent = "forkbox-bench"
 
 // buildRootFS makes a minimal root filesystem in dir: bin/busybox, a copy
-// of busyboxPath, and bin/sh, bin/true and bin/sleep linked to it.
+// of busyboxPath, and busyboxApplets (bin/sh, bin/true, ...) linked to it.
 func buildRootFS(dir string) error {
 	bin := filepath.Join(dir, "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -148,6 +150,32 @@ func removeTree(dir string) error {
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountStorage unmounts the storage volumes a daemon mounted under
+// dataDir/storage (loop-mounted images, which it keeps mounted after it
+// stops), deepest first. Call it only once no sandbox uses them. A volume
+// that is still busy is detached lazily: a stopped in-process daemon can
+// keep a descriptor open on it (its storage driver is not closed by
+// Shutdown); the kernel frees it, and the loop device, when that closes.
+func unmountStorage(dataDir string) error {
+	if entries, err := os.ReadDir(filepath.Join(dataDir, "sandboxes")); err == nil && len(entries) > 0 {
+		return fmt.Errorf("kept %s: %d sandbox(es) left in it", dataDir, len(entries))
+	}
+	mounts, err := mountsUnder(filepath.Join(dataDir, "storage"))
+	if err != nil {
+		return err
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		err := unix.Unmount(mounts[i], 0)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(mounts[i], unix.MNT_DETACH)
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", mounts[i], err)
+		}
 	}
 	return nil
 }

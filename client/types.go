@@ -15,4 +15,8 @@ type (
 	Usage         = v1.Usage
 	Template      = v1.Template
 	Info          = v1.Info
+	Snapshot      = v1.Snapshot
+	ForkRequest   = v1.ForkRequest
+	ForkResult    = v1.ForkResult
+	Pool          = v1.Pool
 )

@@ -50,7 +50,16 @@ type Options struct {
 	RuncPath string
 	// Limits bound create requests; zero means sandbox.DefaultLimits().
 	Limits v1.Limits
-	Log    *slog.Logger
+	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
+	// where it works and overlay otherwise.
+	Storage string
+	// StorageImageBytes sizes the sparse loop-backed image a driver creates
+	// when the data directory's filesystem cannot serve it (0 = 64 GiB).
+	StorageImageBytes int64
+	// Pools are warm pools to set at start-up (they are also kept in the
+	// database and can be changed through the API).
+	Pools []v1.Pool
+	Log   *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -103,8 +112,13 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	if err := restrictSandboxesDir(layout.Sandboxes(), storage.DefaultIDShift); err != nil {
-		return nil, err
+	for _, dir := range []string{layout.Sandboxes(), filepath.Dir(layout.Storage("x"))} {
+		if err := os.MkdirAll(dir, 0o710); err != nil {
+			return nil, err
+		}
+		if err := restrictSandboxesDir(dir, storage.DefaultIDShift); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkIDRange(storage.DefaultIDShift, "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
 		return nil, err
@@ -129,12 +143,19 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	sdrv, err := openStorage(ctx, layout, opts.Storage, opts.StorageImageBytes, log)
+	if err != nil {
+		return nil, err
+	}
 	mgr := sandbox.NewManager(sandbox.Options{
-		Layout: layout, Store: st, Driver: drv, AgentPath: agentPath,
+		Layout: layout, Store: st, Driver: drv, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Log: log,
 	})
-	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused)
+	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
+	if err := catalog.Register(ctx); err != nil {
+		return nil, fmt.Errorf("register templates with %s storage: %w", sdrv.Name(), err)
+	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
@@ -143,6 +164,12 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	} else if err := catalog.EnsureBase(ctx); err != nil {
 		mgr.Close()
 		return nil, err
+	}
+	for _, p := range opts.Pools {
+		if _, err := mgr.SetPool(ctx, p); err != nil {
+			mgr.Close()
+			return nil, fmt.Errorf("pool %s: %w", p.Template, err)
+		}
 	}
 
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -162,7 +189,8 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	})
 	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
-	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "driver", drv.Name(), "api_key_file", d.KeyFile)
+	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "driver", drv.Name(),
+		"storage", sdrv.Name(), "api_key_file", d.KeyFile)
 	return d, nil
 }
 

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -41,4 +43,44 @@ func assertGone(t *testing.T, dataDir, id string) {
 	if strings.Contains(string(mounts), id) {
 		t.Errorf("a mount of %s is left", id)
 	}
+}
+
+// hostPath returns where path inside sandbox id lives on the host: under
+// the root filesystem its runtime bundle names (a merged overlay or a btrfs
+// subvolume, whichever storage driver is in use).
+func hostPath(t *testing.T, dataDir, id, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "sandboxes", id, "config.json"))
+	if err != nil {
+		t.Fatalf("read bundle of %s: %v", id, err)
+	}
+	var spec struct {
+		Root struct {
+			Path string `json:"path"`
+		} `json:"root"`
+	}
+	if err := json.Unmarshal(b, &spec); err != nil || spec.Root.Path == "" {
+		t.Fatalf("bundle of %s names no root filesystem (%v)", id, err)
+	}
+	return filepath.Join(spec.Root.Path, path)
+}
+
+// runHost runs a command on the host and returns its output.
+func runHost(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// killInit SIGKILLs sandbox id's init (its agent) from the host.
+func killInit(t *testing.T, id string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(env.dataDir, "sandboxes", id, "init.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runHost(t, "kill", "-9", strings.TrimSpace(string(b)))
 }

@@ -99,15 +99,15 @@ func TestHostileAgentLogCapped(t *testing.T) {
 	}
 }
 
-// TestHostileSandboxFilesHiddenFromHostUsers: the overlay mounts in the
-// host's /proc/mounts tell every local user where each sandbox's writable
-// layer is. With a world-traversable DATA/sandboxes any host user could read
-// the sandbox's files (home files are 0644) and drop files into its /tmp
-// (1777). Only root (and the sandboxes' own ids) may pass.
+// TestHostileSandboxFilesHiddenFromHostUsers: the mounts in the host's
+// /proc/mounts tell every local user where each sandbox's files are. With a
+// world-traversable path to them any host user could read the sandbox's
+// files (home files are 0644) and drop files into its /tmp (1777). Only
+// root (and the sandboxes' own ids) may pass.
 func TestHostileSandboxFilesHiddenFromHostUsers(t *testing.T) {
 	s := newSession(t, client.CreateRequest{})
 	sh(t, s.ID, "echo sandbox-secret > /tmp/secret && chmod 644 /tmp/secret")
-	p := filepath.Join(env.dataDir, "sandboxes", s.ID, "layer", "upper", "tmp", "secret")
+	p := hostPath(t, env.dataDir, s.ID, "tmp/secret")
 	if b, err := os.ReadFile(p); err != nil || !strings.Contains(string(b), "sandbox-secret") {
 		t.Fatalf("root cannot read %s (%v): the test looks in the wrong place", p, err)
 	}

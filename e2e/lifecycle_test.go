@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -66,7 +67,9 @@ func TestSessionTimeout(t *testing.T) {
 // TestUsage proves usage reports CPU, memory, pids and disk from outside.
 func TestUsage(t *testing.T) {
 	s := newSession(t, client.CreateRequest{})
-	sh(t, s.ID, "head -c 5000000 /dev/zero > /home/user/blob; python3 -c 'sum(range(3*10**6))'")
+	// sync: disk bytes count data once it is written out (btrfs accounts
+	// delayed allocations when they reach the disk).
+	sh(t, s.ID, "head -c 5000000 /dev/urandom > /home/user/blob; sync; python3 -c 'sum(range(3*10**6))'")
 	u, err := env.c.Usage(ctxFor(t, time.Minute), s.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +88,11 @@ func TestDaemonRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(tmp, 0o711)
-	defer os.RemoveAll(tmp)
 	dataDir := filepath.Join(tmp, "data")
+	defer func() {
+		_ = daemon.ReleaseStorage(dataDir)
+		os.RemoveAll(tmp)
+	}()
 	d1, err := startDaemon(dataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +192,7 @@ func TestAgentReapsAndForwardsSignals(t *testing.T) {
 		Cmd: `trap 'echo forwarded > /tmp/term; exit 0' TERM; echo > /tmp/ready; while true; do sleep 0.05; done`}); err != nil {
 		t.Fatal(err)
 	}
-	upper := filepath.Join(env.dataDir, "sandboxes", s.ID, "layer", "upper", "tmp")
+	upper := hostPath(t, env.dataDir, s.ID, "tmp")
 	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(upper, "ready")); return err == nil })
 	b, err := os.ReadFile(filepath.Join(env.dataDir, "sandboxes", s.ID, "init.pid"))
 	if err != nil {

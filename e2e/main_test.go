@@ -92,6 +92,7 @@ func startDaemon(dataDir string) (*daemon.Daemon, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return daemon.Start(context.Background(), daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
+		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 16 << 30,
 	})
 }
 
@@ -104,6 +105,7 @@ func teardown() {
 		}
 	}
 	_ = env.d.Shutdown(ctx)
+	_ = daemon.ReleaseStorage(env.dataDir)
 	os.RemoveAll(filepath.Dir(env.dataDir))
 }
 

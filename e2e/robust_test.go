@@ -167,6 +167,7 @@ func newOwnDaemon(t *testing.T) *ownDaemon {
 			}
 			o.d.Shutdown(ctx)
 		}
+		_ = daemon.ReleaseStorage(o.dataDir)
 		os.RemoveAll(tmp)
 	})
 	o.start(t)

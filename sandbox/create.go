@@ -26,7 +26,17 @@ import (
 // (created is then false) and a different request with that key fails with
 // ErrConflict. On any failure the half-made sandbox is torn down and its
 // record ends as terminated with reason error.
+//
+// With req.Snapshot the session starts from that snapshot's files (after
+// its integrity check); without one, a ready warm-pool member that fits is
+// taken when there is one.
 func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *store.Session, created bool, err error) {
+	return m.create(ctx, req, idempotencyKey, true)
+}
+
+// create is Create; verify=false skips the snapshot integrity check (Fork
+// checks once for all its sessions).
+func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
@@ -51,6 +61,32 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 		}
 	}
 
+	if req.Snapshot != "" {
+		snap, err := m.opts.Store.GetSnapshot(ctx, req.Snapshot)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, false, errdefs.InvalidField("snapshot", "snapshot %q does not exist", req.Snapshot)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		req.Template = snap.Template
+		if verify {
+			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
+				return nil, false, err
+			}
+		}
+	} else if rec, err := m.claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
+		return rec, rec != nil, err
+	}
+	rec, err = m.launch(ctx, req, idempotencyKey, hash, store.StateCreating, store.StateRunning)
+	return rec, err == nil, err
+}
+
+// launch makes a new sandbox for the normalized req: record (in state
+// initial), writable layer, runtime, agent; the record ends in state final.
+// On failure everything is torn down and the record ends terminated with
+// reason error (or deleted, when Destroy came while it was made).
+func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string, initial, final store.State) (*store.Session, error) {
 	// From loading the template until the sandbox is live (and so counts
 	// as a user of it), the template cannot be removed.
 	m.tplMu.RLock()
@@ -64,9 +100,9 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	tpl, err := storage.LoadTemplate(tdir)
 	if err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+			return nil, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 		}
-		return nil, false, err
+		return nil, err
 	}
 
 	now := time.Now().UTC()
@@ -77,13 +113,14 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	defer close(sb.created)
 	sb.dir = m.opts.Layout.Sandbox(sb.id)
 	sb.rec = store.Session{
-		ID: sb.id, Template: req.Template, Driver: m.opts.Driver.Name(), State: store.StateCreating,
+		ID: sb.id, Template: req.Template, Driver: m.opts.Driver.Name(), State: initial,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutS: req.TimeoutS,
 		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
+		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 	}
 	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	m.mu.Lock()
 	m.live[sb.id] = sb
@@ -95,7 +132,7 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	// away: a retry with the same Idempotency-Key then finds the session.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := m.start(startCtx, sb, tdir, tpl, req); err != nil {
+	if err := m.start(startCtx, sb, tpl, req, final); err != nil {
 		sb.mu.Lock()
 		aborted := sb.deleteRequested
 		sb.mu.Unlock()
@@ -104,7 +141,7 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 			m.log.Info("create aborted: session deleted", "session", sb.id)
 			m.teardown(context.WithoutCancel(ctx), sb, store.ReasonDeleted, "")
 			r := sb.Record()
-			return nil, false, terminatedError(&r)
+			return nil, terminatedError(&r)
 		}
 		m.log.Error("create failed", "session", sb.id, "err", err)
 		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
@@ -115,20 +152,22 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 				m.log.Error("release idempotency key", "session", sb.id, "err", rerr)
 			}
 		}
-		return nil, false, err
+		return nil, err
 	}
 	r := sb.Record()
-	return &r, true, nil
+	return &r, nil
 }
 
 // start builds the sandbox's files, starts it through the driver and waits
-// for its agent; then the record becomes running and the timeout is armed.
-func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *storage.Template, req v1.CreateRequest) error {
+// for its agent; then the record becomes final (running, or pooled for a
+// warm-pool member) and a running session's timeout is armed.
+func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req v1.CreateRequest, final store.State) error {
 	began := time.Now()
 	if err := os.MkdirAll(sb.dir, 0o711); err != nil {
 		return err
 	}
-	layer, err := storage.CreateLayer(filepath.Join(sb.dir, "layer"), storage.RootFS(tdir), m.opts.Shift)
+	rootfs, err := m.opts.Storage.Prepare(ctx, sb.id,
+		storage.Source{Template: req.Template, Snapshot: req.Snapshot}, req.DiskMB<<20)
 	if err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
@@ -143,7 +182,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *stor
 	}
 	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
 	for _, d := range []string{"/home/user", "/root", "/tmp"} {
-		mounts = append(mounts, runtime.Mount{Source: filepath.Join(layer.Merged(), d), Target: d})
+		mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, d), Target: d})
 	}
 	mounts = append(mounts,
 		runtime.Mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true},
@@ -191,7 +230,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *stor
 	idmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}}
 	gidmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}}
 	err = m.opts.Driver.Create(ctx, runtime.Config{
-		ID: sb.id, StateDir: sb.dir, RootFS: layer.Merged(), Mounts: mounts,
+		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
 		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap,
@@ -222,14 +261,18 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tdir string, tpl *stor
 			return errCreateAborted
 		}
 		now := time.Now().UTC()
-		r.State = store.StateRunning
+		r.State = final
 		r.StartedAt = now
-		r.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
+		if final == store.StateRunning {
+			r.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
+		}
+		sb.lastUse = now
 		return nil
 	}); err != nil {
 		return err
 	}
 	m.arm(sb)
+	m.armIdle(sb)
 	m.log.Debug("sandbox started", "session", sb.id, "prepare_ms", ms(prepared.Sub(began)),
 		"runtime_ms", ms(launched.Sub(prepared)), "agent_ms", ms(time.Since(launched)))
 	return nil

@@ -87,10 +87,11 @@ func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string) err
 // nothing in the sandbox can block. If ctx ends first, a foreground command
 // is killed the same way.
 func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out Output) (*v1.ExecResult, error) {
-	sb, err := m.running(ctx, id)
+	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	rec := sb.Record()
 	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser); err != nil {
 		return nil, err

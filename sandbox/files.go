@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
@@ -61,19 +62,21 @@ func checkPathBytes(field, p string) error {
 	return nil
 }
 
-// fileCall prepares an agent filesystem call for session id as user.
-func (m *Manager) fileCall(ctx context.Context, id, user string) (*Sandbox, string, error) {
-	sb, err := m.running(ctx, id)
+// fileCall prepares an agent filesystem call for session id as user; the
+// caller runs release when the call is over.
+func (m *Manager) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _ string, release func(), err error) {
+	sb, release, err = m.use(ctx, id)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if user == "" {
 		user = sb.Record().DefaultUser
 	}
 	if err := ValidateUser("user", user); err != nil {
-		return nil, "", err
+		release()
+		return nil, "", nil, err
 	}
-	return sb, user, nil
+	return sb, user, release, nil
 }
 
 // Upload streams body into path (created with its parent directories,
@@ -84,10 +87,11 @@ func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Rea
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	q := url.Values{"path": {path}, "username": {user}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/files?"+q.Encode(), body)
 	if err != nil {
@@ -118,24 +122,41 @@ func (m *Manager) Download(ctx context.Context, id, path, user string) (rc io.Re
 	if err := checkPathBytes("path", path); err != nil {
 		return nil, 0, err
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, 0, err
 	}
 	q := url.Values{"path": {path}, "username": {user}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/files?"+q.Encode(), nil)
 	if err != nil {
+		release()
 		return nil, 0, err
 	}
 	resp, err := sb.agent.http.Do(req)
 	if err != nil {
+		release()
 		return nil, 0, m.agentError(ctx, id, err, "")
 	}
 	if resp.StatusCode != http.StatusOK {
+		defer release()
 		defer resp.Body.Close()
 		return nil, 0, m.filesHTTPError(ctx, id, resp)
 	}
-	return resp.Body, resp.ContentLength, nil
+	return &releasingReader{ReadCloser: resp.Body, release: release}, resp.ContentLength, nil
+}
+
+// releasingReader ends a files call when the download is closed.
+type releasingReader struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+// Close closes the download and ends the call (once).
+func (r *releasingReader) Close() error {
+	err := r.ReadCloser.Close()
+	r.once.Do(r.release)
+	return err
 }
 
 // filesHTTPError maps the agent's /files JSON error ({code, message}).
@@ -172,10 +193,11 @@ func (m *Manager) Stat(ctx context.Context, id, path, user string) (*v1.Entry, e
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	req := connect.NewRequest(&filesystempb.StatRequest{Path: path})
 	setUser(req.Header(), user)
 	resp, err := sb.agent.fs.Stat(ctx, req)
@@ -194,10 +216,11 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 	if depth < 1 || depth > 32 {
 		return nil, errdefs.InvalidField("depth", "must be between 1 and 32")
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	req := connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(depth)})
 	setUser(req.Header(), user)
 	resp, err := sb.agent.fs.ListDir(ctx, req)
@@ -217,10 +240,11 @@ func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*v1.Entry
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	req := connect.NewRequest(&filesystempb.MakeDirRequest{Path: path})
 	setUser(req.Header(), user)
 	resp, err := sb.agent.fs.MakeDir(ctx, req)
@@ -239,10 +263,11 @@ func (m *Manager) Move(ctx context.Context, id, source, destination, user string
 	if err := checkPath("destination", destination); err != nil {
 		return nil, err
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	req := connect.NewRequest(&filesystempb.MoveRequest{Source: source, Destination: destination})
 	setUser(req.Header(), user)
 	resp, err := sb.agent.fs.Move(ctx, req)
@@ -261,10 +286,11 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 	if filepath.Clean("/"+path) == "/" {
 		return errdefs.InvalidField("path", "refusing to remove /")
 	}
-	sb, user, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := m.fileCall(ctx, id, user)
 	if err != nil {
 		return err
 	}
+	defer release()
 	req := connect.NewRequest(&filesystempb.RemoveRequest{Path: path})
 	setUser(req.Header(), user)
 	if _, err := sb.agent.fs.Remove(ctx, req); err != nil {
@@ -276,7 +302,8 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 // Usage reads the session's CPU seconds, memory (now and peak, bytes),
 // tasks, OOM kills and the bytes its writable layer holds.
 func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
-	if _, err := m.running(ctx, id); err != nil {
+	if sb := m.lookup(id); sb == nil || !isLive(sb.Record().State) {
+		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
 	st, err := m.opts.Driver.Stats(ctx, id)
@@ -285,8 +312,7 @@ func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 	}
 	u := &v1.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
 		Pids: st.Pids, OOMKills: st.OOMKills}
-	layer := layerOf(m.opts.Layout.Sandbox(id))
-	if u.DiskBytes, err = layer.DiskUsage(); err != nil {
+	if u.DiskBytes, err = m.opts.Storage.Usage(ctx, id); err != nil {
 		return nil, err
 	}
 	return u, nil

@@ -27,3 +27,17 @@ func newID() string {
 	}
 	return string(out)
 }
+
+// validID reports whether id has the shape newID makes.
+func validID(id string) bool {
+	if len(id) != idLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}

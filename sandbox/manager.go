@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -31,6 +30,8 @@ type Options struct {
 	Layout storage.Layout
 	Store  *store.Store
 	Driver runtime.Driver
+	// Storage holds the sandboxes' writable layers and snapshots.
+	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
 	AgentPath string
 	// Limits default and bound create requests.
@@ -53,7 +54,11 @@ type Manager struct {
 	// tplMu keeps template removal (write) apart from creates between
 	// loading their template and becoming live (read), so that a template
 	// is never removed from under a sandbox that is starting on it.
-	tplMu     sync.RWMutex
+	tplMu sync.RWMutex
+	// pools are the warm pools by template (pool.go).
+	poolMu    sync.Mutex
+	pools     map[string]*pool
+	poolKick  chan struct{}
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -84,6 +89,16 @@ type Sandbox struct {
 	deleteRequested bool
 	abortReady      context.CancelFunc
 	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
+
+	// lifeMu serialises pause, resume and snapshot of this sandbox.
+	lifeMu sync.Mutex
+	// inflight counts exec and files calls in progress; lastUse is when the
+	// last one began or ended; idle fires the auto-pause check. autoPaused:
+	// the session was paused for idleness and resumes on its next call.
+	inflight   int
+	lastUse    time.Time
+	idle       *time.Timer
+	autoPaused bool
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -126,7 +141,8 @@ func NewManager(opts Options) *Manager {
 	if opts.Shift.Size == 0 {
 		opts.Shift = storage.DefaultIDShift
 	}
-	return &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{})}
+	return &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
+		pools: map[string]*pool{}, poolKick: make(chan struct{}, 1)}
 }
 
 // Driver returns the isolation driver in use.
@@ -136,22 +152,26 @@ func (m *Manager) Driver() runtime.Driver { return m.opts.Driver }
 func (m *Manager) Limits() v1.Limits { return m.opts.Limits }
 
 // arm (re)starts the session timer at the record's expiry, unless the
-// sandbox is no longer running (a teardown stopped its timer for good).
+// sandbox is no longer running or paused (a teardown stopped its timer for
+// good). For a paused session the expiry is the end of the longest pause.
 func (m *Manager) arm(sb *Sandbox) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.tearing || sb.rec.State != store.StateRunning {
+	if sb.tearing || !isLive(sb.rec.State) {
 		return
 	}
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	d := time.Until(sb.rec.ExpiresAt)
-	sb.timer = time.AfterFunc(d, func() {
-		m.log.Info("session timed out", "session", sb.id)
+	detail := "session timeout reached"
+	if sb.rec.State == store.StatePaused {
+		detail = fmt.Sprintf("paused for longer than %d s", m.opts.Limits.MaxTimeoutS)
+	}
+	sb.timer = time.AfterFunc(time.Until(sb.rec.ExpiresAt), func() {
+		m.log.Info("session timed out", "session", sb.id, "detail", detail)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		m.teardown(ctx, sb, store.ReasonTimeout, "session timeout reached")
+		m.teardown(ctx, sb, store.ReasonTimeout, detail)
 	})
 }
 
@@ -162,13 +182,21 @@ func (m *Manager) lookup(id string) *Sandbox {
 	return m.live[id]
 }
 
-// Get returns the session's record; ErrNotFound for an unknown id.
+// Get returns the session's record; ErrNotFound for an unknown id (and
+// for warm-pool members, which are not sessions yet).
 func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
 	if sb := m.lookup(id); sb != nil {
 		r := sb.Record()
+		if r.State == store.StatePooled {
+			return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
+		}
 		return &r, nil
 	}
-	return m.opts.Store.GetSession(ctx, id)
+	rec, err := m.opts.Store.GetSession(ctx, id)
+	if err == nil && rec.State == store.StatePooled {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
+	}
+	return rec, err
 }
 
 // List returns sessions matching f, newest first, with live state.
@@ -186,25 +214,60 @@ func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]*store.Ses
 	return recs, nil
 }
 
-// running returns the live, running sandbox with id. ErrNotFound for an
-// unknown id; ErrTerminated (with the reason) for one that has ended;
+// use returns the live, running sandbox with id for an exec or files call,
+// and a release function the caller runs when the call is over (it feeds
+// the auto-pause idle clock). A session paused for idleness is resumed
+// first; one paused on request is ErrConflict ("paused"). ErrNotFound for
+// an unknown id; ErrTerminated (with the reason) for one that has ended;
 // ErrConflict while it is being created or torn down.
-func (m *Manager) running(ctx context.Context, id string) (*Sandbox, error) {
-	if sb := m.lookup(id); sb != nil {
-		r := sb.Record()
-		if r.State == store.StateRunning {
-			return sb, nil
+func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) {
+	for attempt := 0; ; attempt++ {
+		sb := m.lookup(id)
+		if sb == nil {
+			break
 		}
-		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, r.State)
+		sb.mu.Lock()
+		state, auto := sb.rec.State, sb.autoPaused
+		if state == store.StateRunning && !sb.tearing {
+			sb.inflight++
+			sb.lastUse = time.Now()
+			sb.mu.Unlock()
+			return sb, func() { m.released(sb) }, nil
+		}
+		sb.mu.Unlock()
+		switch {
+		case state == store.StatePaused && auto && attempt == 0:
+			if _, err := m.Resume(ctx, id); err != nil {
+				return nil, nil, err
+			}
+			continue
+		case state == store.StatePaused:
+			return nil, nil, errdefs.Newf(errdefs.ErrConflict,
+				"session %s is paused; resume it first (POST /v1/sessions/%s/resume)", id, id)
+		case state == store.StatePooled:
+			return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
+		}
+		return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, state)
 	}
 	rec, err := m.opts.Store.GetSession(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if rec.State == store.StateTerminated {
-		return nil, terminatedError(rec)
+		return nil, nil, terminatedError(rec)
 	}
-	return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
+	if rec.State == store.StatePooled {
+		return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
+	}
+	return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
+}
+
+// released ends one call begun by use.
+func (m *Manager) released(sb *Sandbox) {
+	sb.mu.Lock()
+	sb.inflight--
+	sb.lastUse = time.Now()
+	sb.mu.Unlock()
 }
 
 func terminatedError(rec *store.Session) error {
@@ -216,32 +279,40 @@ func terminatedError(rec *store.Session) error {
 }
 
 // SetTimeout sets the session to expire seconds from now (E2B semantics:
-// extend or shorten from now). ErrInvalidArgument outside 1..MaxTimeoutS.
+// extend or shorten from now); for a paused session it sets the time left
+// when it resumes. ErrInvalidArgument outside 1..MaxTimeoutS.
 func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*store.Session, error) {
 	if seconds < 1 || seconds > m.opts.Limits.MaxTimeoutS {
 		return nil, errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", m.opts.Limits.MaxTimeoutS)
 	}
-	sb, err := m.running(ctx, id)
-	if err != nil {
+	sb := m.lookup(id)
+	if sb == nil || sb.Record().State == store.StatePooled {
+		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
+	d := time.Duration(seconds) * time.Second
+	paused := false
 	rec, err := m.save(ctx, sb, func(r *store.Session) error {
-		if sb.tearing || r.State != store.StateRunning {
-			// A teardown started since running() looked.
+		switch {
+		case sb.tearing || r.State == store.StateTerminating || r.State == store.StateTerminated:
 			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+		case r.State == store.StatePaused:
+			paused = true
+			r.Remaining = d
+		case r.State == store.StateRunning:
+			r.ExpiresAt = time.Now().UTC().Add(d)
+		default:
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, r.State)
 		}
-		r.ExpiresAt = time.Now().UTC().Add(time.Duration(seconds) * time.Second)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	m.arm(sb)
+	if !paused {
+		m.arm(sb)
+	}
 	return &rec, nil
-}
-
-func layerOf(sandboxDir string) storage.Layer {
-	return storage.Layer{Dir: filepath.Join(sandboxDir, "layer")}
 }
 
 // RemoveTemplateIfUnused runs remove (which takes template name's files
@@ -253,17 +324,37 @@ func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error
 	if m.TemplateInUse(name) {
 		return errdefs.Newf(errdefs.ErrConflict, "template %q is used by running sessions", name)
 	}
-	return remove()
+	snaps, err := m.opts.Store.ListSnapshots(context.Background())
+	if err != nil {
+		return err
+	}
+	for _, sn := range snaps {
+		if sn.Template == name {
+			return errdefs.Newf(errdefs.ErrConflict, "template %q is the base of snapshot %s; delete the snapshot first", name, sn.ID)
+		}
+	}
+	m.dropPool(name)
+	if err := remove(); err != nil {
+		return err
+	}
+	return m.opts.Storage.RemoveTemplate(context.Background(), name)
 }
 
-// TemplateInUse reports whether a live session runs on template name.
+// TemplateInUse reports whether a live session (not counting warm-pool
+// members) runs on template name.
 func (m *Manager) TemplateInUse(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, sb := range m.live {
-		if sb.Record().Template == name {
+		if r := sb.Record(); r.Template == name && r.State != store.StatePooled {
 			return true
 		}
 	}
 	return false
+}
+
+// isLive reports whether a session in state st has a sandbox on the host
+// that can be inspected (running or paused).
+func isLive(st store.State) bool {
+	return st == store.StateRunning || st == store.StatePaused
 }

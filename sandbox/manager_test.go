@@ -59,6 +59,26 @@ func (d *fakeDriver) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
+// nopStorage is a storage.Driver with nothing on disk: every call succeeds.
+type nopStorage struct{}
+
+func (nopStorage) Name() string                                              { return "nop" }
+func (nopStorage) AddTemplate(context.Context, string, string, string) error { return nil }
+func (nopStorage) RemoveTemplate(context.Context, string) error              { return nil }
+func (nopStorage) Prepare(context.Context, string, storage.Source, int64) (string, error) {
+	return "", nil
+}
+func (nopStorage) Snapshot(context.Context, string, string) (storage.SnapshotInfo, error) {
+	return storage.SnapshotInfo{}, nil
+}
+func (nopStorage) Remove(context.Context, string) error         { return nil }
+func (nopStorage) Usage(context.Context, string) (int64, error) { return 0, nil }
+func (nopStorage) Verify(context.Context, string) error         { return nil }
+func (nopStorage) RemoveSnapshot(context.Context, string) error { return nil }
+func (nopStorage) Layers(context.Context) ([]string, error)     { return nil, nil }
+func (nopStorage) Snapshots(context.Context) ([]string, error)  { return nil, nil }
+func (nopStorage) Close() error                                 { return nil }
+
 // newTestManager returns a manager over a fresh store and drv, with one
 // live running sandbox (no agent) that expires in an hour.
 func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
@@ -77,7 +97,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m := NewManager(Options{Layout: layout, Store: st, Driver: drv, Limits: DefaultLimits(),
+	m := NewManager(Options{Layout: layout, Store: st, Driver: drv, Storage: nopStorage{}, Limits: DefaultLimits(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(m.Close)
 	now := time.Now().UTC()

@@ -14,10 +14,11 @@ import (
 
 // Processes lists the commands still running in session id.
 func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error) {
-	sb, err := m.running(ctx, id)
+	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	resp, err := sb.agent.process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
@@ -36,10 +37,11 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error
 // to out, and the result comes when it ends. Leaving (ctx ends) does not
 // stop the command. ErrNotFound when no such command runs or ran recently.
 func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*v1.ExecResult, error) {
-	sb, err := m.running(ctx, id)
+	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	defer release()
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
 	stream, err := sb.agent.process.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
 	if err != nil {
@@ -65,10 +67,11 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 // Signal sends SIGTERM or SIGKILL (by number, 15 or 9) to command pid's
 // process group. ErrNotFound when it is not running.
 func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error {
-	sb, err := m.running(ctx, id)
+	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer release()
 	var s processpb.Signal
 	switch sig {
 	case 9:
@@ -94,10 +97,11 @@ func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error
 // SendStdin writes data to command pid's stdin and, with closeAfter,
 // closes it. The command must have been started with KeepStdin.
 func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
-	sb, err := m.running(ctx, id)
+	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return err
 	}
+	defer release()
 	sb.mu.Lock()
 	fed := sb.feeding[pid]
 	sb.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/store"
 )
@@ -21,11 +22,16 @@ const janitorInterval = 30 * time.Second
 //     adopted: its timeout is re-armed (an expired one is ended now);
 //   - a running session whose sandbox is gone, and any session caught in
 //     creating, is cleaned up and ends with reason error;
+//   - a paused session is adopted frozen, with its pause deadline re-armed;
 //   - a terminating session is cleaned up and ends with its recorded reason;
-//   - a runtime container or sandbox directory with no live session is removed.
+//   - warm-pool members of the previous daemon are torn down (the pools
+//     refill);
+//   - a runtime container, sandbox directory, writable layer or snapshot
+//     with no live session or snapshot record is removed.
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSessions(ctx, store.SessionFilter{
-		States: []store.State{store.StateCreating, store.StateRunning, store.StateTerminating},
+		States: []store.State{store.StateCreating, store.StateRunning, store.StatePaused,
+			store.StateTerminating, store.StatePooled},
 	})
 	if err != nil {
 		return err
@@ -34,7 +40,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 		sb := &Sandbox{id: rec.ID, dir: m.opts.Layout.Sandbox(rec.ID), rec: *rec,
 			killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{})}
 		switch rec.State {
-		case store.StateRunning:
+		case store.StateRunning, store.StatePaused:
 			if m.adopt(ctx, sb) {
 				continue
 			}
@@ -50,9 +56,16 @@ func (m *Manager) Recover(ctx context.Context) error {
 		case store.StateTerminating:
 			m.register(sb)
 			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
+		case store.StatePooled:
+			m.register(sb)
+			_ = m.teardown(ctx, sb, store.ReasonDeleted, "warm-pool member of a previous daemon")
 		}
 	}
 	m.sweepOrphans(ctx)
+	m.sweepStorage(ctx)
+	if err := m.loadPools(ctx); err != nil {
+		return err
+	}
 	m.wg.Add(1)
 	go m.janitor()
 	return nil
@@ -62,9 +75,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 // false when the sandbox is not usable.
 func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	st, err := m.opts.Driver.Status(ctx, sb.id)
-	if err == nil && st == runtime.StatusPaused {
-		// Sessions have no paused state (yet): only a daemon that died
-		// between the freeze and the thaw of an exec kill leaves one frozen.
+	paused := sb.rec.State == store.StatePaused
+	if err == nil && st == runtime.StatusPaused && paused {
+		st = runtime.StatusRunning // frozen on purpose: adopt as it is
+	} else if err == nil && st == runtime.StatusPaused {
+		// A running session found frozen: the previous daemon died between
+		// the freeze and the thaw of an exec kill or a snapshot.
 		if err := m.opts.Driver.Resume(ctx, sb.id); err != nil {
 			m.log.Warn("adopt: thaw frozen sandbox", "session", sb.id, "err", err)
 		} else {
@@ -86,14 +102,51 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		m.log.Warn("adopt: agent socket does not accept connections", "session", sb.id, "err", err)
 		return false
 	}
+	if paused && st == runtime.StatusRunning {
+		// The runtime says thawed, the record paused: freeze it again.
+		if s2, _ := m.opts.Driver.Status(ctx, sb.id); s2 != runtime.StatusPaused {
+			if err := m.opts.Driver.Pause(ctx, sb.id); err != nil {
+				m.log.Warn("adopt: refreeze paused sandbox", "session", sb.id, "err", err)
+			}
+		}
+	}
 	m.register(sb)
 	if time.Now().After(sb.rec.ExpiresAt) {
 		_ = m.teardown(ctx, sb, store.ReasonTimeout, "session timeout reached while the daemon was down")
 		return true
 	}
+	sb.lastUse = time.Now()
 	m.arm(sb)
-	m.log.Info("adopted running sandbox", "session", sb.id)
+	m.armIdle(sb)
+	m.log.Info("adopted sandbox", "session", sb.id, "state", sb.rec.State)
 	return true
+}
+
+// sweepStorage removes writable layers no live session owns and snapshots
+// the database does not know (left by crashes between the two).
+func (m *Manager) sweepStorage(ctx context.Context) {
+	layers, err := m.opts.Storage.Layers(ctx)
+	if err != nil {
+		m.log.Warn("list writable layers", "err", err)
+	}
+	for _, id := range layers {
+		if m.lookup(id) == nil {
+			if err := m.opts.Storage.Remove(ctx, id); err != nil {
+				m.log.Warn("remove orphaned layer", "id", id, "err", err)
+			}
+		}
+	}
+	snaps, err := m.opts.Storage.Snapshots(ctx)
+	if err != nil {
+		m.log.Warn("list snapshots", "err", err)
+	}
+	for _, id := range snaps {
+		if _, err := m.opts.Store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+			if err := m.opts.Storage.RemoveSnapshot(ctx, id); err != nil {
+				m.log.Warn("remove orphaned snapshot", "id", id, "err", err)
+			}
+		}
+	}
 }
 
 func (m *Manager) register(sb *Sandbox) {
@@ -130,7 +183,8 @@ func (m *Manager) sweepOrphans(ctx context.Context) {
 	}
 }
 
-// janitor retries teardowns that failed, until Close.
+// janitor retries teardowns that failed and deletes expired snapshots,
+// until Close.
 func (m *Manager) janitor() {
 	defer m.wg.Done()
 	t := time.NewTicker(janitorInterval)
@@ -157,5 +211,8 @@ func (m *Manager) janitor() {
 			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
 			cancel()
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		m.collectSnapshots(ctx)
+		cancel()
 	}
 }

@@ -17,8 +17,8 @@ import (
 )
 
 // DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
-// tasks and 300 s by default (E2B's default lifetime); at most every core of
-// the host, 64 GiB, 32768 tasks and 24 h. At least 32 tasks: the agent alone
+// tasks, 300 s (E2B's default lifetime) and 4 GiB of disk by default; at
+// most every core of the host, 64 GiB, 32768 tasks, 24 h and 1 TiB. At least 32 tasks: the agent alone
 // holds about 20 (its pre-created threads), and with fewer it cannot start.
 func DefaultLimits() v1.Limits {
 	return v1.Limits{
@@ -26,6 +26,7 @@ func DefaultLimits() v1.Limits {
 		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
 		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
 		DefaultTimeoutS: 300, MaxTimeoutS: 86400,
+		DefaultDiskMB: 4096, MinDiskMB: 16, MaxDiskMB: 1 << 20,
 	}
 }
 
@@ -41,10 +42,26 @@ const (
 // normalizeCreate applies defaults and validates r in place. Errors are
 // *errdefs.FieldError naming the offending field.
 func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
-	if r.Template == "" {
+	if r.Snapshot != "" {
+		if r.Template != "" {
+			return errdefs.InvalidField("template", "give a template or a snapshot, not both (a snapshot brings its template)")
+		}
+		if !validID(r.Snapshot) {
+			return errdefs.InvalidField("snapshot", "is not a snapshot id")
+		}
+	} else if r.Template == "" {
 		r.Template = storage.BaseTemplate
 	}
-	if !storage.ValidTemplateName(r.Template) {
+	if r.DiskMB == 0 {
+		r.DiskMB = l.DefaultDiskMB
+	}
+	if r.DiskMB < l.MinDiskMB || r.DiskMB > l.MaxDiskMB {
+		return errdefs.InvalidField("disk_mb", "must be between %d and %d", l.MinDiskMB, l.MaxDiskMB)
+	}
+	if r.AutoPauseS < 0 || r.AutoPauseS > l.MaxTimeoutS {
+		return errdefs.InvalidField("auto_pause_s", "must be between 0 (never) and %d seconds", l.MaxTimeoutS)
+	}
+	if r.Snapshot == "" && !storage.ValidTemplateName(r.Template) {
 		return errdefs.InvalidField("template", "must be 1-63 characters of [a-z0-9._-]")
 	}
 	if r.CPU == 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -75,6 +74,9 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 		for _, t := range sb.killers {
 			t.Stop()
 		}
+		if sb.idle != nil {
+			sb.idle.Stop()
+		}
 		if r.State != store.StateTerminating {
 			// A retry keeps the reason recorded by the first attempt.
 			r.State = store.StateTerminating
@@ -133,11 +135,10 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	if err := m.opts.Driver.Delete(ctx, id); err != nil {
 		return err
 	}
-	dir := m.opts.Layout.Sandbox(id)
-	if err := storage.RemoveLayer(filepath.Join(dir, "layer")); err != nil {
+	if err := m.opts.Storage.Remove(ctx, id); err != nil {
 		return err
 	}
-	return storage.RemoveTree(dir)
+	return storage.RemoveTree(m.opts.Layout.Sandbox(id))
 }
 
 // Close stops timers and background work. Sandboxes keep running; the next

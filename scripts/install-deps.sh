@@ -5,6 +5,8 @@
 #   iproute2        ip(8), used by tests to build network namespaces
 #   podman          peer baseline in `forkbox bench` (run side by side)
 #   busybox-static  a static busybox for the benchmark's peer root filesystem
+#   xfsprogs        mkfs.xfs, for the overlay storage driver's XFS volume
+#   btrfs-progs     mkfs.btrfs, to format the btrfs storage driver's image once
 #   protobuf-compiler  only for `make generate` (generated code is committed)
 set -euo pipefail
 
@@ -18,6 +20,8 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 [ -x /bin/busybox ] || need+=(busybox-static)
+command -v mkfs.xfs >/dev/null 2>&1 || need+=(xfsprogs)
+command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
 if [ "${FORKBOX_GENERATE:-0}" = 1 ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 fi

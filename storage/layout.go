@@ -16,7 +16,9 @@ import (
 //	  bin/forkbox-agent       the agent binary mounted into sandboxes
 //	  runc/                   runc's state root
 //	  templates/NAME/         template.json + rootfs/
-//	  sandboxes/ID/           layer (upper, work, rootfs), runtime state, agent.sock
+//	  storage/DRIVER/         writable layers and snapshots (btrfs or overlay;
+//	                          a loop-mounted DRIVER.img beside it when needed)
+//	  sandboxes/ID/           runtime state, agent.sock, hosts, hostname
 type Layout struct{ Root string }
 
 // NewLayout returns the layout of the data directory dir (made absolute).
@@ -45,6 +47,10 @@ func (l Layout) Templates() string { return filepath.Join(l.Root, "templates") }
 
 // Template is the directory of template name.
 func (l Layout) Template(name string) string { return filepath.Join(l.Templates(), name) }
+
+// Storage is the directory of storage driver name (its volume is mounted
+// there when it brings its own).
+func (l Layout) Storage(name string) string { return filepath.Join(l.Root, "storage", name) }
 
 // Sandboxes is the directory of all sandboxes.
 func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }

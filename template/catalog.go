@@ -31,6 +31,9 @@ type Catalog struct {
 	// guard runs the removal of a template's files only while no live
 	// session uses it (set by the daemon; see NewCatalog).
 	guard func(name string, remove func() error) error
+	// storage is told about every template (AddTemplate), so that
+	// sandboxes' layers can be built on it.
+	storage storage.Driver
 
 	mu sync.Mutex // serialises imports and deletes
 }
@@ -39,10 +42,37 @@ type Catalog struct {
 // is how Delete takes a template's files away: it calls remove only if no
 // live session uses template name, keeps new sessions off it while remove
 // runs, and returns ErrConflict otherwise (sandbox.Manager's
-// RemoveTemplateIfUnused).
-func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error) *Catalog {
-	return &Catalog{layout: layout, store: st, shift: shift, guard: guard}
+// RemoveTemplateIfUnused). drv is the storage driver sandboxes' layers
+// live on; every template is added to it.
+func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error, drv storage.Driver) *Catalog {
+	return &Catalog{layout: layout, store: st, shift: shift, guard: guard, storage: drv}
 }
+
+// Register adds every recorded template to the storage driver (at
+// start-up; a driver that has a template's version already does nothing).
+func (c *Catalog) Register(ctx context.Context) error {
+	recs, err := c.store.ListTemplates(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		dir := c.layout.Template(r.Name)
+		t, err := storage.LoadTemplate(dir)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.storage.AddTemplate(ctx, t.Name, storage.RootFS(dir), version(t)); err != nil {
+			return fmt.Errorf("template %s: %w", t.Name, err)
+		}
+	}
+	return nil
+}
+
+// version identifies a template's content for storage.Driver.AddTemplate.
+func version(t *storage.Template) string { return t.CreatedAt + "/" + t.Digest }
 
 // EnsureBase builds the base template if it is missing or was built by an
 // older forkbox, and records it. Sandboxes still running on an old base
@@ -217,7 +247,12 @@ func (c *Catalog) swapIn(tmp, dir string) error {
 	return os.Rename(tmp, dir)
 }
 
+// record adds template t (whose rootfs is now in place) to the storage
+// driver and the store.
 func (c *Catalog) record(ctx context.Context, t *storage.Template, rootfs string) error {
+	if err := c.storage.AddTemplate(ctx, t.Name, rootfs, version(t)); err != nil {
+		return fmt.Errorf("template %s: %w", t.Name, err)
+	}
 	created, _ := time.Parse(time.RFC3339, t.CreatedAt)
 	return c.store.PutTemplate(ctx, &store.TemplateRecord{
 		Name: t.Name, Source: t.Source, Digest: t.Digest, SizeBytes: t.SizeBytes, CreatedAt: created,

@@ -27,7 +27,7 @@ func TestSweepTempRemovesInterruptedUploads(t *testing.T) {
 		t.Fatal(err)
 	}
 	spool.Close()
-	c := NewCatalog(layout, nil, storage.DefaultIDShift, nil)
+	c := NewCatalog(layout, nil, storage.DefaultIDShift, nil, nil)
 	c.SweepTemp()
 	entries, err := os.ReadDir(dir)
 	if err != nil {

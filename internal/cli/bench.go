@@ -14,15 +14,19 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Benchmark forkbox beside the runc CLI and podman (as root)",
-		Long: `Measure forkbox through its REST API (create, exec true, destroy, and a whole
-create + exec + destroy run) and, in the same run, the raw runc CLI and podman
-on a busybox root filesystem (run to completion, exec, pause, resume). Prints
-p50/p99/mean in milliseconds, each peer's p50 relative to forkbox's, and the
-targets of the design notes.
+		Long: `Measure forkbox through its REST API (create, exec true, destroy, a whole
+create + exec + destroy run, pause, resume, a snapshot of a session that wrote
+500 MB, a fork of 8 sessions from that snapshot, and a create from a warm pool)
+and, in the same run, the raw runc CLI and podman on a busybox root filesystem
+(run to completion, exec, pause, resume, podman commit after writing 500 MB),
+and a plain copy of 500 MB for reference. Prints p50/p99/mean in milliseconds,
+each peer's p50 relative to forkbox's, and the targets of the design notes.
 
 By default forkbox is a private daemon started in-process on a temporary data
-directory and removed at the end; --url (or FORKBOX_URL) measures a running
-daemon instead.`,
+directory and removed at the end (--storage picks its storage driver); --url
+(or FORKBOX_URL) measures a running daemon instead. Against a running daemon
+the benchmark sets the base template's warm pool for a while and puts it back
+as it was at the end.`,
 		Example: `  forkbox bench -n 20
   forkbox bench --skip-peers --json
   FORKBOX_URL=http://127.0.0.1:7070 forkbox bench`,
@@ -53,5 +57,6 @@ daemon instead.`,
 	f.StringVar(&opts.APIKey, "api-key", "", "API key of the daemon at --url (default "+client.EnvAPIKey+", then --api-key-file)")
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary of the private daemon (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "data directory of the private daemon, kept afterwards (default: a temporary one)")
+	f.StringVar(&opts.Storage, "storage", "", "storage driver of the private daemon: btrfs or overlay (default: btrfs where it works)")
 	return cmd
 }

@@ -52,6 +52,7 @@ func Execute() int {
 	root.AddCommand(
 		newServeCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
+		newSnapshotCmd(g), newForkCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

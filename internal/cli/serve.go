@@ -1,10 +1,16 @@
 package cli
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"context"
 	"log/slog"
 	"os"
 	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +20,8 @@ import (
 func newServeCmd() *cobra.Command {
 	var opts daemon.Options
 	var level string
+	var pools []string
+	var imageSize int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -27,6 +35,15 @@ mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
 				return err
 			}
 			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+			opts.StorageImageBytes = imageSize << 30
+			for _, p := range pools {
+				name, size, ok := strings.Cut(p, "=")
+				n, err := strconv.Atoi(size)
+				if !ok || err != nil || name == "" {
+					return fmt.Errorf("--pool %q: want TEMPLATE=SIZE", p)
+				}
+				opts.Pools = append(opts.Pools, v1.Pool{Template: name, Size: n})
+			}
 			d, err := daemon.Start(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -49,5 +66,8 @@ mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
+	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")
+	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	return cmd
 }

@@ -16,15 +16,18 @@ import (
 
 // createFlags are the session options shared by run and create.
 type createFlags struct {
-	template string
-	cpu      float64
-	memoryMB int64
-	pids     int64
-	timeoutS int64
-	env      []string
-	meta     []string
-	workdir  string
-	user     string
+	template  string
+	cpu       float64
+	memoryMB  int64
+	pids      int64
+	timeoutS  int64
+	env       []string
+	meta      []string
+	workdir   string
+	user      string
+	snapshot  string
+	diskMB    int64
+	autoPause time.Duration
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -38,6 +41,9 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.meta, "label", nil, "metadata KEY=VALUE (repeatable)")
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory (default: the user's home)")
 	fl.StringVarP(&f.user, "user", "u", "", `user to run as (default "user"; "root" on request)`)
+	fl.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot's files instead of a template")
+	fl.Int64Var(&f.diskMB, "disk", 0, "disk limit in MiB (default 4096)")
+	fl.DurationVar(&f.autoPause, "auto-pause", 0, "pause after this long without exec or file calls (e.g. 5m)")
 }
 
 // create makes a session from the flags.
@@ -69,6 +75,7 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 	return client.CreateRequest{
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
+		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()),
 	}, nil
 }
 

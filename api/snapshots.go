@@ -1,0 +1,160 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/store"
+)
+
+// handleSnapshot: POST /v1/sessions/{id}/snapshot [{"expires_in_s": N}] →
+// 201 with the snapshot. The session keeps running.
+func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	var req v1.SnapshotRequest
+	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), time.Duration(req.ExpiresInS)*time.Second)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/snapshots/"+sn.ID)
+	writeJSON(w, http.StatusCreated, snapshotView(sn))
+}
+
+// handleSessionFork: POST /v1/sessions/{id}/fork {"count": N, ...overrides}:
+// snapshot the session, then start N sessions from the snapshot. 201.
+func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
+	var req v1.ForkRequest
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, forkView(sn, sessions))
+}
+
+// handleSnapshotFork: POST /v1/snapshots/{id}/fork {"count": N, ...overrides}
+// starts N sessions from the snapshot. 201.
+func (s *Server) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
+	var req v1.ForkRequest
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	sessions, err := s.mgr.Fork(r.Context(), id, req.Count, req.CreateRequest)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sn, err := s.mgr.GetSnapshot(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, forkView(sn, sessions))
+}
+
+func forkView(sn *store.Snapshot, sessions []*store.Session) v1.ForkResult {
+	out := v1.ForkResult{Snapshot: snapshotView(sn), Sessions: make([]v1.Session, 0, len(sessions))}
+	for _, rec := range sessions {
+		out.Sessions = append(out.Sessions, sessionView(rec))
+	}
+	return out
+}
+
+func (s *Server) handleSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := s.mgr.ListSnapshots(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := v1.SnapshotList{Snapshots: make([]v1.Snapshot, 0, len(snaps))}
+	for _, sn := range snaps {
+		out.Snapshots = append(out.Snapshots, snapshotView(sn))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := s.mgr.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, snapshotView(sn))
+}
+
+// handleDeleteSnapshot: DELETE /v1/snapshots/{id}[?force=true]: 204; 409
+// while sessions or child snapshots use it (force destroys and deletes
+// them first).
+func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	force := false
+	if f := r.URL.Query().Get("force"); f != "" {
+		var err error
+		if force, err = strconv.ParseBool(f); err != nil {
+			s.writeError(w, r, errdefs.InvalidField("force", "must be true or false"))
+			return
+		}
+	}
+	if err := s.mgr.DeleteSnapshot(r.Context(), r.PathValue("id"), force); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handlePause: POST /v1/sessions/{id}/pause → 200 with the session (paused).
+func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.mgr.Pause(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+// handleResume: POST /v1/sessions/{id}/resume → 200 with the session (running).
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.mgr.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+func (s *Server) handlePools(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, v1.PoolList{Pools: s.mgr.Pools()})
+}
+
+// handleSetPool: PUT /v1/pools/{template} {"size": N, "cpu"?, "memory_mb"?,
+// "pids"?, "disk_mb"?} → 200 with the pool.
+func (s *Server) handleSetPool(w http.ResponseWriter, r *http.Request) {
+	var req v1.Pool
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Template != "" && req.Template != r.PathValue("template") {
+		s.writeError(w, r, errdefs.InvalidField("template", "differs from the path"))
+		return
+	}
+	req.Template = r.PathValue("template")
+	p, err := s.mgr.SetPool(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}

@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"errors"
+
+	"context"
+	"fmt"
+	"log/slog"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/storage/btrfs"
+	"github.com/forkbox/forkbox/storage/overlay"
+)
+
+// openStorage opens the storage driver named kind ("btrfs", "overlay") in
+// the data directory; "" picks btrfs when this host supports it (O(1)
+// snapshots and forks) and overlay otherwise.
+func openStorage(ctx context.Context, layout storage.Layout, kind string, imageBytes int64, log *slog.Logger) (storage.Driver, error) {
+	if kind == "" {
+		if err := btrfs.Supported(); err != nil {
+			log.Warn("btrfs storage unavailable; using overlay", "why", err)
+			kind = "overlay"
+		} else {
+			kind = "btrfs"
+		}
+	}
+	switch kind {
+	case "btrfs":
+		return btrfs.New(ctx, btrfs.Options{Dir: layout.Storage("btrfs"), ImageBytes: imageBytes, Shift: storage.DefaultIDShift})
+	case "overlay":
+		return overlay.New(ctx, overlay.Options{Dir: layout.Storage("overlay"), ImageBytes: imageBytes, Shift: storage.DefaultIDShift})
+	}
+	return nil, fmt.Errorf("storage %q: %w (want btrfs or overlay)", kind, errdefs.ErrInvalidArgument)
+}
+
+// ReleaseStorage detaches the storage volumes a daemon on dataDir mounted
+// (the loop-mounted btrfs or XFS images), for tests and uninstalls: call it
+// after Shutdown once no sandbox runs any more. Sandboxes still running keep
+// their files (the detach is lazy). A volume that is not mounted is fine.
+func ReleaseStorage(dataDir string) error {
+	layout, err := storage.NewLayout(dataDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range []string{"btrfs", "overlay"} {
+		dir := layout.Storage(name)
+		if !isMountPoint(dir) {
+			continue
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isMountPoint reports whether dir is on another filesystem than its parent.
+func isMountPoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(dir+"/..", &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}

@@ -1,0 +1,243 @@
+package cli
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+func newSnapshotCmd(g *globals) *cobra.Command {
+	var expires time.Duration
+	cmd := &cobra.Command{
+		Use:   "snapshot SESSION",
+		Short: "Snapshot a session's files (it keeps running); ls and rm manage snapshots",
+		Long: `Snapshot a session's files into a read-only snapshot that new sessions start from
+(forkbox create --snapshot, forkbox fork --snapshot). The runc tier captures the
+filesystem only: processes and memory are not part of the snapshot.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sn, err := c.Snapshot(cmd.Context(), args[0], int64(expires.Seconds()))
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), sn)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&expires, "expires", 0, "delete the snapshot after this long (e.g. 24h; default: keep)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List snapshots",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			snaps, err := c.Snapshots(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), snaps)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSESSION\tPARENT\tTEMPLATE\tSIZE\tCREATED\tEXPIRES")
+			for _, sn := range snaps {
+				exp := "-"
+				if sn.ExpiresAt != nil {
+					exp = "in " + time.Until(*sn.ExpiresAt).Round(time.Second).String()
+				}
+				parent := sn.Parent
+				if parent == "" {
+					parent = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sn.ID, sn.SessionID, parent, sn.Template,
+					bytesText(sn.SizeBytes), ago(&sn.CreatedAt), exp)
+			}
+			return tw.Flush()
+		},
+	}
+	var force bool
+	rm := &cobra.Command{
+		Use:   "rm SNAPSHOT...",
+		Short: "Delete snapshots (--force also destroys sessions and snapshots built on them)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, id := range args {
+				if err := c.DeleteSnapshot(cmd.Context(), id, force); err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			return nil
+		},
+	}
+	rm.Flags().BoolVar(&force, "force", false, "also destroy the sessions and delete the snapshots that depend on it")
+	cmd.AddCommand(ls, rm)
+	return cmd
+}
+
+func newForkCmd(g *globals) *cobra.Command {
+	var cf createFlags
+	var n int
+	var fromSnapshot bool
+	cmd := &cobra.Command{
+		Use:   "fork SESSION | --from-snapshot SNAPSHOT",
+		Short: "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
+		Example: `  forkbox fork abc123 -n 8          # snapshot abc123, start 8 copies of it
+  forkbox fork --from-snapshot s0m3id -n 4`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			req, err := cf.request()
+			if err != nil {
+				return err
+			}
+			freq := client.ForkRequest{Count: n, CreateRequest: req}
+			var res *client.ForkResult
+			if fromSnapshot {
+				res, err = c.ForkSnapshot(cmd.Context(), args[0], freq)
+			} else {
+				res, err = c.ForkSession(cmd.Context(), args[0], freq)
+			}
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			for _, s := range res.Sessions {
+				fmt.Fprintln(cmd.OutOrStdout(), s.ID)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&n, "count", "n", 1, "how many sessions to start (1-64)")
+	cmd.Flags().BoolVar(&fromSnapshot, "from-snapshot", false, "the argument is a snapshot id, not a session id")
+	cf.register(cmd)
+	return cmd
+}
+
+func newPauseCmd(g *globals, resume bool) *cobra.Command {
+	use, short := "pause SESSION...", "Freeze sessions (no CPU; processes and files stay; the timeout clock stops)"
+	if resume {
+		use, short = "resume SESSION...", "Thaw paused sessions"
+	}
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, id := range args {
+				var s *client.Session
+				if resume {
+					s, err = c.Resume(cmd.Context(), id)
+				} else {
+					s, err = c.Pause(cmd.Context(), id)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", id, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", s.ID, s.State)
+			}
+			return nil
+		},
+	}
+}
+
+func newPoolCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "pool", Short: "Manage warm pools of ready sandboxes"}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List warm pools and their depth",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			pools, err := c.Pools(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), pools)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TEMPLATE\tSIZE\tREADY\tSTARTING\tCPU\tMEMORY\tPIDS\tDISK")
+			for _, p := range pools {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%g\t%dMiB\t%d\t%dMiB\n", p.Template, p.Size, p.Ready, p.Starting,
+					p.CPU, p.MemoryMB, p.Pids, p.DiskMB)
+			}
+			return tw.Flush()
+		},
+	}
+	var p client.Pool
+	set := &cobra.Command{
+		Use:   "set TEMPLATE SIZE",
+		Short: "Keep SIZE ready sandboxes of TEMPLATE (0 empties the pool)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Sscanf(args[1], "%d", &p.Size); err != nil {
+				return fmt.Errorf("SIZE %q is not a number", args[1])
+			}
+			p.Template = args[0]
+			got, err := c.SetPool(cmd.Context(), p)
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), got)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pool %s: size %d (ready %d)\n", got.Template, got.Size, got.Ready)
+			return nil
+		},
+	}
+	set.Flags().Float64Var(&p.CPU, "cpu", 0, "members' CPU quota in cores (default 1)")
+	set.Flags().Int64Var(&p.MemoryMB, "memory", 0, "members' memory limit in MiB (default 512)")
+	set.Flags().Int64Var(&p.Pids, "pids", 0, "members' task limit (default 512)")
+	set.Flags().Int64Var(&p.DiskMB, "disk", 0, "members' disk limit in MiB (default 4096)")
+	cmd.AddCommand(ls, set)
+	return cmd
+}
+
+// bytesText prints a byte count with a binary unit.
+func bytesText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,148 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Pause freezes every process of session id through the cgroup freezer: a
+// paused sandbox uses no CPU, and its processes, memory and open files stay
+// as they are. Its timeout clock stops: the time it had left is kept and
+// given back on Resume. A session cannot stay paused longer than the
+// maximum session timeout (Limits.MaxTimeoutS); then it ends with reason
+// timeout. Exec and files calls on a paused session fail with ErrConflict
+// ("paused") — except for a session paused by its own auto-pause, which
+// resumes on its next call. ErrConflict when it is not running.
+func (m *Manager) Pause(ctx context.Context, id string) (*store.Session, error) {
+	return m.pause(ctx, id, false)
+}
+
+func (m *Manager) pause(ctx context.Context, id string, auto bool) (*store.Session, error) {
+	sb, err := m.pausable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sb.lifeMu.Lock()
+	defer sb.lifeMu.Unlock()
+	if st := sb.Record().State; st != store.StateRunning {
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
+	}
+	if err := m.opts.Driver.Pause(ctx, id); err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	rec, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State != store.StateRunning {
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+		}
+		r.State = store.StatePaused
+		r.PausedAt = now
+		r.Remaining = max(r.ExpiresAt.Sub(now), time.Second)
+		r.ExpiresAt = now.Add(time.Duration(m.opts.Limits.MaxTimeoutS) * time.Second)
+		sb.autoPaused = auto
+		if sb.idle != nil {
+			sb.idle.Stop()
+		}
+		return nil
+	})
+	if err != nil {
+		_ = m.opts.Driver.Resume(context.WithoutCancel(ctx), id)
+		return nil, err
+	}
+	m.arm(sb)
+	m.log.Info("session paused", "session", id, "auto", auto)
+	return &rec, nil
+}
+
+// Resume thaws a paused session and restarts its timeout clock with the
+// time it had left. ErrConflict when it is not paused.
+func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error) {
+	sb, err := m.pausable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sb.lifeMu.Lock()
+	defer sb.lifeMu.Unlock()
+	if st := sb.Record().State; st != store.StatePaused {
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s, not paused", id, st)
+	}
+	if err := m.opts.Driver.Resume(ctx, id); err != nil {
+		return nil, err
+	}
+	rec, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State != store.StatePaused {
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+		}
+		now := time.Now().UTC()
+		r.State = store.StateRunning
+		r.ExpiresAt = now.Add(r.Remaining)
+		r.PausedAt, r.Remaining = time.Time{}, 0
+		sb.autoPaused = false
+		sb.lastUse = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.arm(sb)
+	m.armIdle(sb)
+	m.log.Info("session resumed", "session", id)
+	return &rec, nil
+}
+
+// pausable returns the live sandbox of session id for pause or resume, or
+// the error use would give for an unknown or ended one.
+func (m *Manager) pausable(ctx context.Context, id string) (*Sandbox, error) {
+	sb := m.lookup(id)
+	if sb == nil || !isLive(sb.Record().State) {
+		if sb != nil && sb.Record().State != store.StatePooled {
+			return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, sb.Record().State)
+		}
+		_, _, err := m.use(ctx, id)
+		return nil, err
+	}
+	return sb, nil
+}
+
+// armIdle starts the auto-pause clock of a session created with
+// AutoPauseS: when no exec or files call has run for that long, the
+// session is paused (auto). Calls still in progress keep it awake;
+// processes left running in the background do not.
+func (m *Manager) armIdle(sb *Sandbox) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	period := time.Duration(sb.rec.AutoPauseS) * time.Second
+	if period <= 0 || sb.rec.State != store.StateRunning || sb.tearing {
+		return
+	}
+	if sb.idle != nil {
+		sb.idle.Stop()
+	}
+	var check func()
+	check = func() {
+		sb.mu.Lock()
+		idleFor := time.Since(sb.lastUse)
+		busy := sb.inflight > 0
+		running := sb.rec.State == store.StateRunning && !sb.tearing
+		if running && (busy || idleFor < period) {
+			wait := period - idleFor
+			if busy || wait <= 0 {
+				wait = period
+			}
+			sb.idle = time.AfterFunc(wait, check)
+		}
+		sb.mu.Unlock()
+		if !running || busy || idleFor < period {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := m.pause(ctx, sb.id, true); err != nil {
+			m.log.Warn("auto-pause", "session", sb.id, "err", err)
+		}
+	}
+	sb.idle = time.AfterFunc(period-time.Since(sb.lastUse), check)
+}

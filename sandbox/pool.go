@@ -1,0 +1,318 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/forkbox/forkbox/agent"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Warm pools: per template, a number of sandboxes created ahead of time and
+// kept ready (state pooled, invisible to users). A create that asks for
+// the pool's template and limits, without a snapshot, takes the oldest
+// ready member: the session's environment, user and workdir are handed to
+// its agent (envd's /init), its record becomes the session's, and it runs.
+// A member is used once and never returned; the refiller replaces it in
+// the background. Members that fail are torn down and replaced.
+
+// maxPoolSize bounds one pool.
+const maxPoolSize = 64
+
+// poolFillers bounds how many members are being created at once, across
+// pools, so that refilling never starves the host.
+const poolFillers = 2
+
+// maxFillFailures stops a pool's refilling after that many failures in a
+// row, until the next tick (every 5 s) allows one more try.
+const maxFillFailures = 5
+
+// pool is one template's warm pool. Guarded by Manager.poolMu.
+type pool struct {
+	cfg      store.Pool
+	ready    []*Sandbox // oldest first
+	starting int
+	failures int // consecutive failed fills, for back-off
+}
+
+// SetPool sets the size (and member limits) of template's pool: Size 0
+// empties it. Zero limits take the create defaults. Members beyond a new,
+// smaller size are torn down.
+func (m *Manager) SetPool(ctx context.Context, p v1.Pool) (v1.Pool, error) {
+	if p.Size < 0 || p.Size > maxPoolSize {
+		return v1.Pool{}, errdefs.InvalidField("size", "must be between 0 and %d", maxPoolSize)
+	}
+	req := v1.CreateRequest{Template: p.Template, CPU: p.CPU, MemoryMB: p.MemoryMB, Pids: p.Pids, DiskMB: p.DiskMB}
+	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
+		return v1.Pool{}, err
+	}
+	if _, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template)); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return v1.Pool{}, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+		}
+		return v1.Pool{}, err
+	}
+	cfg := store.Pool{Template: req.Template, Size: p.Size, CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB}
+	if err := m.opts.Store.PutPool(ctx, &cfg); err != nil {
+		return v1.Pool{}, err
+	}
+	m.poolMu.Lock()
+	pl := m.pools[cfg.Template]
+	if pl == nil {
+		pl = &pool{}
+		m.pools[cfg.Template] = pl
+	}
+	var drop []*Sandbox
+	if !sameLimits(pl.cfg, cfg) {
+		// Members made for other limits no longer fit.
+		drop, pl.ready = pl.ready, nil
+	}
+	pl.cfg = cfg
+	if len(pl.ready) > cfg.Size {
+		drop = append(drop, pl.ready[cfg.Size:]...)
+		pl.ready = pl.ready[:cfg.Size]
+	}
+	pl.failures = 0
+	view := poolView(pl)
+	m.poolMu.Unlock()
+	m.discard(drop, "warm pool shrank")
+	m.kickPools()
+	return view, nil
+}
+
+// Pools reports every pool with its depth.
+func (m *Manager) Pools() []v1.Pool {
+	m.poolMu.Lock()
+	defer m.poolMu.Unlock()
+	out := make([]v1.Pool, 0, len(m.pools))
+	for _, pl := range m.pools {
+		out = append(out, poolView(pl))
+	}
+	sortPools(out)
+	return out
+}
+
+func poolView(pl *pool) v1.Pool {
+	c := pl.cfg
+	return v1.Pool{Template: c.Template, Size: c.Size, CPU: c.CPU, MemoryMB: c.MemoryMB, Pids: c.Pids, DiskMB: c.DiskMB,
+		Ready: len(pl.ready), Starting: pl.starting}
+}
+
+func sortPools(ps []v1.Pool) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].Template < ps[j-1].Template; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+// dropPool forgets template's pool (its template is going away) and tears
+// its members down.
+func (m *Manager) dropPool(template string) {
+	m.poolMu.Lock()
+	pl := m.pools[template]
+	delete(m.pools, template)
+	m.poolMu.Unlock()
+	if pl != nil {
+		m.discard(pl.ready, "template deleted")
+		_ = m.opts.Store.PutPool(context.Background(), &store.Pool{Template: template})
+	}
+}
+
+// sameLimits reports whether members made for a fit pool b.
+func sameLimits(a, b store.Pool) bool {
+	return a.Template == b.Template && a.CPU == b.CPU && a.MemoryMB == b.MemoryMB && a.Pids == b.Pids && a.DiskMB == b.DiskMB
+}
+
+// fits reports whether a create for req can take a member of cfg.
+func fits(cfg store.Pool, req v1.CreateRequest) bool {
+	return req.Snapshot == "" && req.Template == cfg.Template && req.CPU == cfg.CPU &&
+		req.MemoryMB == cfg.MemoryMB && req.Pids == cfg.Pids && req.DiskMB == cfg.DiskMB
+}
+
+// claim turns a ready member fitting req into the session req asks for. It
+// returns nil (and no error) when no member fits, so that the caller makes
+// a sandbox the slow way; an error only for a request the member proved
+// wrong (an unknown user or workdir).
+func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
+	for {
+		m.poolMu.Lock()
+		pl := m.pools[req.Template]
+		if pl == nil || !fits(pl.cfg, req) || len(pl.ready) == 0 {
+			m.poolMu.Unlock()
+			return nil, nil
+		}
+		sb := pl.ready[0]
+		pl.ready = pl.ready[1:]
+		m.poolMu.Unlock()
+		m.kickPools()
+		rec, err := m.adoptMember(ctx, sb, req, idempotencyKey, hash)
+		if err == nil {
+			return rec, nil
+		}
+		var fe *errdefs.FieldError
+		m.discard([]*Sandbox{sb}, "claim failed: "+err.Error())
+		if errors.As(err, &fe) {
+			return nil, err
+		}
+		m.log.Warn("warm-pool member failed; trying another", "session", sb.id, "err", err)
+	}
+}
+
+// adoptMember configures member sb for req and makes it a running session.
+func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
+	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := sb.agent.http.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("agent init: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return nil, fmt.Errorf("agent init: HTTP %d", resp.StatusCode)
+	}
+	if err := m.checkDefaults(ctx, sb, req); err != nil {
+		return nil, err
+	}
+	rec, err := m.save(ctx, sb, func(r *store.Session) error {
+		if sb.tearing || r.State != store.StatePooled {
+			return errdefs.Newf(errdefs.ErrConflict, "pool member %s is %s", sb.id, r.State)
+		}
+		now := time.Now().UTC()
+		r.State = store.StateRunning
+		r.DefaultUser, r.Workdir, r.Env, r.Metadata = req.User, req.Workdir, req.Env, req.Metadata
+		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
+		r.IdempotencyKey, r.RequestHash = idempotencyKey, hash
+		r.StartedAt, r.ExpiresAt = now, now.Add(time.Duration(req.TimeoutS)*time.Second)
+		sb.lastUse = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.arm(sb)
+	m.armIdle(sb)
+	m.log.Info("session from warm pool", "session", sb.id, "template", req.Template)
+	return &rec, nil
+}
+
+// discard tears members down in the background.
+func (m *Manager) discard(members []*Sandbox, why string) {
+	for _, sb := range members {
+		go func(sb *Sandbox) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_ = m.teardown(ctx, sb, store.ReasonDeleted, why)
+		}(sb)
+	}
+}
+
+// kickPools wakes the refiller.
+func (m *Manager) kickPools() {
+	select {
+	case m.poolKick <- struct{}{}:
+	default:
+	}
+}
+
+// loadPools reads the pool configuration and starts the refiller.
+func (m *Manager) loadPools(ctx context.Context) error {
+	cfgs, err := m.opts.Store.ListPools(ctx)
+	if err != nil {
+		return err
+	}
+	m.poolMu.Lock()
+	for _, c := range cfgs {
+		if c.Size > 0 {
+			m.pools[c.Template] = &pool{cfg: *c}
+		}
+	}
+	m.poolMu.Unlock()
+	m.wg.Add(1)
+	go m.refill()
+	m.kickPools()
+	return nil
+}
+
+// refill keeps every pool at its size until Close.
+func (m *Manager) refill() {
+	defer m.wg.Done()
+	sem := make(chan struct{}, poolFillers)
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-m.poolKick:
+		case <-tick.C:
+			// A pool that kept failing gets one more try per tick.
+			m.poolMu.Lock()
+			for _, pl := range m.pools {
+				pl.failures = min(pl.failures, maxFillFailures-1)
+			}
+			m.poolMu.Unlock()
+		}
+		m.poolMu.Lock()
+		for _, pl := range m.pools {
+			for pl.starting+len(pl.ready) < pl.cfg.Size && pl.failures < maxFillFailures {
+				select {
+				case sem <- struct{}{}:
+				default:
+					goto full
+				}
+				pl.starting++
+				go func(pl *pool, cfg store.Pool) {
+					defer func() { <-sem }()
+					m.fillOne(pl, cfg)
+				}(pl, pl.cfg)
+			}
+		}
+	full:
+		m.poolMu.Unlock()
+	}
+}
+
+// fillOne makes one member for pool pl (configured as cfg) and adds it,
+// unless the pool no longer wants it.
+func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req := v1.CreateRequest{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB}
+	err := normalizeCreate(&req, m.opts.Limits)
+	var rec *store.Session
+	if err == nil {
+		rec, err = m.launch(ctx, req, "", "", store.StatePooled, store.StatePooled)
+	}
+	m.poolMu.Lock()
+	pl.starting--
+	if err != nil {
+		pl.failures++
+		m.poolMu.Unlock()
+		m.log.Error("warm-pool member failed to start", "template", cfg.Template, "err", err)
+		return
+	}
+	pl.failures = 0
+	sb := m.lookup(rec.ID)
+	if sb != nil && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
+		pl.ready = append(pl.ready, sb)
+		sb = nil
+	}
+	m.poolMu.Unlock()
+	if sb != nil {
+		m.discard([]*Sandbox{sb}, "warm pool no longer needs it")
+	}
+	m.kickPools()
+}

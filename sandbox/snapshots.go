@@ -1,0 +1,254 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Snapshots capture a session's files (the writable layer, not processes
+// or memory: the runc tier has no memory checkpoints) as a read-only
+// snapshot that new sessions start from. A snapshot of a session that was
+// itself restored from snapshot S has S as parent and stores only what
+// changed since S.
+
+// maxForks bounds one fork request.
+const maxForks = 64
+
+// Snapshot captures session id's files. The sandbox is frozen only for the
+// instant of the copy (a paused one stays paused) and then keeps running;
+// because no process runs during the copy, every write is either wholly in
+// the snapshot or not at all (an application that rewrites a file in place
+// with several writes can be caught between them, as after a crash; write
+// to a temporary file and rename it). expiresIn > 0 garbage-collects the
+// snapshot after that long.
+func (m *Manager) Snapshot(ctx context.Context, id string, expiresIn time.Duration) (*store.Snapshot, error) {
+	if expiresIn < 0 {
+		return nil, errdefs.InvalidField("expires_in_s", "must not be negative")
+	}
+	sb, err := m.pausable(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	sb.lifeMu.Lock()
+	defer sb.lifeMu.Unlock()
+	rec := sb.Record()
+	if !isLive(rec.State) {
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
+	}
+	snapID := newID()
+	if rec.State == store.StateRunning {
+		if err := m.opts.Driver.Pause(ctx, id); err != nil {
+			return nil, fmt.Errorf("freeze for snapshot: %w", err)
+		}
+	}
+	info, err := m.opts.Storage.Snapshot(ctx, id, snapID)
+	if rec.State == store.StateRunning {
+		if rerr := m.opts.Driver.Resume(context.WithoutCancel(ctx), id); rerr != nil {
+			m.log.Error("thaw after snapshot", "session", id, "err", rerr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %s: %w", id, err)
+	}
+	sn := &store.Snapshot{
+		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
+		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(),
+	}
+	if expiresIn > 0 {
+		sn.ExpiresAt = sn.CreatedAt.Add(expiresIn)
+	}
+	if err := m.opts.Store.CreateSnapshot(ctx, sn); err != nil {
+		_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+		return nil, err
+	}
+	m.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes)
+	return sn, nil
+}
+
+// Fork starts count sessions from snapshot snapID, each as req would create
+// it (req.Snapshot and req.Template must be empty). The snapshot's
+// integrity is checked once. All or nothing: when one session fails, the
+// others are destroyed and the error returned.
+func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.CreateRequest) ([]*store.Session, error) {
+	if count < 1 || count > maxForks {
+		return nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
+	}
+	if req.Snapshot != "" || req.Template != "" {
+		return nil, errdefs.InvalidField("template", "a fork starts from the snapshot; template and snapshot cannot be set")
+	}
+	if _, err := m.opts.Store.GetSnapshot(ctx, snapID); err != nil {
+		return nil, err
+	}
+	if err := m.opts.Storage.Verify(ctx, snapID); err != nil {
+		return nil, err
+	}
+	req.Snapshot = snapID
+	out := make([]*store.Session, count)
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := 0; i < count; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			out[i], _, errs[i] = m.create(ctx, req, "", false)
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, rec := range out {
+			if rec != nil {
+				_ = m.Destroy(context.WithoutCancel(ctx), rec.ID)
+			}
+		}
+		return nil, firstError(errs)
+	}
+	return out, nil
+}
+
+// firstError returns the first non-nil error (its class decides the answer).
+func firstError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ForkSession snapshots session id and starts count sessions from the
+// snapshot (which stays, so more can be forked later). Settings req leaves
+// unset are the source session's.
+func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest) (*store.Snapshot, []*store.Session, error) {
+	if count < 1 || count > maxForks {
+		return nil, nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
+	}
+	src, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	sn, err := m.Snapshot(ctx, id, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	sessions, err := m.Fork(ctx, sn.ID, count, inherit(*src, req))
+	return sn, sessions, err
+}
+
+// inherit fills req's unset fields from rec.
+func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
+	if req.CPU == 0 {
+		req.CPU = rec.CPU
+	}
+	if req.MemoryMB == 0 {
+		req.MemoryMB = rec.MemoryMB
+	}
+	if req.Pids == 0 {
+		req.Pids = rec.Pids
+	}
+	if req.TimeoutS == 0 {
+		req.TimeoutS = rec.TimeoutS
+	}
+	if req.DiskMB == 0 {
+		req.DiskMB = rec.DiskMB
+	}
+	if req.User == "" {
+		req.User = rec.DefaultUser
+	}
+	if req.Workdir == "" {
+		req.Workdir = rec.Workdir
+	}
+	if req.Env == nil {
+		req.Env = rec.Env
+	}
+	if req.Metadata == nil {
+		req.Metadata = rec.Metadata
+	}
+	return req
+}
+
+// GetSnapshot returns snapshot id; ErrNotFound when absent.
+func (m *Manager) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+	return m.opts.Store.GetSnapshot(ctx, id)
+}
+
+// ListSnapshots returns every snapshot, newest first.
+func (m *Manager) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
+	return m.opts.Store.ListSnapshots(ctx)
+}
+
+// DeleteSnapshot deletes snapshot id. While child snapshots or live
+// sessions depend on it, it is ErrConflict naming them, unless force: then
+// the dependent sessions are destroyed and the child snapshots deleted
+// (recursively, with force) first. Deleting a missing snapshot is
+// ErrNotFound.
+func (m *Manager) DeleteSnapshot(ctx context.Context, id string, force bool) error {
+	if _, err := m.opts.Store.GetSnapshot(ctx, id); err != nil {
+		return err
+	}
+	children, sessions, err := m.opts.Store.SnapshotDependents(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(children)+len(sessions) > 0 && !force {
+		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s is used by %s; delete those first or force",
+			id, dependents(children, sessions))
+	}
+	for _, sid := range sessions {
+		if err := m.Destroy(ctx, sid); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("destroy session %s that uses snapshot %s: %w", sid, id, err)
+		}
+	}
+	for _, child := range children {
+		if err := m.DeleteSnapshot(ctx, child, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+	}
+	if err := m.opts.Storage.RemoveSnapshot(ctx, id); err != nil {
+		return err
+	}
+	return m.opts.Store.DeleteSnapshot(ctx, id)
+}
+
+func dependents(children, sessions []string) string {
+	var parts []string
+	if len(children) > 0 {
+		parts = append(parts, "snapshots "+strings.Join(children, ", "))
+	}
+	if len(sessions) > 0 {
+		parts = append(parts, "sessions "+strings.Join(sessions, ", "))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// collectSnapshots deletes expired snapshots nothing depends on; the ones
+// still used wait for a later round.
+func (m *Manager) collectSnapshots(ctx context.Context) {
+	snaps, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		m.log.Warn("list snapshots for collection", "err", err)
+		return
+	}
+	now := time.Now()
+	for _, sn := range snaps {
+		if sn.ExpiresAt.IsZero() || now.Before(sn.ExpiresAt) {
+			continue
+		}
+		err := m.DeleteSnapshot(ctx, sn.ID, false)
+		switch {
+		case err == nil:
+			m.log.Info("expired snapshot deleted", "snapshot", sn.ID)
+		case errors.Is(err, errdefs.ErrConflict):
+			m.log.Debug("expired snapshot still used", "snapshot", sn.ID, "err", err)
+		default:
+			m.log.Warn("delete expired snapshot", "snapshot", sn.ID, "err", err)
+		}
+	}
+}

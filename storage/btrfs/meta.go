@@ -1,0 +1,150 @@
+package btrfs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// layerMeta is what the driver records about a layer, as
+// Dir/layers/<id>.json.
+type layerMeta struct {
+	// Snapshot is the snapshot the layer was prepared from ("" for a
+	// template).
+	Snapshot string `json:"snapshot,omitempty"`
+	// Template is the template at the bottom of the layer's chain.
+	Template string `json:"template"`
+	// Ancestors are the snapshots the layer is built on, nearest first
+	// (Snapshot, then its parent, ...).
+	Ancestors []string `json:"ancestors,omitempty"`
+	// QuotaBytes is the exclusive-bytes limit set on the layer (0: none).
+	QuotaBytes int64 `json:"quota_bytes,omitempty"`
+	// Carried is the bytes earlier snapshots of this layer took over: a
+	// snapshot shares all the layer held, after which the layer's
+	// exclusive count restarts near zero. Snapshot and Usage add it back.
+	Carried   int64     `json:"carried_bytes,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// snapMeta is what the driver records about a snapshot, as
+// Dir/snapshots/<id>.json.
+type snapMeta struct {
+	ID string `json:"id"`
+	// Parent is the snapshot the layer was prepared from ("" for a template).
+	Parent string `json:"parent,omitempty"`
+	// Template is the template at the bottom of the chain.
+	Template string `json:"template"`
+	// Ancestors are Parent, its parent, ... so Verify can follow the chain
+	// past snapshots that were removed.
+	Ancestors []string `json:"ancestors,omitempty"`
+	// SizeBytes is what the layer had written beyond its parent when the
+	// snapshot was taken, in bytes.
+	SizeBytes int64 `json:"size_bytes"`
+	// Digest is storage.ManifestDigest of the snapshot subvolume.
+	Digest    string    `json:"digest"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// templateMeta is what the driver records about a template, as
+// Dir/templates/<name>.json.
+type templateMeta struct {
+	Version   string    `json:"version"`
+	Source    string    `json:"source"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// readJSON decodes the JSON file path into v. A missing file is
+// ErrNotFound naming what (e.g. `snapshot "s1"`).
+func readJSON(path string, v any, what string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return errdefs.Newf(errdefs.ErrNotFound, "btrfs: %s", what)
+	}
+	if err != nil {
+		return fmt.Errorf("btrfs: read %s: %w", path, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("btrfs: %s: %v: %w", path, err, errdefs.ErrInternal)
+	}
+	return nil
+}
+
+// writeJSON writes v as the file path atomically: to a temporary file in
+// the same directory, synced, then renamed over path.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("btrfs: encode %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return storageErr("write metadata", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return storageErr("write "+path, err)
+	}
+	return nil
+}
+
+// removeFile deletes path; a missing file is not an error.
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("btrfs: %w", err)
+	}
+	return nil
+}
+
+// validID checks that id can name a layer, snapshot or template: 1-200
+// bytes, no '/', NUL or leading '.', and no ".json" suffix (the driver's
+// own names). Otherwise ErrInvalidArgument naming what the id is for.
+func validID(what, id string) error {
+	if id == "" || len(id) > 200 || strings.ContainsAny(id, "/\x00") ||
+		strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".json") {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "btrfs: invalid %s id %q", what, id)
+	}
+	return nil
+}
+
+// listIDs returns the names of the subdirectories of dir that are not the
+// driver's temporary entries (leading '.'); with needMeta, only those with
+// a <name>.json beside them. A missing dir lists nothing.
+func listIDs(dir string, needMeta bool) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("btrfs: list %s: %w", dir, err)
+	}
+	ids := []string{}
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if needMeta {
+			if _, err := os.Stat(filepath.Join(dir, e.Name()+".json")); err != nil {
+				continue
+			}
+		}
+		ids = append(ids, e.Name())
+	}
+	return ids, nil
+}
