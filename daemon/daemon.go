@@ -73,6 +73,7 @@ type Daemon struct {
 
 	log    *slog.Logger
 	st     *store.Store
+	sdrv   storage.Driver
 	mgr    *sandbox.Manager
 	srv    *http.Server
 	served chan error
@@ -180,7 +181,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	apiServer := api.New(mgr, st, catalog, layout.Templates(), log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, mgr: mgr, served: make(chan error, 1),
+		log: log, st: st, sdrv: sdrv, mgr: mgr, served: make(chan error, 1),
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -224,6 +225,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
+	if err := d.sdrv.Close(); err != nil {
+		d.log.Warn("close storage", "err", err)
+	}
 	return d.st.Close()
 }
 

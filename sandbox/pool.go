@@ -208,10 +208,12 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 	return &rec, nil
 }
 
-// discard tears members down in the background.
+// discard tears members down in the background; Close waits for it.
 func (m *Manager) discard(members []*Sandbox, why string) {
 	for _, sb := range members {
+		m.wg.Add(1) // Close waits for these
 		go func(sb *Sandbox) {
+			defer m.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			_ = m.teardown(ctx, sb, store.ReasonDeleted, why)

@@ -20,13 +20,17 @@
 //     fails with EDQUOT ("Disk quota exceeded"), and after files are
 //     removed writing works again. A snapshot shares everything the layer
 //     held, so after one the limit applies to what is written since.
-//   - SnapshotInfo.SizeBytes: the layer's exclusive bytes read just before
-//     the snapshot (after a full sync, so the numbers are current), plus
-//     those recorded by earlier snapshots of the same layer. A snapshot's
-//     own exclusive bytes are about zero when it is made (it shares
-//     everything with the layer), so they are not used.
-//   - Usage: the same sum, after a transaction commit that does not force
-//     dirty data out (that data counts once written back).
+//   - SnapshotInfo.SizeBytes: how much the layer's referenced bytes grew
+//     since it was made from its template or snapshot, read just before the
+//     snapshot (after a full sync, so the numbers are current). A
+//     snapshot's own exclusive bytes are about zero when it is made (it
+//     shares everything with the layer), and the layer's exclusive bytes
+//     shrink and grow again as earlier snapshots come and go, so neither is
+//     used alone: the size is the larger of the growth and the layer's
+//     exclusive bytes (which see small changes that rewrite shared tree
+//     blocks without growing the tree).
+//   - Usage: the same growth, after a transaction commit that does not
+//     force dirty data out (that data counts once written back).
 //
 // A sandbox can create subvolumes of its own inside its layer (btrfs lets
 // any user do that in a directory it may write); their data escapes the

@@ -204,6 +204,11 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 			return "", errdefs.Newf(errdefs.ErrNotFound, "btrfs: template %q", from.Template)
 		}
 	}
+	base, err := d.usageBytes(src, false)
+	if err != nil {
+		return "", err
+	}
+	meta.BaseReferenced = base.Referenced
 	if err := writeJSON(path+".json", &meta); err != nil {
 		return "", err
 	}
@@ -267,11 +272,11 @@ func (d *Driver) Usage(ctx context.Context, id string) (int64, error) {
 	if err := readJSON(d.layerPath(id)+".json", &lm, fmt.Sprintf("layer %q", id)); err != nil {
 		return 0, err
 	}
-	excl, err := d.exclusiveBytes(d.layerPath(id), false)
+	u, err := d.usageBytes(d.layerPath(id), false)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return 0, errdefs.Newf(errdefs.ErrNotFound, "btrfs: layer %q", id)
 	}
-	return lm.Carried + excl, err
+	return lm.growth(u), err
 }
 
 // Layers returns the ids of the layers on disk.

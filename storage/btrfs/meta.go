@@ -25,11 +25,11 @@ type layerMeta struct {
 	Ancestors []string `json:"ancestors,omitempty"`
 	// QuotaBytes is the exclusive-bytes limit set on the layer (0: none).
 	QuotaBytes int64 `json:"quota_bytes,omitempty"`
-	// Carried is the bytes earlier snapshots of this layer took over: a
-	// snapshot shares all the layer held, after which the layer's
-	// exclusive count restarts near zero. Snapshot and Usage add it back.
-	Carried   int64     `json:"carried_bytes,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	// BaseReferenced is the referenced bytes of the subvolume the layer was
+	// made from; what the layer references beyond it is its size (Usage,
+	// and a snapshot's SizeBytes).
+	BaseReferenced int64     `json:"base_referenced_bytes"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // snapMeta is what the driver records about a snapshot, as

@@ -107,7 +107,7 @@ func TestPerformance(t *testing.T) {
 		return err
 	})
 	timed("  of which BTRFS_IOC_SYNC with nothing dirty", func() error {
-		_, err := d.exclusiveBytes(rootfs, true)
+		_, err := d.usageBytes(rootfs, true)
 		return err
 	})
 	timed("Verify of the snapshot", func() error { return d.Verify(ctx, "s1") })

@@ -42,7 +42,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 	if err := ctx.Err(); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
-	excl, err := d.exclusiveBytes(d.layerPath(id), true)
+	u, err := d.usageBytes(d.layerPath(id), true)
 	if err != nil {
 		return storage.SnapshotInfo{}, err
 	}
@@ -51,7 +51,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 	}
 	m := snapMeta{
 		ID: snapID, Parent: lm.Snapshot, Template: lm.Template, Ancestors: lm.Ancestors,
-		SizeBytes: lm.Carried + excl, CreatedAt: time.Now().UTC(),
+		SizeBytes: lm.growth(u), CreatedAt: time.Now().UTC(),
 	}
 	undo := func(err error) (storage.SnapshotInfo, error) {
 		removeFile(dst + ".json")
@@ -62,10 +62,6 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 		return undo(fmt.Errorf("btrfs: %w: %w", err, errdefs.ErrInternal))
 	}
 	if err := writeJSON(dst+".json", &m); err != nil {
-		return undo(err)
-	}
-	lm.Carried += excl
-	if err := writeJSON(d.layerPath(id)+".json", &lm); err != nil {
 		return undo(err)
 	}
 	return m.info(), nil

@@ -183,37 +183,53 @@ func (d *Driver) destroyNested(root string) error {
 	return nil
 }
 
-// exclusiveBytes returns the exclusive bytes of the subvolume at path.
-// With flush it first writes back all dirty data of the filesystem and
-// commits (exact, but it waits for every sandbox's pending writes); without
-// it only commits, so data not yet written back is not counted.
-func (d *Driver) exclusiveBytes(path string, flush bool) (int64, error) {
+// usageBytes returns the quota-group usage (referenced and exclusive
+// bytes) of the subvolume at path. With flush it first writes back all
+// dirty data of the filesystem and commits (exact, but it waits for every
+// sandbox's pending writes); without it only commits, so data not yet
+// written back is not counted.
+func (d *Driver) usageBytes(path string, flush bool) (qgroupUsage, error) {
 	fd, err := openDir(path)
 	if err != nil {
-		return 0, storageErr("open "+path, err)
+		return qgroupUsage{}, storageErr("open "+path, err)
 	}
 	defer unix.Close(fd)
-	return exclusiveOf(fd, flush)
+	return usageOf(fd, flush)
 }
 
-// exclusiveOf is exclusiveBytes for a subvolume root open as fd.
+// exclusiveOf returns the exclusive bytes of the subvolume root open as fd
+// (see usageBytes for flush).
 func exclusiveOf(fd int, flush bool) (int64, error) {
+	u, err := usageOf(fd, flush)
+	return u.Exclusive, err
+}
+
+// usageOf is usageBytes for a subvolume root open as fd.
+func usageOf(fd int, flush bool) (qgroupUsage, error) {
 	sync := commitFS
 	if flush {
 		sync = syncFS
 	}
 	if err := sync(fd); err != nil {
-		return 0, storageErr("sync", err)
+		return qgroupUsage{}, storageErr("sync", err)
 	}
 	id, err := subvolumeID(fd)
 	if err != nil {
-		return 0, storageErr("subvolume id", err)
+		return qgroupUsage{}, storageErr("subvolume id", err)
 	}
 	u, err := readQgroup(fd, id)
 	if err != nil {
-		return 0, fmt.Errorf("btrfs: qgroup 0/%d (quotas off?): %w: %w", id, err, errdefs.ErrInternal)
+		return qgroupUsage{}, fmt.Errorf("btrfs: qgroup 0/%d (quotas off?): %w: %w", id, err, errdefs.ErrInternal)
 	}
-	return u.Exclusive, nil
+	return u, nil
+}
+
+// growth is what a layer holds beyond the subvolume it was made from: the
+// growth of its referenced bytes since then, or, when larger, its
+// exclusive bytes (small changes rewrite shared tree blocks without
+// growing the tree, and the exclusive count sees those copies).
+func (lm *layerMeta) growth(u qgroupUsage) int64 {
+	return max(0, u.Referenced-lm.BaseReferenced, u.Exclusive)
 }
 
 // cleanup removes what an interrupted operation left behind: temporary
