@@ -1,7 +1,7 @@
 // Package drivertest is the conformance suite every isolation driver must
 // pass (runc today; gVisor and microVM drivers next). It drives the
 // runtime.Driver interface directly against real sandboxes: a base template
-// root filesystem, a writable layer and the real forkbox-agent as init.
+// root filesystem and the real forkbox-agent as init.
 //
 // A driver's test calls Run with a factory; the suite skips (saying why)
 // when it cannot run here: not root, or no agent binary (set FORKBOX_AGENT,
@@ -38,7 +38,6 @@ type Factory func(t *testing.T, stateRoot string) runtime.Driver
 type env struct {
 	driver runtime.Driver
 	dir    string // 0711 scratch directory
-	base   string // base template directory
 	agent  string
 	n      int
 }
@@ -60,10 +59,7 @@ func Run(t *testing.T, newDriver Factory) {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{dir: dir, agent: agentPath, base: filepath.Join(dir, "base")}
-	if _, err := storage.BuildBase(e.base, storage.DefaultIDShift); err != nil {
-		t.Fatal(err)
-	}
+	e := &env{dir: dir, agent: agentPath}
 	e.driver = newDriver(t, filepath.Join(dir, "state"))
 	t.Run("Lifecycle", e.testLifecycle)
 	t.Run("Limits", e.testLimits)
@@ -88,22 +84,21 @@ func (e *env) start(t *testing.T, limits runtime.Limits) *sandbox {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	layer, err := storage.CreateLayer(filepath.Join(dir, "layer"), storage.RootFS(e.base), storage.DefaultIDShift)
+	// A private base template is the sandbox's whole root filesystem (the
+	// storage drivers have their own suite; this one needs only a root).
+	tplDir := filepath.Join(dir, "base")
+	tpl, err := storage.BuildBase(tplDir, storage.DefaultIDShift)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rootfs := storage.RootFS(tplDir)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := e.driver.Delete(ctx, id); err != nil {
 			t.Errorf("cleanup delete: %v", err)
 		}
-		storage.RemoveLayer(layer.Dir)
 	})
-	tpl, err := storage.LoadTemplate(e.base)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sock := filepath.Join(dir, "agent.sock")
 	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -119,9 +114,9 @@ func (e *env) start(t *testing.T, limits runtime.Limits) *sandbox {
 	cfg, _ := json.Marshal(agent.Config{DefaultUser: "user"})
 	shift := storage.DefaultIDShift
 	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
-	mounts = append(mounts, runtime.Mount{Source: filepath.Join(layer.Merged(), "home/user"), Target: "/home/user"})
+	mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, "home/user"), Target: "/home/user"})
 	err = e.driver.Create(context.Background(), runtime.Config{
-		ID: id, StateDir: dir, RootFS: layer.Merged(), Mounts: mounts, Limits: limits,
+		ID: id, StateDir: dir, RootFS: rootfs, Mounts: mounts, Limits: limits,
 		AgentPath: e.agent, AgentEnv: []string{agent.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
 		UIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}},
 		GIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}},
