@@ -10,7 +10,8 @@ import (
 	"github.com/forkbox/forkbox/store"
 )
 
-// handleSnapshot: POST /v1/sessions/{id}/snapshot [{"expires_in_s": N}] →
+// handleSnapshot: POST /v1/sessions/{id}/snapshot [{"expires_in_s": N} or
+// {"expires_at": RFC 3339}] →
 // 201 with the snapshot. The session keeps running.
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req v1.SnapshotRequest
@@ -18,7 +19,18 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), time.Duration(req.ExpiresInS)*time.Second)
+	expiresIn := time.Duration(req.ExpiresInS) * time.Second
+	if req.ExpiresAt != nil {
+		if req.ExpiresInS != 0 {
+			s.writeError(w, r, errdefs.InvalidField("expires_at", "give expires_at or expires_in_s, not both"))
+			return
+		}
+		if expiresIn = time.Until(*req.ExpiresAt); expiresIn <= 0 {
+			s.writeError(w, r, errdefs.InvalidField("expires_at", "is in the past"))
+			return
+		}
+	}
+	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), expiresIn)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

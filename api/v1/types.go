@@ -324,6 +324,9 @@ type SnapshotRequest struct {
 	// ExpiresInS garbage-collects the snapshot after this many seconds
 	// (0 = keep until deleted).
 	ExpiresInS int64 `json:"expires_in_s,omitempty"`
+	// ExpiresAt garbage-collects it at that time instead (RFC 3339); give
+	// one of the two.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.
