@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"archive/tar"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -112,9 +113,10 @@ func fsType(dir string) string {
 }
 
 // measurePodmanCommit measures `podman commit` of a container that wrote
-// SnapshotMB of random data, on its own copy of the busybox root
-// filesystem (with --rootfs the writes land in that directory: podman has
-// no writable layer for it). Each image made is removed, untimed.
+// SnapshotMB of random data into its writable layer. podman cannot commit a
+// --rootfs container, so the busybox root filesystem is imported as an
+// image first (`podman import`), untimed. Each committed image is removed,
+// untimed, and so is the imported one at the end.
 func measurePodmanCommit(ctx context.Context, opts Options, podman tool, dir, prefix string) (res Result) {
 	mb := opts.SnapshotMB
 	defer func() { res.DataMB = mb }()
@@ -123,13 +125,22 @@ func measurePodmanCommit(ctx context.Context, opts Options, podman tool, dir, pr
 	if err := buildRootFS(rootfs); err != nil {
 		return fail(err)
 	}
+	tarball := filepath.Join(dir, "rootfs-commit.tar")
+	if err := tarRootFS(rootfs, tarball); err != nil {
+		return fail(err)
+	}
+	base := "localhost/" + prefix + "-base"
 	name := prefix + "-commit"
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_, _ = podman.run(cctx, "rm", "--force", "--ignore", "--time", "0", name)
+		_, _ = podman.run(cctx, "rmi", "--force", base)
 	}()
-	args := slices.Concat([]string{"run"}, podmanFlags, []string{"--detach", "--name", name, "--rootfs", rootfs, "/bin/sleep", "3600"})
+	if _, err := podman.run(ctx, "import", tarball, base); err != nil {
+		return fail(err)
+	}
+	args := slices.Concat([]string{"run"}, podmanFlags, []string{"--detach", "--name", name, base, "/bin/sleep", "3600"})
 	if err := podman.start(ctx, args...); err != nil {
 		return fail(err)
 	}
@@ -148,4 +159,55 @@ func measurePodmanCommit(ctx context.Context, opts Options, podman tool, dir, pr
 		return d, err
 	})
 	return newResult(OpSnapshot, SystemPodman, samples, err)
+}
+
+// tarRootFS writes the tree at root (regular files, directories and
+// symlinks) as an uncompressed tar file at dst, for `podman import`.
+func tarRootFS(root, dst string) error {
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		link := ""
+		if fi.Mode()&os.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, src)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tar %s: %w", root, err)
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
 }
