@@ -160,8 +160,8 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
-	if mgr.TemplateInUse(storage.BaseTemplate) && !storage.BaseIsCurrent(layout.Template(storage.BaseTemplate)) {
-		log.Warn("base template is outdated but in use; it is rebuilt on a restart with no base sessions")
+	if mgr.TemplateReferenced(ctx, storage.BaseTemplate) && !storage.BaseIsCurrent(layout.Template(storage.BaseTemplate)) {
+		log.Warn("base template is outdated but sessions or snapshots use it; it is rebuilt on a restart when none do")
 	} else if err := catalog.EnsureBase(ctx); err != nil {
 		mgr.Close()
 		return nil, err

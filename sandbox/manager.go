@@ -353,6 +353,25 @@ func (m *Manager) TemplateInUse(name string) bool {
 	return false
 }
 
+// TemplateReferenced reports whether a live session runs on template name
+// or a snapshot is built on it (the overlay storage driver reads a
+// snapshot's template files in place, so they must stay).
+func (m *Manager) TemplateReferenced(ctx context.Context, name string) bool {
+	if m.TemplateInUse(name) {
+		return true
+	}
+	snaps, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		return true // when in doubt, keep the template
+	}
+	for _, sn := range snaps {
+		if sn.Template == name {
+			return true
+		}
+	}
+	return false
+}
+
 // isLive reports whether a session in state st has a sandbox on the host
 // that can be inspected (running or paused).
 func isLive(st store.State) bool {
