@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,6 +11,10 @@ import (
 	"github.com/forkbox/forkbox/store"
 )
 
+// maxSnapshotExpiryS is the largest expires_in_s a time.Duration holds
+// (about 292 years).
+const maxSnapshotExpiryS = math.MaxInt64 / int64(time.Second)
+
 // handleSnapshot: POST /v1/sessions/{id}/snapshot [{"expires_in_s": N} or
 // {"expires_at": RFC 3339}] →
 // 201 with the snapshot. The session keeps running.
@@ -17,6 +22,11 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req v1.SnapshotRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
 		s.writeError(w, r, err)
+		return
+	}
+	if req.ExpiresInS > maxSnapshotExpiryS {
+		// In nanoseconds it would wrap around, to a past or near expiry.
+		s.writeError(w, r, errdefs.InvalidField("expires_in_s", "must be at most %d", maxSnapshotExpiryS))
 		return
 	}
 	expiresIn := time.Duration(req.ExpiresInS) * time.Second

@@ -125,3 +125,28 @@ func TestAutoPause(t *testing.T) {
 		t.Fatalf("long exec in an auto-pause session: %+v", res)
 	}
 }
+
+// TestAutoPauseSurvivesRestart proves a session that paused itself
+// (auto_pause_s) still resumes on its next call after a daemon restart;
+// the flag used to live only in memory, so after a restart the session
+// answered 409 "paused" as if a user had paused it.
+func TestAutoPauseSurvivesRestart(t *testing.T) {
+	o := newOwnDaemon(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{AutoPauseS: 1}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		got, err := o.c.GetSession(ctx, s.ID)
+		return err == nil && got.State == "paused"
+	})
+	o.restart(t, nil)
+	out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{Cmd: "echo awake"})
+	if err != nil || string(out.Stdout) != "awake\n" {
+		t.Fatalf("exec in an auto-paused session after a restart: %+v %v", out, err)
+	}
+	if got, err := o.c.GetSession(ctx, s.ID); err != nil || got.State != "running" {
+		t.Fatalf("after the exec: %+v %v", got, err)
+	}
+}

@@ -203,6 +203,17 @@ func TestSnapshotDeleteRules(t *testing.T) {
 		t.Fatalf("snapshot with expiry: %+v %v", exp, err)
 	}
 	_ = env.c.DeleteSnapshot(ctx, exp.ID, true)
+	// An expiry too long for nanoseconds used to wrap around: 18446744074 s
+	// (584 years) became 0.29 s and the janitor deleted the snapshot.
+	if _, err := env.c.Snapshot(ctx, s.ID, 18446744074); !isFieldError(err, "expires_in_s") {
+		t.Fatalf("snapshot with a 584-year expiry: %v, want 400 naming expires_in_s", err)
+	}
+}
+
+// isFieldError reports whether err is a 400 naming field.
+func isFieldError(err error, field string) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Field == field && errors.Is(err, errdefs.ErrInvalidArgument)
 }
 
 // TestSessionFork proves POST /v1/sessions/{id}/fork snapshots and starts

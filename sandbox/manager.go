@@ -93,12 +93,12 @@ type Sandbox struct {
 	// lifeMu serialises pause, resume and snapshot of this sandbox.
 	lifeMu sync.Mutex
 	// inflight counts exec and files calls in progress; lastUse is when the
-	// last one began or ended; idle fires the auto-pause check. autoPaused:
-	// the session was paused for idleness and resumes on its next call.
-	inflight   int
-	lastUse    time.Time
-	idle       *time.Timer
-	autoPaused bool
+	// last one began or ended; idle fires the auto-pause check. (A session
+	// paused for idleness has rec.AutoPaused set, kept across daemon
+	// restarts, and resumes on its next call.)
+	inflight int
+	lastUse  time.Time
+	idle     *time.Timer
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -227,7 +227,7 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 			break
 		}
 		sb.mu.Lock()
-		state, auto := sb.rec.State, sb.autoPaused
+		state, auto := sb.rec.State, sb.rec.AutoPaused
 		if state == store.StateRunning && !sb.tearing {
 			sb.inflight++
 			sb.lastUse = time.Now()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
@@ -23,14 +24,37 @@ type fakeDriver struct {
 	deleting chan struct{} // gets a value when Delete starts
 	release  chan struct{} // Delete waits for it (when not nil)
 	failures int           // Delete fails this many more times
+	frozen   bool          // Pause was called more recently than Resume
+	resumes  int           // Resume calls
+	// creating gets a value when Create starts; Create then waits for
+	// createRelease and fails (when they are not nil).
+	creating, createRelease chan struct{}
 }
 
-func (d *fakeDriver) Name() string                                 { return "fake" }
-func (d *fakeDriver) Capabilities() runtime.Capabilities           { return runtime.Capabilities{} }
-func (d *fakeDriver) Create(context.Context, runtime.Config) error { return nil }
-func (d *fakeDriver) List(context.Context) ([]string, error)       { return nil, nil }
-func (d *fakeDriver) Pause(context.Context, string) error          { return nil }
-func (d *fakeDriver) Resume(context.Context, string) error         { return nil }
+func (d *fakeDriver) Name() string                       { return "fake" }
+func (d *fakeDriver) Capabilities() runtime.Capabilities { return runtime.Capabilities{} }
+func (d *fakeDriver) Create(context.Context, runtime.Config) error {
+	if d.creating == nil {
+		return nil
+	}
+	d.creating <- struct{}{}
+	<-d.createRelease
+	return errors.New("fake create failure")
+}
+func (d *fakeDriver) List(context.Context) ([]string, error) { return nil, nil }
+func (d *fakeDriver) Pause(context.Context, string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.frozen = true
+	return nil
+}
+func (d *fakeDriver) Resume(context.Context, string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.frozen = false
+	d.resumes++
+	return nil
+}
 func (d *fakeDriver) Stats(context.Context, string) (runtime.Stats, error) {
 	return runtime.Stats{}, nil
 }
@@ -68,7 +92,7 @@ func (nopStorage) RemoveTemplate(context.Context, string) error              { r
 func (nopStorage) Prepare(context.Context, string, storage.Source, int64) (string, error) {
 	return "", nil
 }
-func (nopStorage) Snapshot(context.Context, string, string) (storage.SnapshotInfo, error) {
+func (nopStorage) Snapshot(context.Context, string, string, func()) (storage.SnapshotInfo, error) {
 	return storage.SnapshotInfo{}, nil
 }
 func (nopStorage) Remove(context.Context, string) error         { return nil }
@@ -205,4 +229,151 @@ func TestRemoveTemplateIfUnused(t *testing.T) {
 		t.Fatalf("remove an unused template: %v (removed %v)", err, removed)
 	}
 	m.Close() // and again at cleanup: Close may be called twice
+}
+
+// holdingStorage is a nopStorage whose Snapshot waits for release, and
+// whose Remove notes whether a Snapshot of the layer was still running.
+type holdingStorage struct {
+	nopStorage
+	snapshotting chan struct{} // gets a value when Snapshot starts
+	release      chan struct{} // Snapshot waits for it
+	mu           sync.Mutex
+	inSnapshot   bool
+	removedMidst bool // Remove ran while Snapshot did
+}
+
+func (s *holdingStorage) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
+	s.mu.Lock()
+	s.inSnapshot = true
+	s.mu.Unlock()
+	s.snapshotting <- struct{}{}
+	<-s.release
+	s.mu.Lock()
+	s.inSnapshot = false
+	s.mu.Unlock()
+	return storage.SnapshotInfo{ID: snapID, Template: "base", Digest: "sha256:x", CreatedAt: time.Now()}, nil
+}
+
+func (s *holdingStorage) Remove(context.Context, string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inSnapshot {
+		s.removedMidst = true
+	}
+	return nil
+}
+
+// TestDestroyWaitsForSnapshot: a destroy that arrives while a snapshot of
+// the session is being taken waits for it, so the storage driver never
+// removes the writable layer it is reading (the snapshot then failed with
+// an internal error, or on overlay could copy a half-deleted tree), and
+// the snapshot is kept.
+func TestDestroyWaitsForSnapshot(t *testing.T) {
+	m, sb := newTestManager(t, &fakeDriver{})
+	st := &holdingStorage{snapshotting: make(chan struct{}, 1), release: make(chan struct{})}
+	m.opts.Storage = st
+	ctx := context.Background()
+	snapped := make(chan error, 1)
+	go func() {
+		_, err := m.Snapshot(ctx, sb.id, 0)
+		snapped <- err
+	}()
+	<-st.snapshotting
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- m.Destroy(ctx, sb.id) }()
+	select {
+	case err := <-destroyed:
+		t.Fatalf("Destroy returned (%v) while a snapshot of the session was being taken", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := m.Snapshot(ctx, sb.id, 0); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("a snapshot that starts during the teardown: %v, want conflict", err)
+	}
+	close(st.release)
+	if err := <-snapped; err != nil {
+		t.Fatalf("snapshot raced by a destroy: %v", err)
+	}
+	if err := <-destroyed; err != nil {
+		t.Fatal(err)
+	}
+	if st.removedMidst {
+		t.Fatal("the layer was removed while it was being snapshotted")
+	}
+}
+
+// capturingStorage is a nopStorage whose Snapshot reports the files
+// captured and then checks whether the sandbox runs again before it goes
+// on (with the digest walk, in a real driver).
+type capturingStorage struct {
+	nopStorage
+	drv          *fakeDriver
+	frozenBefore bool // the sandbox was frozen when Snapshot began
+	frozenAfter  bool // ... and still frozen after captured
+}
+
+func (s *capturingStorage) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
+	s.drv.mu.Lock()
+	s.frozenBefore = s.drv.frozen
+	s.drv.mu.Unlock()
+	captured()
+	s.drv.mu.Lock()
+	s.frozenAfter = s.drv.frozen
+	s.drv.mu.Unlock()
+	return storage.SnapshotInfo{ID: snapID, Template: "base", Digest: "sha256:x", CreatedAt: time.Now()}, nil
+}
+
+// TestSnapshotThawsWhenCaptured: a running session is frozen for the
+// capture only, not for what the driver does after it (digesting every
+// file took seconds for a sandbox with 200,000 files, all of them frozen),
+// and thawed exactly once.
+func TestSnapshotThawsWhenCaptured(t *testing.T) {
+	drv := &fakeDriver{}
+	m, sb := newTestManager(t, drv)
+	st := &capturingStorage{drv: drv}
+	m.opts.Storage = st
+	if _, err := m.Snapshot(context.Background(), sb.id, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !st.frozenBefore || st.frozenAfter {
+		t.Fatalf("frozen when the snapshot began: %v, after the capture: %v; want true, false", st.frozenBefore, st.frozenAfter)
+	}
+	if drv.frozen || drv.resumes != 1 {
+		t.Fatalf("after the snapshot: frozen %v, %d resumes; want thawed once", drv.frozen, drv.resumes)
+	}
+}
+
+// TestCloseWaitsForPoolFill: Close waits for a warm-pool member that is
+// being made (it used to return while the member's create still ran, and
+// the daemon then closed the storage driver and the database under it).
+func TestCloseWaitsForPoolFill(t *testing.T) {
+	drv := &fakeDriver{creating: make(chan struct{}, 1), createRelease: make(chan struct{})}
+	m, _ := newTestManager(t, drv)
+	if _, err := storage.BuildBase(m.opts.Layout.Template(storage.BaseTemplate), storage.DefaultIDShift); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := m.loadPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.SetPool(ctx, v1.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-drv.creating:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pool never started a member")
+	}
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a pool member was being created")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(drv.createRelease)
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return after the member's create ended")
+	}
 }

@@ -42,7 +42,7 @@ func (m *Manager) pause(ctx context.Context, id string, auto bool) (*store.Sessi
 		r.PausedAt = now
 		r.Remaining = max(r.ExpiresAt.Sub(now), time.Second)
 		r.ExpiresAt = now.Add(time.Duration(m.opts.Limits.MaxTimeoutS) * time.Second)
-		sb.autoPaused = auto
+		r.AutoPaused = auto
 		if sb.idle != nil {
 			sb.idle.Stop()
 		}
@@ -80,7 +80,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error)
 		r.State = store.StateRunning
 		r.ExpiresAt = now.Add(r.Remaining)
 		r.PausedAt, r.Remaining = time.Time{}, 0
-		sb.autoPaused = false
+		r.AutoPaused = false
 		sb.lastUse = now
 		return nil
 	})

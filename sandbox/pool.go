@@ -276,7 +276,9 @@ func (m *Manager) refill() {
 					goto full
 				}
 				pl.starting++
+				m.wg.Add(1) // Close waits for members being made
 				go func(pl *pool, cfg store.Pool) {
+					defer m.wg.Done()
 					defer func() { <-sem }()
 					m.fillOne(pl, cfg)
 				}(pl, pl.cfg)
@@ -308,6 +310,14 @@ func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
 	}
 	pl.failures = 0
 	sb := m.lookup(rec.ID)
+	select {
+	case <-m.closing:
+		// Shutting down: the member stays, as the ready ones do, for the
+		// next daemon to tear down.
+		m.poolMu.Unlock()
+		return
+	default:
+	}
 	if sb != nil && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
 		pl.ready = append(pl.ready, sb)
 		sb = nil

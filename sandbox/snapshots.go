@@ -22,8 +22,9 @@ import (
 // maxForks bounds one fork request.
 const maxForks = 64
 
-// Snapshot captures session id's files. The sandbox is frozen only for the
-// instant of the copy (a paused one stays paused) and then keeps running;
+// Snapshot captures session id's files. The sandbox is frozen only until
+// the storage driver has captured them (a paused one stays paused), not
+// while the snapshot is digested, and then keeps running;
 // because no process runs during the copy, every write is either wholly in
 // the snapshot or not at all (an application that rewrites a file in place
 // with several writes can be caught between them, as after a crash; write
@@ -44,17 +45,21 @@ func (m *Manager) Snapshot(ctx context.Context, id string, expiresIn time.Durati
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	snapID := newID()
+	thaw := func() {}
 	if rec.State == store.StateRunning {
 		if err := m.opts.Driver.Pause(ctx, id); err != nil {
 			return nil, fmt.Errorf("freeze for snapshot: %w", err)
 		}
+		// Thawed as soon as the driver has captured the files (the digest
+		// walk over every file comes after), or when it returns.
+		thaw = sync.OnceFunc(func() {
+			if rerr := m.opts.Driver.Resume(context.WithoutCancel(ctx), id); rerr != nil {
+				m.log.Error("thaw after snapshot", "session", id, "err", rerr)
+			}
+		})
 	}
-	info, err := m.opts.Storage.Snapshot(ctx, id, snapID)
-	if rec.State == store.StateRunning {
-		if rerr := m.opts.Driver.Resume(context.WithoutCancel(ctx), id); rerr != nil {
-			m.log.Error("thaw after snapshot", "session", id, "err", rerr)
-		}
-	}
+	info, err := m.opts.Storage.Snapshot(ctx, id, snapID, thaw)
+	thaw()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %s: %w", id, err)
 	}

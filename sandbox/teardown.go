@@ -102,6 +102,12 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 	if err != nil {
 		m.log.Error("record terminating", "session", sb.id, "err", err)
 	}
+	// A snapshot (or pause, or resume) that began before the sandbox was
+	// marked terminating finishes first: its storage driver reads the
+	// writable layer that cleanup removes (and it would fail, or thaw a
+	// deleted cgroup). Later ones see the state and do not start.
+	sb.lifeMu.Lock()
+	sb.lifeMu.Unlock()
 	if err := m.cleanup(ctx, sb.id); err != nil {
 		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
 		sb.mu.Lock()

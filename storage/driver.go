@@ -45,11 +45,16 @@ type Driver interface {
 	// usable. On error nothing of the layer is left.
 	Prepare(ctx context.Context, id string, from Source, quotaBytes int64) (rootfs string, err error)
 	// Snapshot captures sandbox id's current files as read-only snapshot
-	// snapID. The caller freezes the sandbox around the call so that no
-	// write is in flight. The result records the parent (the snapshot the
-	// layer was prepared from, or ""), the bytes the snapshot adds over that
-	// parent, and the sha256 digest of its contents manifest.
-	Snapshot(ctx context.Context, id, snapID string) (SnapshotInfo, error)
+	// snapID. The caller freezes the sandbox before the call so that no
+	// write is in flight, and may thaw it when captured is called: the
+	// driver calls captured (when not nil) as soon as the layer's files are
+	// captured, before the work that only reads the snapshot (its digest,
+	// which walks every file, flushing, metadata), and does not call it
+	// when it fails before that point. The result records the parent (the
+	// snapshot the layer was prepared from, or ""), the bytes the snapshot
+	// adds over that parent, and the sha256 digest of its contents
+	// manifest.
+	Snapshot(ctx context.Context, id, snapID string, captured func()) (SnapshotInfo, error)
 	// Remove deletes sandbox id's writable layer. Removing a missing layer
 	// is not an error.
 	Remove(ctx context.Context, id string) error

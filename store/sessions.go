@@ -72,11 +72,14 @@ type Session struct {
 	// timeout it had left then, restored on resume.
 	PausedAt  time.Time
 	Remaining time.Duration
+	// AutoPaused: the session is paused because of its AutoPauseS (not on
+	// request), so its next exec or files call resumes it.
+	AutoPaused bool
 }
 
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
-	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms`
+	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -88,11 +91,11 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
-		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds())
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -188,11 +191,11 @@ func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?,
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
-		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ? WHERE id = ?`,
+		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
-		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.ID)
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused, se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -214,7 +217,7 @@ func scanSession(r scanner) (*Session, error) {
 	var created, started, expires, ended, paused, remaining int64
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
-		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining)
+		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused)
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ var migrations = []string{
 		pids       INTEGER NOT NULL,
 		disk_mb    INTEGER NOT NULL
 	);`,
+	// 3: whether a paused session was paused by its own auto-pause (it
+	// resumes on its next call, also after a daemon restart).
+	`ALTER TABLE sessions ADD COLUMN auto_paused INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

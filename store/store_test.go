@@ -151,6 +151,18 @@ func TestSessionRoundTripAndUpdate(t *testing.T) {
 		!after.EndedAt.Equal(started.Add(2*time.Minute)) || after.Template != "base" {
 		t.Fatalf("after update: %+v", after)
 	}
+
+	// The pause state survives a restart: when, the time left, and whether
+	// the session paused itself (then its next call resumes it).
+	after.State, after.PausedAt, after.Remaining, after.AutoPaused = StatePaused, started, 90*time.Second, true
+	if err := s.UpdateSession(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	paused, err := s.GetSession(ctx, "s1")
+	if err != nil || paused.State != StatePaused || !paused.PausedAt.Equal(started) ||
+		paused.Remaining != 90*time.Second || !paused.AutoPaused {
+		t.Fatalf("paused: %+v %v", paused, err)
+	}
 	wantClass(t, s.UpdateSession(ctx, &Session{ID: "nope"}), errdefs.ErrNotFound)
 }
 

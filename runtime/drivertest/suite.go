@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,6 +66,7 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("Limits", e.testLimits)
 	t.Run("KillProcessGroup", e.testKillProcessGroup)
 	t.Run("Pause", e.testPause)
+	t.Run("PauseDuringKill", e.testPauseDuringKill)
 	t.Run("BadConfig", e.testBadConfig)
 }
 
@@ -320,6 +322,48 @@ func (e *env) testPause(t *testing.T) {
 	c, _ := e.driver.Stats(ctx, sb.id)
 	if c.CPUSeconds <= b.CPUSeconds || before.CPUSeconds >= c.CPUSeconds {
 		t.Fatalf("resumed sandbox made no progress: %.3f -> %.3f", b.CPUSeconds, c.CPUSeconds)
+	}
+}
+
+// testPauseDuringKill: a Pause that lands while KillProcessGroup has the
+// sandbox frozen for its walk still leaves it paused (the kill's own thaw
+// must not undo it), and a kill on a paused sandbox does not thaw it.
+func (e *env) testPauseDuringKill(t *testing.T) {
+	if !e.driver.Capabilities().Pause {
+		t.Skip("driver does not declare the pause capability")
+	}
+	sb := e.start(t, defaultLimits)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Many processes make the kill's walk take a while.
+	if end, out, _ := sb.run(t, ctx, "sh", "-c", "for i in $(seq 100); do sleep 1000 & done; echo started"); end == nil || !strings.Contains(out, "started") {
+		t.Fatalf("start sleepers: %+v %q", end, out)
+	}
+	for i := 0; i < 40; i++ {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// No such group: the walk freezes, finds nothing, thaws.
+			_, _ = e.driver.KillProcessGroup(ctx, sb.id, 99999, 9)
+		}()
+		time.Sleep(time.Duration(i%8) * 100 * time.Microsecond)
+		if err := e.driver.Pause(ctx, sb.id); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if st, _ := e.driver.Status(ctx, sb.id); st != runtime.StatusPaused {
+			t.Fatalf("round %d: status %q after a pause that raced a process-group kill", i, st)
+		}
+		if _, err := e.driver.KillProcessGroup(ctx, sb.id, 99999, 9); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := e.driver.Status(ctx, sb.id); st != runtime.StatusPaused {
+			t.Fatalf("round %d: status %q after a kill in a paused sandbox", i, st)
+		}
+		if err := e.driver.Resume(ctx, sb.id); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

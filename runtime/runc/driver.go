@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,6 +29,21 @@ import (
 type Driver struct {
 	runc *gorunc.Runc
 	cg   cgroupV1
+
+	// freezeMu holds a *sync.Mutex per sandbox id that orders its freezer
+	// changes: KillProcessGroup's freeze-signal-thaw is one step, so a
+	// Pause that lands in the middle is not undone by the kill's thaw (the
+	// sandbox would run while its session says paused).
+	freezeMu sync.Map
+}
+
+// freezer locks sandbox id's freezer changes; the caller calls the
+// returned function to unlock.
+func (d *Driver) freezer(id string) func() {
+	v, _ := d.freezeMu.LoadOrStore(id, new(sync.Mutex))
+	mu := v.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
 }
 
 // Options configure a Driver.
@@ -144,6 +160,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := d.cg.remove(id); err != nil {
 		return fmt.Errorf("remove cgroups of %s: %w", id, err)
 	}
+	d.freezeMu.Delete(id)
 	return nil
 }
 
@@ -250,11 +267,13 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // KillProcessGroup freezes the sandbox, signals every process whose
 // in-sandbox process group is pgid, and thaws it again (unless it was
 // already paused). Freezing first means no process can fork away while the
-// group is being walked.
+// group is being walked. Pause and Resume of the same sandbox wait for it
+// (and it for them), so a pause is never undone by the kill's thaw.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
 	if !validID(id) || pgid <= 1 {
 		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
 	}
+	defer d.freezer(id)()
 	prev, err := d.cg.freezerState(id)
 	if err != nil {
 		return 0, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
@@ -287,6 +306,7 @@ func (d *Driver) Pause(ctx context.Context, id string) error {
 	if !validID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
+	defer d.freezer(id)()
 	return d.cg.setFreezer(id, "FROZEN")
 }
 
@@ -295,6 +315,7 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 	if !validID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
+	defer d.freezer(id)()
 	return d.cg.setFreezer(id, "THAWED")
 }
 

@@ -98,7 +98,7 @@ func TestChainDeltas(t *testing.T) {
 		if err := writeFile(filepath.Join(rootfs, "home/user", id), 1<<20, byte('a'+i)); err != nil {
 			t.Fatal(err)
 		}
-		info, err := d.Snapshot(ctx, id, "s"+id)
+		info, err := d.Snapshot(ctx, id, "s"+id, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,12 +153,12 @@ func TestRepeatedSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(filepath.Join(rootfs, "tmp/a"), 2<<20, 'a')
-	s1, err := d.Snapshot(ctx, "l", "s1")
+	s1, err := d.Snapshot(ctx, "l", "s1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(filepath.Join(rootfs, "tmp/b"), 1<<20, 'b')
-	s2, err := d.Snapshot(ctx, "l", "s2")
+	s2, err := d.Snapshot(ctx, "l", "s2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +168,10 @@ func TestRepeatedSnapshots(t *testing.T) {
 	if u, err := d.Usage(ctx, "l"); err != nil || u < s2.SizeBytes || u > s2.SizeBytes+256<<10 {
 		t.Fatalf("usage %d (%v), want about %d", u, err, s2.SizeBytes)
 	}
-	if _, err := d.Snapshot(ctx, "l", "s1"); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := d.Snapshot(ctx, "l", "s1", nil); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("snapshot to an existing id: %v", err)
 	}
-	if _, err := d.Snapshot(ctx, "nope", "s3"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := d.Snapshot(ctx, "nope", "s3", nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("snapshot of a missing layer: %v", err)
 	}
 	if _, err := d.Usage(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -188,7 +188,7 @@ func TestQuota(t *testing.T) {
 	if err := writeFile(filepath.Join(src, "tmp/inherited"), 32<<20, 'i'); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Snapshot(ctx, "src", "base"); err != nil {
+	if _, err := d.Snapshot(ctx, "src", "base", nil); err != nil {
 		t.Fatal(err)
 	}
 	rootfs, err := d.Prepare(ctx, "q", storage.Source{Snapshot: "base"}, 8<<20)
@@ -212,7 +212,7 @@ func TestQuota(t *testing.T) {
 	if err := writeFile(filepath.Join(rootfs, "tmp/more"), 4<<20, 'm'); !errors.Is(err, syscall.EDQUOT) {
 		t.Fatalf("10 MiB under an 8 MiB limit: %v, want EDQUOT", err)
 	}
-	if _, err := d.Snapshot(ctx, "q", "full"); err != nil {
+	if _, err := d.Snapshot(ctx, "q", "full", nil); err != nil {
 		t.Fatalf("snapshot of a layer at its limit: %v", err)
 	}
 	if _, err := d.Prepare(ctx, "neg", storage.Source{Template: "t"}, -1); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -229,7 +229,7 @@ func TestRestartAndTemplates(t *testing.T) {
 	ctx := context.Background()
 	rootfs, _ := d.Prepare(ctx, "l", storage.Source{Template: "t"}, 4<<20)
 	writeFile(filepath.Join(rootfs, "home/user/kept"), 1000, 'k')
-	info, err := d.Snapshot(ctx, "l", "s")
+	info, err := d.Snapshot(ctx, "l", "s", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestOnExistingBtrfs(t *testing.T) {
 	if _, err := d.Prepare(ctx, "l", storage.Source{Template: "t"}, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Snapshot(ctx, "l", "s"); err != nil {
+	if _, err := d.Snapshot(ctx, "l", "s", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Verify(ctx, "s"); err != nil {

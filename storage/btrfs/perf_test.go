@@ -56,7 +56,7 @@ func TestPerformance(t *testing.T) {
 			return err
 		})
 		timed("Snapshot of a layer of that template", func() error {
-			_, err := d.Snapshot(ctx, "gol", "gos")
+			_, err := d.Snapshot(ctx, "gol", "gos", nil)
 			return err
 		})
 		timed("Verify of that snapshot", func() error { return d.Verify(ctx, "gos") })
@@ -82,7 +82,7 @@ func TestPerformance(t *testing.T) {
 	})
 	timed("sync(2) after the big files", func() error { syscall.Sync(); return nil })
 	timed("Snapshot of the layer with 500 MB in 5 files (on disk)", func() error {
-		_, err := d.Snapshot(ctx, "big", "s0")
+		_, err := d.Snapshot(ctx, "big", "s0", nil)
 		return err
 	})
 	timed("many small files: 2000 files of 4 KiB in 20 dirs", func() error {
@@ -98,7 +98,7 @@ func TestPerformance(t *testing.T) {
 	timed("sync(2) of everything", func() error { syscall.Sync(); return nil })
 	var info storage.SnapshotInfo
 	timed("Snapshot of it with 2000 small files more (on disk)", func() error {
-		info, err = d.Snapshot(ctx, "big", "s1")
+		info, err = d.Snapshot(ctx, "big", "s1", nil)
 		return err
 	})
 	t.Logf("  snapshot SizeBytes %d", info.SizeBytes)
@@ -121,14 +121,14 @@ func TestPerformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	timed("Snapshot with 200 MB fsynced since the last one", func() error {
-		_, err := d.Snapshot(ctx, "big", "s2")
+		_, err := d.Snapshot(ctx, "big", "s2", nil)
 		return err
 	})
 	f, _ := os.Create(filepath.Join(rootfs, "home/user/unsynced"))
 	f.Write(make([]byte, 200<<20))
 	f.Close()
 	timed("Snapshot with 200 MB dirty in the page cache", func() error {
-		_, err := d.Snapshot(ctx, "big", "s3")
+		_, err := d.Snapshot(ctx, "big", "s3", nil)
 		return err
 	})
 	timed("Usage of a layer", func() error { _, err := d.Usage(ctx, "big"); return err })
@@ -137,7 +137,7 @@ func TestPerformance(t *testing.T) {
 	f.Close()
 	timed("Usage while another layer has 300 MB dirty", func() error { _, err := d.Usage(ctx, "fork1"); return err })
 	timed("Snapshot of an idle layer while another has 300 MB dirty", func() error {
-		_, err := d.Snapshot(ctx, "fork2", "s4")
+		_, err := d.Snapshot(ctx, "fork2", "s4", nil)
 		return err
 	})
 	timed("Remove of the 900 MB layer", func() error { return d.Remove(ctx, "big") })

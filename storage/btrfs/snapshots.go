@@ -14,8 +14,8 @@ import (
 // Snapshot makes read-only snapshot snapID of layer id: it commits the
 // filesystem (dirty data goes to disk and the qgroup numbers become
 // current), reads the layer's exclusive bytes, creates the snapshot
-// subvolume (O(1) in the data size), digests it with
-// storage.ManifestDigest and records its metadata.
+// subvolume (O(1) in the data size), calls captured, digests the snapshot
+// with storage.ManifestDigest and records its metadata.
 //
 // SizeBytes is what the layer had written beyond its source when the
 // snapshot was taken: the layer's exclusive bytes just before the snapshot
@@ -24,7 +24,7 @@ import (
 // It counts data, metadata blocks, and rewritten data once per rewrite
 // between snapshots. Errors: ErrNotFound (no layer), ErrConflict (snapID
 // exists), ErrInsufficientStorage.
-func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.SnapshotInfo, error) {
+func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
 	if err := validID("layer", id); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
@@ -48,6 +48,9 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 	}
 	if err := snapshotInto(d.layerPath(id), d.snapshotsDir(), snapID, true); err != nil {
 		return storage.SnapshotInfo{}, err
+	}
+	if captured != nil {
+		captured() // the rest reads only the read-only snapshot
 	}
 	m := snapMeta{
 		ID: snapID, Parent: lm.Snapshot, Template: lm.Template, Ancestors: lm.Ancestors,

@@ -31,7 +31,7 @@ func TestSnapshotReproducesView(t *testing.T) {
 			ctx := context.Background()
 			src := prepare(t, d, "src", storage.Source{Template: "t1"}, 0)
 			changeEverything(t, src)
-			info, err := d.Snapshot(ctx, "src", "s1")
+			info, err := d.Snapshot(ctx, "src", "s1", nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -49,7 +49,7 @@ func TestMeasure(t *testing.T) {
 		syncAndDrop(drop)
 		d.noReflink = noReflink
 		start := time.Now()
-		info, err := d.Snapshot(ctx, "big", name)
+		info, err := d.Snapshot(ctx, "big", name, nil)
 		el := time.Since(start)
 		if err != nil {
 			t.Fatal(err)

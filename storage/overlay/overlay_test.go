@@ -44,7 +44,7 @@ func TestChain25(t *testing.T) {
 				}
 				snapID := fmt.Sprintf("snapshot-%02d-%s", i, strings.Repeat("x", 100))
 				total += len(d.snapLayer(snapID)) + 1
-				if _, err := d.Snapshot(ctx, id, snapID); err != nil {
+				if _, err := d.Snapshot(ctx, id, snapID, nil); err != nil {
 					t.Fatal(err)
 				}
 				if err := d.Remove(ctx, id); err != nil {
@@ -84,7 +84,7 @@ func TestForkKeepsSnapshotIntact(t *testing.T) {
 	ctx := context.Background()
 	src := prepare(t, d, "src", storage.Source{Template: "t1"}, 0)
 	mustWrite(t, filepath.Join(src, "home/user/big"), strings.Repeat("b", 1<<20))
-	if _, err := d.Snapshot(ctx, "src", "s1"); err != nil {
+	if _, err := d.Snapshot(ctx, "src", "s1", nil); err != nil {
 		t.Fatal(err)
 	}
 	fork := prepare(t, d, "fork", storage.Source{Snapshot: "s1"}, 0)
@@ -102,7 +102,7 @@ func TestForkKeepsSnapshotIntact(t *testing.T) {
 	if err := d.Verify(ctx, "s1"); err != nil {
 		t.Fatalf("Verify after a fork changed inherited files: %v", err)
 	}
-	if _, err := d.Snapshot(ctx, "fork", "s2"); err != nil {
+	if _, err := d.Snapshot(ctx, "fork", "s2", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Remove(ctx, "fork"); err != nil {
@@ -126,10 +126,10 @@ func TestForkKeepsSnapshotIntact(t *testing.T) {
 	if err := d.RemoveSnapshot(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Snapshot(ctx, "src", "s1"); err != nil {
+	if _, err := d.Snapshot(ctx, "src", "s1", nil); err != nil {
 		t.Fatalf("a removed snapshot id is free again: %v", err)
 	}
-	if _, err := d.Snapshot(ctx, "src", "s1"); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := d.Snapshot(ctx, "src", "s1", nil); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("snapshot over an existing id: %v, want conflict", err)
 	}
 	if _, err := d.Prepare(ctx, "src", storage.Source{Template: "t1"}, 0); !errors.Is(err, errdefs.ErrConflict) {
@@ -236,7 +236,7 @@ func TestDiskLimit(t *testing.T) {
 		t.Fatalf("usage %d (%v) after deleting", u, err)
 	}
 	// A snapshot of a limited layer restores like any other.
-	if _, err := d.Snapshot(ctx, "limited", "ls"); err != nil {
+	if _, err := d.Snapshot(ctx, "limited", "ls", nil); err != nil {
 		t.Fatal(err)
 	}
 	r := prepare(t, d, "restored", storage.Source{Snapshot: "ls"}, limit)

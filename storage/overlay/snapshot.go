@@ -20,11 +20,13 @@ import (
 // snapshot it was prepared from, or since its template) into the new
 // read-only snapshot snapID, reflinking file data where the filesystem
 // can, flushes it to disk, and records its parent, chain, size (allocated
-// bytes of the copy) and manifest digest. The caller freezes the sandbox around the call.
+// bytes of the copy) and manifest digest. The caller freezes the sandbox
+// before the call; captured (when not nil) is called once the copy is
+// made, after which the sandbox may run again.
 // Errors: ErrInvalidArgument for bad ids, ErrNotFound for an unknown
 // layer, ErrConflict when snapID exists, ErrInsufficientStorage when the
 // volume is full. On error nothing of the snapshot is left.
-func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.SnapshotInfo, error) {
+func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
 	if err := validID("layer", id); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
@@ -43,7 +45,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 	if err != nil {
 		return storage.SnapshotInfo{}, fmt.Errorf("snapshot %q: %w", snapID, err)
 	}
-	info, err := d.makeSnapshot(ctx, tmp, dir, m, snapID)
+	info, err := d.makeSnapshot(ctx, tmp, dir, m, snapID, captured)
 	if err != nil {
 		if rerr := storage.RemoveTree(tmp); rerr != nil {
 			err = fmt.Errorf("%w (and cleaning up: %v)", err, rerr)
@@ -57,13 +59,16 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string) (storage.Snaps
 }
 
 // makeSnapshot copies the layer in layerDir (described by m) into
-// tmp/layer, digests it, writes tmp/meta.json and moves tmp into place as
-// snapshot snapID.
-func (d *Driver) makeSnapshot(ctx context.Context, tmp, layerDir string, m layerMeta, snapID string) (storage.SnapshotInfo, error) {
+// tmp/layer, calls captured, digests the copy, writes tmp/meta.json and
+// moves tmp into place as snapshot snapID.
+func (d *Driver) makeSnapshot(ctx context.Context, tmp, layerDir string, m layerMeta, snapID string, captured func()) (storage.SnapshotInfo, error) {
 	c := copier{ctx: ctx, noReflink: d.noReflink}
 	layer := filepath.Join(tmp, "layer")
 	if err := c.copyTree(upperDir(layerDir, m), layer); err != nil {
 		return storage.SnapshotInfo{}, err
+	}
+	if captured != nil {
+		captured() // the rest reads only the private copy
 	}
 	digest, err := storage.ManifestDigest(layer)
 	if err != nil {

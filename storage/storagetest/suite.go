@@ -65,6 +65,7 @@ func Run(t *testing.T, factory Factory) {
 	}
 	t.Run("TemplateLayer", s.testTemplateLayer)
 	t.Run("SnapshotAndFork", s.testSnapshotAndFork)
+	t.Run("SnapshotCaptured", s.testSnapshotCaptured)
 	t.Run("ChainStoresDeltas", s.testChain)
 	t.Run("DiskLimit", s.testDiskLimit)
 	t.Run("Integrity", s.testIntegrity)
@@ -121,7 +122,7 @@ func (s *suite) snapshot(t *testing.T, id string) storage.SnapshotInfo {
 	t.Helper()
 	s.n++
 	snapID := fmt.Sprintf("snap%d", s.n)
-	info, err := s.d.Snapshot(context.Background(), id, snapID)
+	info, err := s.d.Snapshot(context.Background(), id, snapID, nil)
 	if err != nil {
 		t.Fatalf("Snapshot %s: %v", id, err)
 	}
@@ -237,6 +238,41 @@ func (s *suite) testSnapshotAndFork(t *testing.T) {
 	}
 	if read(t, filepath.Join(a, "home/user/dir/nested")) != "nested" || read(t, filepath.Join(b, "home/user/only-b")) != "B" {
 		t.Fatal("forks broke when their parent layer was removed")
+	}
+}
+
+// testSnapshotCaptured: Snapshot calls captured exactly once, before it
+// returns, once the layer's files are captured: what the sandbox writes
+// from then on (it may be thawed) is not in the snapshot, which still
+// passes its integrity check.
+func (s *suite) testSnapshotCaptured(t *testing.T) {
+	id, rootfs := s.prepare(t, storage.Source{Template: templateName}, 0)
+	write(t, filepath.Join(rootfs, "home/user/before"), "in")
+	calls := 0
+	s.n++
+	snapID := fmt.Sprintf("snap%d", s.n)
+	info, err := s.d.Snapshot(context.Background(), id, snapID, func() {
+		calls++
+		write(t, filepath.Join(rootfs, "home/user/after"), "out")
+		write(t, filepath.Join(rootfs, "home/user/before"), "changed")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatalf("captured called %d times, want once", calls)
+	}
+	t.Cleanup(func() { _ = s.d.RemoveSnapshot(context.Background(), info.ID) })
+	if err := s.d.Verify(context.Background(), info.ID); err != nil {
+		t.Fatalf("Verify after writes that followed the capture: %v", err)
+	}
+	_, r := s.prepare(t, storage.Source{Snapshot: info.ID}, 0)
+	if read(t, filepath.Join(r, "home/user/before")) != "in" {
+		t.Fatal("a write made after the capture changed the snapshot")
+	}
+	absent(t, filepath.Join(r, "home/user/after"))
+	if _, err := s.d.Snapshot(context.Background(), "nosuchlayer", "snapnone", func() { calls++ }); err == nil || calls != 1 {
+		t.Fatalf("snapshot of a missing layer: %v, captured calls %d (want an error and no call)", err, calls)
 	}
 }
 
