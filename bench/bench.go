@@ -72,6 +72,9 @@ type Options struct {
 	// Storage is the private daemon's storage driver: "btrfs", "overlay",
 	// or "" for the daemon's choice (btrfs where it works).
 	Storage string
+	// StorageImageBytes sizes the private daemon's storage image (reserved
+	// on the host; 0 = the driver's default).
+	StorageImageBytes int64
 
 	// Progress receives one line per phase and the daemon's warnings; nil
 	// discards them.

@@ -41,7 +41,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// 20 MB instead of 500 keeps the test short; the shape is the same.
-	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, Progress: testWriter{t}})
+	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, StorageImageBytes: 4 << 30, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

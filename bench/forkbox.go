@@ -124,7 +124,8 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 	start := time.Now()
 	d, err := daemon.Start(ctx, daemon.Options{
 		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
-		Log: f.opts.logger(),
+		StorageImageBytes: f.opts.StorageImageBytes,
+		Log:               f.opts.logger(),
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)

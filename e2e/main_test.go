@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/sandbox"
 )
 
 // env is the shared daemon of the package's tests.
@@ -92,8 +94,17 @@ func startDaemon(dataDir string) (*daemon.Daemon, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return daemon.Start(context.Background(), daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
-		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 16 << 30,
+		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
 	})
+}
+
+// testLimits are the daemon's default limits with a small default disk:
+// the overlay driver on a kernel without project quotas reserves a
+// session's whole disk limit in the test's 4 GiB volume.
+func testLimits() v1.Limits {
+	l := sandbox.DefaultLimits()
+	l.DefaultDiskMB = 256
+	return l
 }
 
 func teardown() {

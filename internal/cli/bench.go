@@ -11,6 +11,7 @@ import (
 // it maps flags to bench.Options and prints the report.
 func newBenchCmd(g *globals) *cobra.Command {
 	var opts bench.Options
+	var storageGiB int64
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Benchmark forkbox beside the runc CLI and podman (as root)",
@@ -32,6 +33,7 @@ as it was at the end.`,
   FORKBOX_URL=http://127.0.0.1:7070 forkbox bench`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.StorageImageBytes = storageGiB << 30
 			opts.APIKeyFile = g.keyFile
 			opts.Progress = cmd.ErrOrStderr()
 			rep, err := bench.Run(cmd.Context(), opts)
@@ -58,5 +60,6 @@ as it was at the end.`,
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary of the private daemon (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "data directory of the private daemon, kept afterwards (default: a temporary one)")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver of the private daemon: btrfs or overlay (default: btrfs where it works)")
+	f.Int64Var(&storageGiB, "storage-size", 0, "size in GiB of the private daemon's storage image (default: half the free disk, at most 64)")
 	return cmd
 }

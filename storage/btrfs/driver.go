@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
-	"golang.org/x/sys/unix"
 )
 
 // Options configure the driver.
@@ -25,8 +26,8 @@ type Options struct {
 	// the kernel's rescan of existing data can take a while, and qgroup
 	// accounting slows metadata-heavy work on it somewhat).
 	Dir string
-	// ImageBytes is the image's size in bytes (DefaultImageBytes when 0).
-	// The file is sparse: it takes disk blocks only as data is written.
+	// ImageBytes is the image's size in bytes, reserved on the host
+	// (storage.DefaultImageBytes when 0).
 	ImageBytes int64
 	// Shift is the id mapping of sandboxes. Owners are copied from
 	// template trees as they are (those are shifted already), so the
@@ -81,7 +82,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	size := opts.ImageBytes
 	if size <= 0 {
-		size = DefaultImageBytes
+		size = storage.DefaultImageBytes(filepath.Dir(dir))
 	}
 	mounted, err := ensureFilesystem(dir, size)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // testImageBytes is the sparse image size of test filesystems (8 GiB of
 // address space; only what tests write takes disk blocks).
-const testImageBytes = 8 << 30
+const testImageBytes = 2 << 30
 
 // needBtrfs skips t unless it runs as root on a host that supports btrfs.
 func needBtrfs(t *testing.T) {

@@ -10,13 +10,10 @@ import (
 	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 	"golang.org/x/sys/unix"
 )
 
-// DefaultImageBytes is the size of the sparse image file New creates when
-// Options.ImageBytes is 0: 64 GiB of address space that costs disk blocks
-// only as sandboxes write.
-const DefaultImageBytes = 64 << 30
 
 // Supported reports whether btrfs can be used on this host: the kernel
 // knows the btrfs filesystem (built in or as a loaded module), mkfs.btrfs
@@ -94,8 +91,8 @@ func ensureFilesystem(dir string, size int64) (mounted bool, err error) {
 	return true, nil
 }
 
-// makeImage creates the sparse file img of size bytes and formats it as
-// btrfs. It works on a temporary name and renames at the end, so a crash
+// makeImage creates the file img of size bytes, with its blocks reserved
+// on the host (storage.Preallocate), and formats it as btrfs. It works on a temporary name and renames at the end, so a crash
 // never leaves a half-formatted image under the real name.
 func makeImage(img string, size int64) error {
 	tmp := img + ".tmp"
@@ -104,15 +101,15 @@ func makeImage(img string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("btrfs: create image: %w", err)
 	}
-	err = f.Truncate(size)
+	err = storage.Preallocate(f, size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("btrfs: size image %s to %d bytes: %w", tmp, size, err)
+		return fmt.Errorf("btrfs: image %s: %w", tmp, err)
 	}
-	// -K: no discard of the (sparse, empty) file; -q: quiet.
+	// -K: no discard (it would punch the reserved blocks out); -q: quiet.
 	out, err := exec.Command("mkfs.btrfs", "-q", "-K", "-L", "forkbox", tmp).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
@@ -159,7 +156,8 @@ func mountImage(img, dir string) error {
 	// With LO_FLAGS_AUTOCLEAR the device detaches when its last user goes:
 	// once mounted that is the unmount; if the mount fails, this close.
 	defer unix.Close(loopFd)
-	if err := unix.Mount(dev, dir, "btrfs", mountFlags, ""); err != nil {
+	// nodiscard: the image's blocks are reserved on the host and must stay so.
+	if err := unix.Mount(dev, dir, "btrfs", mountFlags, "nodiscard"); err != nil {
 		return fmt.Errorf("btrfs: mount %s (%s) at %s: %v: %w", img, dev, dir, err, errdefs.ErrUnavailable)
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 )
 
 // testImageBytes is the (sparse) storage image size tests use.
-const testImageBytes = 8 << 30
+const testImageBytes = 2 << 30
 
 // skipUnlessSupported skips t when the driver cannot run here.
 func skipUnlessSupported(t *testing.T) {

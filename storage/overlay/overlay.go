@@ -47,8 +47,9 @@ type Options struct {
 	// prjquota through a loop device; later starts mount it again or find
 	// it mounted.
 	Dir string
-	// ImageBytes is the image's size in bytes (sparse; DefaultImageBytes
-	// when 0). It only matters when the image is made.
+	// ImageBytes is the image's size in bytes, reserved on the host
+	// (storage.DefaultImageBytes when 0). It only matters when the image is
+	// made.
 	ImageBytes int64
 	// Shift maps sandbox ids to host ids: a layer's root directory is
 	// owned by Shift's root.
@@ -87,7 +88,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	}
 	size := opts.ImageBytes
 	if size <= 0 {
-		size = DefaultImageBytes
+		size = storage.DefaultImageBytes(filepath.Dir(dir))
 	}
 	vol, err := ensureVolume(dir, size)
 	if err != nil {

@@ -11,14 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // xfsMagic is statfs's f_type of XFS.
 const xfsMagic = 0x58465342
 
-// DefaultImageBytes is the size of the sparse XFS image made when Dir is
-// not on XFS: 64 GiB.
-const DefaultImageBytes = 64 << 30
 
 // Supported returns nil when the overlay driver can run here, or an error
 // wrapping errdefs.ErrUnavailable saying what is missing: root, overlayfs
@@ -96,8 +94,7 @@ func ensureVolume(dir string, size int64) (volume, error) {
 }
 
 // mountImage mounts dir+".img" (made if missing) at dir: nodev, nosuid,
-// discard, with prjquota, or without when the kernel lacks XFS quota
-// support.
+// with prjquota, or without when the kernel lacks XFS quota support.
 func mountImage(dir string, size int64) error {
 	img := dir + ".img"
 	if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
@@ -107,16 +104,15 @@ func mountImage(dir string, size int64) error {
 	} else if err != nil {
 		return fmt.Errorf("stat %s: %w", img, err)
 	}
-	// discard: space freed inside is punched out of the sparse image, so
-	// the image holds about what the volume holds, not its high-water
-	// mark.
+	// No discard: the image's blocks are reserved on the host
+	// (storage.Preallocate) and must stay so.
 	const flags = unix.MS_NODEV | unix.MS_NOSUID
-	_, err := mountLoop(img, dir, "xfs", flags, "discard,prjquota")
+	_, err := mountLoop(img, dir, "xfs", flags, "prjquota")
 	if errors.Is(err, unix.EINVAL) {
 		// "quota support not available in this kernel" (no
 		// CONFIG_XFS_QUOTA): mount without; disk limits then use a loop
 		// image per layer.
-		_, err = mountLoop(img, dir, "xfs", flags, "discard")
+		_, err = mountLoop(img, dir, "xfs", flags, "")
 	}
 	if err != nil {
 		return fmt.Errorf("mount the storage image: %w", err)
@@ -124,8 +120,8 @@ func mountImage(dir string, size int64) error {
 	return nil
 }
 
-// makeImage creates img as a sparse file of size bytes and formats it
-// with XFS (reflink on, so snapshots share extents with the layers they
+// makeImage creates img as a file of size bytes with its blocks reserved
+// on the host (storage.Preallocate) and formats it with XFS (reflink on, so snapshots share extents with the layers they
 // copy). It formats a temporary file and renames it into place, so a
 // crash leaves either no image or a formatted one.
 func makeImage(img string, size int64) error {
@@ -135,15 +131,16 @@ func makeImage(img string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
-	err = f.Truncate(size)
+	err = storage.Preallocate(f, size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("size %s: %w", tmp, err)
+		return err
 	}
-	out, err := exec.Command("mkfs.xfs", "-q", "-m", "reflink=1", "-L", "forkbox", tmp).CombinedOutput()
+	// -K: no discard (it would punch the reserved blocks out).
+	out, err := exec.Command("mkfs.xfs", "-q", "-K", "-m", "reflink=1", "-L", "forkbox", tmp).CombinedOutput()
 	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("mkfs.xfs %s: %v: %s: %w", tmp, err, strings.TrimSpace(string(out)), errdefs.ErrUnavailable)
@@ -155,7 +152,7 @@ func makeImage(img string, size int64) error {
 	return nil
 }
 
-// makeDisk creates the per-layer image img of size bytes (sparse),
+// makeDisk creates the per-layer image img of size bytes (reserved),
 // formats it with ext4 (no reserved blocks) and mounts it at dir (nodev,
 // nosuid). It is the disk limit when XFS project quotas are unavailable:
 // the layer's upper directory cannot outgrow its own filesystem.
@@ -164,12 +161,17 @@ func makeDisk(img, dir string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", img, err)
 	}
-	err = f.Truncate(size)
+	// Reserved, not sparse: many layer disks inside one volume must not
+	// promise more space than the volume has (a layer disk that cannot
+	// get a block aborts its journal and loses data); a volume too full
+	// for the limit fails this create with ErrInsufficientStorage instead.
+	err = storage.Preallocate(f, size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("size %s: %w", img, err)
+		os.Remove(img)
+		return err
 	}
 	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-L", "forkbox-layer",
 		"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", img).CombinedOutput()
