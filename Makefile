@@ -8,6 +8,7 @@ GO        ?= go
 BIN       := bin
 DATA_DIR  ?= /var/lib/forkbox
 LISTEN    ?= 127.0.0.1:7070
+STORAGE_GIB ?= 16
 TEST_FLAGS ?= -count=1 -timeout 18m
 
 .PHONY: all deps build test run bench generate vet clean
@@ -32,7 +33,7 @@ test: deps build vet
 		$(GO) test $(TEST_FLAGS) -run 'Snapshot|Fork|Pause|Disk|Pool|Destroy|Restart|Files' ./e2e/
 
 run: deps build
-	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) ./scripts/run-demo.sh
+	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) STORAGE_GIB=$(STORAGE_GIB) ./scripts/run-demo.sh
 
 bench: deps build
 	$(BIN)/forkbox bench

@@ -7,7 +7,9 @@ DATA_DIR=${DATA_DIR:-/var/lib/forkbox}
 LISTEN=${LISTEN:-127.0.0.1:7070}
 export FORKBOX_URL="http://$LISTEN"
 
-bin/forkbox serve --data-dir "$DATA_DIR" --listen "$LISTEN" &
+# The storage volume's space is reserved on the host when it is first made
+# (STORAGE_GIB, 16 GiB unless set; forkbox serve alone takes half the free disk).
+bin/forkbox serve --data-dir "$DATA_DIR" --listen "$LISTEN" --storage-size "${STORAGE_GIB:-16}" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT INT TERM
 for _ in $(seq 1 100); do
@@ -34,7 +36,20 @@ bin/forkbox exec "$id" -- python3 demo.py
 bin/forkbox exec "$id" -- sh -c 'ps -eo pid,user,comm; touch /usr/x 2>&1 || true; ls /etc/shadow 2>&1 || true'
 bin/forkbox exec "$id" -- sh -c 'python3 -c "print(\"hello from the sandbox\")" > out.txt'
 bin/forkbox cp "$id:/home/user/out.txt" -
+
+echo
+echo "== snapshot and fork: prepare once, branch into copies"
+bin/forkbox exec "$id" -- sh -c 'echo "prepared at $(date +%T)" > state.txt'
+snap=$(bin/forkbox snapshot "$id")
+echo "snapshot $snap"
+forks=$(bin/forkbox fork --from-snapshot "$snap" -n 3)
+for f in $forks; do
+  bin/forkbox exec "$f" -- sh -c 'echo "$(hostname): $(cat state.txt)"; echo "only in $(hostname)" > mine.txt'
+done
+bin/forkbox pause "$id" && bin/forkbox resume "$id"
 bin/forkbox ls
+bin/forkbox rm $forks >/dev/null
+bin/forkbox snapshot rm "$snap" >/dev/null
 bin/forkbox rm "$id" >/dev/null
 rm -f /tmp/forkbox-demo.py
 
