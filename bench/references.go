@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"archive/tar"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/internal/tartree"
 )
 
 // The references beside forkbox's snapshot row: a plain copy of as much
@@ -161,53 +162,15 @@ func measurePodmanCommit(ctx context.Context, opts Options, podman tool, dir, pr
 	return newResult(OpSnapshot, SystemPodman, samples, err)
 }
 
-// tarRootFS writes the tree at root (regular files, directories and
-// symlinks) as an uncompressed tar file at dst, for `podman import`.
+// tarRootFS writes the tree at root as a tar file at dst, for `podman import`.
 func tarRootFS(root, dst string) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	tw := tar.NewWriter(f)
-	err = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		link := ""
-		if fi.Mode()&os.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		src, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		_, err = io.Copy(tw, src)
-		return err
-	})
-	if err != nil {
+	if err := tartree.Write(f, root); err != nil {
 		return fmt.Errorf("tar %s: %w", root, err)
-	}
-	if err := tw.Close(); err != nil {
-		return err
 	}
 	return f.Close()
 }

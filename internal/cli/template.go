@@ -1,15 +1,14 @@
 package cli
 
 import (
-	"archive/tar"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/internal/tartree"
 )
 
 func newTemplateCmd(g *globals) *cobra.Command {
@@ -35,7 +34,7 @@ func newTemplateCmd(g *globals) *cobra.Command {
 			size := int64(-1)
 			if fi.IsDir() {
 				pr, pw := io.Pipe()
-				go func() { pw.CloseWithError(tarDir(pw, path)) }()
+				go func() { pw.CloseWithError(tartree.Write(pw, path)) }()
 				body = pr
 			} else {
 				f, err := os.Open(path)
@@ -95,51 +94,4 @@ func newTemplateCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(imp, ls, rm)
 	return cmd
-}
-
-// tarDir writes the regular files and directories under dir (an OCI image
-// layout) to w as a tar stream, with paths relative to dir.
-func tarDir(w io.Writer, dir string) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil || rel == "." {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() && !fi.IsDir() {
-			return nil
-		}
-		hdr, err := tar.FileInfoHeader(fi, "")
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if fi.IsDir() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
