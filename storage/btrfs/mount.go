@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // Supported reports whether btrfs can be used on this host: the kernel
 // knows the btrfs filesystem (built in or as a loaded module), mkfs.btrfs
 // is installed, and loop devices can be set up. The error, wrapping

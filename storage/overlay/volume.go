@@ -17,7 +17,6 @@ import (
 // xfsMagic is statfs's f_type of XFS.
 const xfsMagic = 0x58465342
 
-
 // Supported returns nil when the overlay driver can run here, or an error
 // wrapping errdefs.ErrUnavailable saying what is missing: root, overlayfs
 // and XFS in the kernel, loop devices, mkfs.xfs (package xfsprogs) and
