@@ -10,13 +10,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"log/slog"
 	"net/http"
 	"path"
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/api/e2b"
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/runtime"
@@ -36,12 +37,15 @@ type Server struct {
 	mux     *http.ServeMux
 	// spoolDir receives uploaded image tarballs before import.
 	spoolDir string
+	// e2b serves the E2B-compatible API on the same port.
+	e2b *e2b.Handler
 }
 
 // New returns the API server over the given manager, store and catalog.
 // spoolDir is where uploads are staged (on the data directory's filesystem).
 func New(mgr *sandbox.Manager, st *store.Store, catalog *template.Catalog, spoolDir string, log *slog.Logger) *Server {
-	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir}
+	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir,
+		e2b: e2b.New(mgr, st, log)}
 	s.routes()
 	return s
 }
@@ -96,7 +100,8 @@ func (s *Server) routes() {
 }
 
 // ServeHTTP adds the request id, recovers from handler panics (one bad
-// request never takes the daemon down) and routes. Unknown paths and
+// request never takes the daemon down) and routes: E2B requests (e2b.Handles)
+// to the E2B handler, the rest to the forkbox API. Unknown paths and
 // methods get problem responses too.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(requestIDHeader)
@@ -114,7 +119,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()
-	if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
+	if e2b.Handles(r) {
+		s.e2b.ServeHTTP(w, r)
+	} else if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for
 		// "/v1/sessions/a/files/x/../y" is another resource; say so instead.
 		writeProblem(w, r, v1.Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",

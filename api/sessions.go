@@ -23,6 +23,10 @@ func sessionView(r *store.Session) v1.Session {
 		Workdir: r.Workdir, Metadata: meta,
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
 		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
+	}
+	if v.OnTimeout == "" {
+		v.OnTimeout = store.OnTimeoutKill // sessions from before on_timeout existed
 	}
 	if r.State == store.StatePaused {
 		// The timeout clock is stopped: say what is left instead of a date.
@@ -37,6 +41,7 @@ func snapshotView(sn *store.Snapshot) v1.Snapshot {
 	return v1.Snapshot{
 		ID: sn.ID, SessionID: sn.SessionID, Parent: sn.Parent, Template: sn.Template, Storage: sn.Storage,
 		SizeBytes: sn.SizeBytes, Digest: sn.Digest, CreatedAt: sn.CreatedAt, ExpiresAt: timePtr(sn.ExpiresAt),
+		Name: sn.Name,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -40,7 +41,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), expiresIn)
+	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -57,7 +58,7 @@ func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest)
+	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest, sandbox.SnapshotOptions{})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

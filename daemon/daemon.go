@@ -235,7 +235,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 func (d *Daemon) Manager() *sandbox.Manager { return d.mgr }
 
 // ensureAPIKey makes sure an API key file exists and its key is accepted.
-// On first start it generates "fbx_" + 40 hex digits and writes it (0600).
+// On first start it generates "e2b_" + 40 hex digits and writes it (0600):
+// the shape E2B SDKs accept (the Python SDK checks ^e2b_[0-9a-f]+$), so the
+// one key serves the forkbox API and the E2B API alike.
 func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.Logger) error {
 	b, err := os.ReadFile(path)
 	if err == nil {
@@ -253,7 +255,7 @@ func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.L
 	if _, err := rand.Read(raw); err != nil {
 		return err
 	}
-	key := "fbx_" + hex.EncodeToString(raw)
+	key := "e2b_" + hex.EncodeToString(raw)
 	if err := st.AddAPIKey(ctx, "default-"+key[len(key)-6:], "default", key); err != nil {
 		return err
 	}

@@ -62,14 +62,14 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	}
 
 	if req.Snapshot != "" {
-		snap, err := m.opts.Store.GetSnapshot(ctx, req.Snapshot)
+		snap, err := m.resolveSnapshot(ctx, req.Snapshot)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, false, errdefs.InvalidField("snapshot", "snapshot %q does not exist", req.Snapshot)
 		}
 		if err != nil {
 			return nil, false, err
 		}
-		req.Template = snap.Template
+		req.Snapshot, req.Template = snap.ID, snap.Template
 		if verify {
 			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
 				return nil, false, err
@@ -118,6 +118,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
+		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
 	}
 	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 )
 
 // idAlphabet and idLength give sandbox ids the shape E2B uses: 20
@@ -40,4 +41,12 @@ func validID(id string) bool {
 		}
 	}
 	return true
+}
+
+// newToken returns a random secret of 256 bits as 64 hex digits: a
+// session's envd access token.
+func newToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand does not fail on Linux
+	return hex.EncodeToString(b)
 }

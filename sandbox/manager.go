@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
@@ -128,10 +127,6 @@ func (s *Sandbox) Record() store.Session {
 	return s.rec
 }
 
-// AgentHTTP returns an HTTP client that reaches this sandbox's agent (any
-// URL host; requests go to the agent's Unix socket). Used to proxy envd.
-func (s *Sandbox) AgentHTTP() (*http.Client, string) { return s.agent.http, agentBaseURL }
-
 // NewManager returns a manager. Call Recover before serving requests.
 func NewManager(opts Options) *Manager {
 	log := opts.Log
@@ -167,10 +162,21 @@ func (m *Manager) arm(sb *Sandbox) {
 	if sb.rec.State == store.StatePaused {
 		detail = fmt.Sprintf("paused for longer than %d s", m.opts.Limits.MaxTimeoutS)
 	}
+	pauseInstead := sb.rec.State == store.StateRunning && sb.rec.OnTimeout == store.OnTimeoutPause
 	sb.timer = time.AfterFunc(time.Until(sb.rec.ExpiresAt), func() {
-		m.log.Info("session timed out", "session", sb.id, "detail", detail)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		if pauseInstead {
+			_, err := m.pause(ctx, sb.id, pauseTimeout)
+			if err == nil {
+				return
+			}
+			if st := sb.Record().State; st != store.StateRunning {
+				return // resumed, paused or ended meanwhile: its own timer rules
+			}
+			m.log.Error("pause on timeout failed; ending the session", "session", sb.id, "err", err)
+		}
+		m.log.Info("session timed out", "session", sb.id, "detail", detail)
 		m.teardown(ctx, sb, store.ReasonTimeout, detail)
 	})
 }

@@ -275,7 +275,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 	ctx := context.Background()
 	snapped := make(chan error, 1)
 	go func() {
-		_, err := m.Snapshot(ctx, sb.id, 0)
+		_, err := m.Snapshot(ctx, sb.id, SnapshotOptions{})
 		snapped <- err
 	}()
 	<-st.snapshotting
@@ -286,7 +286,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 		t.Fatalf("Destroy returned (%v) while a snapshot of the session was being taken", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if _, err := m.Snapshot(ctx, sb.id, 0); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := m.Snapshot(ctx, sb.id, SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("a snapshot that starts during the teardown: %v, want conflict", err)
 	}
 	close(st.release)
@@ -331,7 +331,7 @@ func TestSnapshotThawsWhenCaptured(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, 0); err != nil {
+	if _, err := m.Snapshot(context.Background(), sb.id, SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !st.frozenBefore || st.frozenAfter {

@@ -17,10 +17,24 @@ import (
 // ("paused") — except for a session paused by its own auto-pause, which
 // resumes on its next call. ErrConflict when it is not running.
 func (m *Manager) Pause(ctx context.Context, id string) (*store.Session, error) {
-	return m.pause(ctx, id, false)
+	return m.pause(ctx, id, pauseRequested)
 }
 
-func (m *Manager) pause(ctx context.Context, id string, auto bool) (*store.Session, error) {
+// pauseCause says why a session is paused; it decides whether the next
+// call resumes it and how much time it gets then.
+type pauseCause int
+
+const (
+	// pauseRequested: a client asked; resume is explicit, with the time left.
+	pauseRequested pauseCause = iota
+	// pauseIdle: its AutoPauseS ran out; the next call resumes it, with the time left.
+	pauseIdle
+	// pauseTimeout: its timeout was reached and OnTimeout is pause; it
+	// resumes (on its next call if AutoResume) with a full TimeoutS.
+	pauseTimeout
+)
+
+func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*store.Session, error) {
 	sb, err := m.pausable(ctx, id)
 	if err != nil {
 		return nil, err
@@ -41,8 +55,11 @@ func (m *Manager) pause(ctx context.Context, id string, auto bool) (*store.Sessi
 		r.State = store.StatePaused
 		r.PausedAt = now
 		r.Remaining = max(r.ExpiresAt.Sub(now), time.Second)
+		if cause == pauseTimeout {
+			r.Remaining = time.Duration(r.TimeoutS) * time.Second
+		}
 		r.ExpiresAt = now.Add(time.Duration(m.opts.Limits.MaxTimeoutS) * time.Second)
-		r.AutoPaused = auto
+		r.AutoPaused = cause == pauseIdle || (cause == pauseTimeout && r.AutoResume)
 		if sb.idle != nil {
 			sb.idle.Stop()
 		}
@@ -53,7 +70,7 @@ func (m *Manager) pause(ctx context.Context, id string, auto bool) (*store.Sessi
 		return nil, err
 	}
 	m.arm(sb)
-	m.log.Info("session paused", "session", id, "auto", auto)
+	m.log.Info("session paused", "session", id, "cause", cause)
 	return &rec, nil
 }
 
@@ -140,7 +157,7 @@ func (m *Manager) armIdle(sb *Sandbox) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if _, err := m.pause(ctx, sb.id, true); err != nil {
+		if _, err := m.pause(ctx, sb.id, pauseIdle); err != nil {
 			m.log.Warn("auto-pause", "session", sb.id, "err", err)
 		}
 	}

@@ -194,6 +194,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 		r.State = store.StateRunning
 		r.DefaultUser, r.Workdir, r.Env, r.Metadata = req.User, req.Workdir, req.Env, req.Metadata
 		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
+		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume
 		r.IdempotencyKey, r.RequestHash = idempotencyKey, hash
 		r.StartedAt, r.ExpiresAt = now, now.Add(time.Duration(req.TimeoutS)*time.Second)
 		sb.lastUse = now

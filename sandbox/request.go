@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/store"
 )
 
 // DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
@@ -46,8 +47,8 @@ func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 		if r.Template != "" {
 			return errdefs.InvalidField("template", "give a template or a snapshot, not both (a snapshot brings its template)")
 		}
-		if !validID(r.Snapshot) {
-			return errdefs.InvalidField("snapshot", "is not a snapshot id")
+		if !validID(r.Snapshot) && !validSnapshotName(r.Snapshot) {
+			return errdefs.InvalidField("snapshot", "is not a snapshot id or name")
 		}
 	} else if r.Template == "" {
 		r.Template = storage.BaseTemplate
@@ -60,6 +61,16 @@ func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 	}
 	if r.AutoPauseS < 0 || r.AutoPauseS > l.MaxTimeoutS {
 		return errdefs.InvalidField("auto_pause_s", "must be between 0 (never) and %d seconds", l.MaxTimeoutS)
+	}
+	switch r.OnTimeout {
+	case "":
+		r.OnTimeout = store.OnTimeoutKill
+	case store.OnTimeoutKill, store.OnTimeoutPause:
+	default:
+		return errdefs.InvalidField("on_timeout", "must be %q or %q", store.OnTimeoutKill, store.OnTimeoutPause)
+	}
+	if r.AutoResume && r.OnTimeout != store.OnTimeoutPause {
+		return errdefs.InvalidField("auto_resume", "needs on_timeout %q", store.OnTimeoutPause)
 	}
 	if r.Snapshot == "" && !storage.ValidTemplateName(r.Template) {
 		return errdefs.InvalidField("template", "must be 1-63 characters of [a-z0-9._-]")

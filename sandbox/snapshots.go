@@ -22,17 +22,58 @@ import (
 // maxForks bounds one fork request.
 const maxForks = 64
 
+// SnapshotOptions are the optional settings of Snapshot.
+type SnapshotOptions struct {
+	// ExpiresIn > 0 garbage-collects the snapshot after that long.
+	ExpiresIn time.Duration
+	// Name names the snapshot ("" for none); see validSnapshotName.
+	Name string
+}
+
+// maxSnapshotName is the longest snapshot name, in bytes.
+const maxSnapshotName = 128
+
+// validSnapshotName reports whether name can name a snapshot: 1 to
+// maxSnapshotName bytes of printable ASCII without spaces, and not shaped
+// like a snapshot id (so that a reference is never ambiguous). E2B names
+// look like "team/name:tag".
+func validSnapshotName(name string) bool {
+	if name == "" || len(name) > maxSnapshotName || validID(name) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] <= ' ' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveSnapshot finds the snapshot ref names: an id, or else a name (the
+// newest snapshot with it). ErrNotFound when there is none.
+func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
+	if validID(ref) {
+		return m.opts.Store.GetSnapshot(ctx, ref)
+	}
+	if !validSnapshotName(ref) {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", ref)
+	}
+	return m.opts.Store.GetSnapshotByName(ctx, ref)
+}
+
 // Snapshot captures session id's files. The sandbox is frozen only until
 // the storage driver has captured them (a paused one stays paused), not
 // while the snapshot is digested, and then keeps running;
 // because no process runs during the copy, every write is either wholly in
 // the snapshot or not at all (an application that rewrites a file in place
 // with several writes can be caught between them, as after a crash; write
-// to a temporary file and rename it). expiresIn > 0 garbage-collects the
-// snapshot after that long.
-func (m *Manager) Snapshot(ctx context.Context, id string, expiresIn time.Duration) (*store.Snapshot, error) {
-	if expiresIn < 0 {
+// to a temporary file and rename it). ErrInvalidArgument for bad opts.
+func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (*store.Snapshot, error) {
+	if opts.ExpiresIn < 0 {
 		return nil, errdefs.InvalidField("expires_in_s", "must not be negative")
+	}
+	if opts.Name != "" && !validSnapshotName(opts.Name) {
+		return nil, errdefs.InvalidField("name", "must be 1-%d printable characters, not a snapshot id", maxSnapshotName)
 	}
 	sb, err := m.pausable(ctx, id)
 	if err != nil {
@@ -65,10 +106,10 @@ func (m *Manager) Snapshot(ctx context.Context, id string, expiresIn time.Durati
 	}
 	sn := &store.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
-		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(),
+		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
 	}
-	if expiresIn > 0 {
-		sn.ExpiresAt = sn.CreatedAt.Add(expiresIn)
+	if opts.ExpiresIn > 0 {
+		sn.ExpiresAt = sn.CreatedAt.Add(opts.ExpiresIn)
 	}
 	if err := m.opts.Store.CreateSnapshot(ctx, sn); err != nil {
 		_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
@@ -89,9 +130,11 @@ func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.Cre
 	if req.Snapshot != "" || req.Template != "" {
 		return nil, errdefs.InvalidField("template", "a fork starts from the snapshot; template and snapshot cannot be set")
 	}
-	if _, err := m.opts.Store.GetSnapshot(ctx, snapID); err != nil {
+	sn, err := m.resolveSnapshot(ctx, snapID)
+	if err != nil {
 		return nil, err
 	}
+	snapID = sn.ID
 	if err := m.opts.Storage.Verify(ctx, snapID); err != nil {
 		return nil, err
 	}
@@ -128,10 +171,11 @@ func firstError(errs []error) error {
 	return nil
 }
 
-// ForkSession snapshots session id and starts count sessions from the
-// snapshot (which stays, so more can be forked later). Settings req leaves
-// unset are the source session's.
-func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest) (*store.Snapshot, []*store.Session, error) {
+// ForkSession snapshots session id (with opts) and starts count sessions
+// from the snapshot (which stays, so more can be forked later; with
+// opts.ExpiresIn it is collected once expired and unused). Settings req
+// leaves unset are the source session's.
+func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest, opts SnapshotOptions) (*store.Snapshot, []*store.Session, error) {
 	if count < 1 || count > maxForks {
 		return nil, nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
 	}
@@ -139,7 +183,7 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 	if err != nil {
 		return nil, nil, err
 	}
-	sn, err := m.Snapshot(ctx, id, 0)
+	sn, err := m.Snapshot(ctx, id, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -176,12 +220,16 @@ func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
 	if req.Metadata == nil {
 		req.Metadata = rec.Metadata
 	}
+	if req.OnTimeout == "" {
+		req.OnTimeout, req.AutoResume = rec.OnTimeout, rec.AutoResume
+	}
 	return req
 }
 
-// GetSnapshot returns snapshot id; ErrNotFound when absent.
+// GetSnapshot returns the snapshot ref names (its id, or a name: the
+// newest snapshot with it); ErrNotFound when absent.
 func (m *Manager) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
-	return m.opts.Store.GetSnapshot(ctx, id)
+	return m.resolveSnapshot(ctx, id)
 }
 
 // ListSnapshots returns every snapshot, newest first.

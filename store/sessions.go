@@ -75,11 +75,26 @@ type Session struct {
 	// AutoPaused: the session is paused because of its AutoPauseS (not on
 	// request), so its next exec or files call resumes it.
 	AutoPaused bool
+	// EnvdToken is the secret E2B clients send as X-Access-Token to reach
+	// the session's agent through the envd proxy.
+	EnvdToken string
+	// OnTimeout is what happens when the timeout is reached: OnTimeoutKill
+	// ("" is the same) or OnTimeoutPause.
+	OnTimeout string
+	// AutoResume: a session paused by OnTimeoutPause resumes on its next call.
+	AutoResume bool
 }
+
+// What a session does when its timeout is reached (Session.OnTimeout).
+const (
+	OnTimeoutKill  = "kill"
+	OnTimeoutPause = "pause"
+)
 
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
-	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused`
+	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused,
+	envd_token, on_timeout, auto_resume`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -91,11 +106,12 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
-		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused)
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
+		se.EnvdToken, se.OnTimeout, se.AutoResume)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -130,11 +146,27 @@ type SessionFilter struct {
 	States []State
 	// Metadata keeps sessions whose metadata has every key with that value.
 	Metadata map[string]string
+	// Template, when set, keeps only sessions of that template.
+	Template string
+	// CreatedAfter, when not zero, keeps only sessions created after it.
+	CreatedAfter time.Time
+	// Ascending lists oldest first (the default is newest first).
+	Ascending bool
+	// After, when set, continues a listing after that session: the next
+	// page of a paginated list (ListCursor of the last session seen).
+	After *ListCursor
 	// Limit caps the result (0 = no cap).
 	Limit int
 }
 
-// ListSessions returns matching sessions, newest first.
+// ListCursor marks a place in a session listing: its sort keys.
+type ListCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListSessions returns matching sessions, newest first (or oldest first
+// with f.Ascending); sessions created in the same millisecond by id.
 func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, error) {
 	q := `SELECT ` + sessionColumns + ` FROM sessions`
 	var where []string
@@ -149,10 +181,27 @@ func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, 
 		where = append(where, "json_extract(metadata, ?) = ?")
 		args = append(args, "$."+jsonPathKey(k), v)
 	}
+	if f.Template != "" {
+		where = append(where, "template = ?")
+		args = append(args, f.Template)
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, "created_at > ?")
+		args = append(args, ms(f.CreatedAfter))
+	}
+	cmp, order := "<", " ORDER BY created_at DESC, id"
+	if f.Ascending {
+		cmp, order = ">", " ORDER BY created_at ASC, id"
+	}
+	if f.After != nil {
+		c := ms(f.After.CreatedAt)
+		where = append(where, "(created_at "+cmp+" ? OR (created_at = ? AND id > ?))")
+		args = append(args, c, c, f.After.ID)
+	}
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at DESC, id"
+	q += order
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
@@ -191,11 +240,13 @@ func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET state = ?, reason = ?,
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
-		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ? WHERE id = ?`,
+		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ?,
+		envd_token = ?, on_timeout = ?, auto_resume = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
-		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused, se.ID)
+		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
+		se.EnvdToken, se.OnTimeout, se.AutoResume, se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -217,7 +268,8 @@ func scanSession(r scanner) (*Session, error) {
 	var created, started, expires, ended, paused, remaining int64
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
-		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused)
+		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused,
+		&se.EnvdToken, &se.OnTimeout, &se.AutoResume)
 	if err != nil {
 		return nil, err
 	}

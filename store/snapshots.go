@@ -26,14 +26,17 @@ type Snapshot struct {
 	CreatedAt time.Time
 	// ExpiresAt, when not zero, is when it is garbage-collected.
 	ExpiresAt time.Time
+	// Name is a caller's name for it ("" for none). Names need not be
+	// unique; a lookup by name finds the newest snapshot with it.
+	Name string
 }
 
-const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at`
+const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name`
 
 // CreateSnapshot inserts sn; ErrConflict when the id exists.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s exists", sn.ID)
 	}
@@ -44,6 +47,14 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE id = ?`, id))
 	return sn, notFound(err, fmt.Sprintf("snapshot %q", id))
+}
+
+// GetSnapshotByName returns the newest snapshot named name; ErrNotFound
+// when none is.
+func (s *Store) GetSnapshotByName(ctx context.Context, name string) (*Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotColumns+
+		` FROM snapshots WHERE name = ? AND name != '' ORDER BY created_at DESC, id LIMIT 1`, name))
+	return sn, notFound(err, fmt.Sprintf("snapshot named %q", name))
 }
 
 // ListSnapshots returns every snapshot, newest first.
@@ -101,7 +112,7 @@ func scanSnapshot(r scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, expires int64
 	if err := r.Scan(&sn.ID, &sn.SessionID, &sn.Parent, &sn.Template, &sn.Storage, &sn.SizeBytes, &sn.Digest,
-		&created, &expires); err != nil {
+		&created, &expires, &sn.Name); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt, sn.ExpiresAt = fromMS(created), fromMS(expires)

@@ -100,6 +100,14 @@ var migrations = []string{
 	// 3: whether a paused session was paused by its own auto-pause (it
 	// resumes on its next call, also after a daemon restart).
 	`ALTER TABLE sessions ADD COLUMN auto_paused INTEGER NOT NULL DEFAULT 0;`,
+	// 4: the envd access token a session's E2B clients present, what a
+	// session does when its timeout is reached (kill or pause) and whether
+	// a session paused that way resumes on its next call; snapshot names.
+	`ALTER TABLE sessions ADD COLUMN envd_token TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN on_timeout TEXT NOT NULL DEFAULT '';
+	ALTER TABLE sessions ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
+	CREATE INDEX snapshots_by_name ON snapshots (name, created_at);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

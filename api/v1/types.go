@@ -41,6 +41,13 @@ type CreateRequest struct {
 	// or files call (0 = never). An auto-paused session resumes by itself on
 	// its next exec or files call.
 	AutoPauseS int64 `json:"auto_pause_s,omitempty"`
+	// OnTimeout is what happens when TimeoutS runs out: "kill" (the
+	// default) ends the session; "pause" pauses it instead (as E2B's
+	// lifecycle.onTimeout), and a resume gives it a full TimeoutS again.
+	OnTimeout string `json:"on_timeout,omitempty"`
+	// AutoResume (only with OnTimeout "pause") makes a session paused on
+	// timeout resume by itself on its next exec or files call.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // Limits bound and default the values of a CreateRequest (GET /v1/info).
@@ -90,6 +97,9 @@ type Session struct {
 	AutoPauseS int64      `json:"auto_pause_s,omitempty"`
 	PausedAt   *time.Time `json:"paused_at,omitempty"`
 	RemainingS int64      `json:"remaining_s,omitempty"`
+	// OnTimeout is "kill" or "pause"; AutoResume as in CreateRequest.
+	OnTimeout  string `json:"on_timeout"`
+	AutoResume bool   `json:"auto_resume,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -317,6 +327,8 @@ type Snapshot struct {
 	Digest    string     `json:"digest"`
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Name is the name it was given, if any.
+	Name string `json:"name,omitempty"`
 }
 
 // SnapshotRequest is the optional body of POST /v1/sessions/{id}/snapshot.
@@ -327,6 +339,10 @@ type SnapshotRequest struct {
 	// ExpiresAt garbage-collects it at that time instead (RFC 3339); give
 	// one of the two.
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Name names it (up to 128 printable characters); a create or fork
+	// may then give the name instead of the id (the newest snapshot with
+	// the name is used).
+	Name string `json:"name,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.

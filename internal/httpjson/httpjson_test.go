@@ -1,4 +1,4 @@
-package api
+package httpjson
 
 import (
 	"errors"
@@ -22,11 +22,11 @@ type decodeTarget struct {
 	} `json:"limits"`
 }
 
-// decode runs decodeJSON on body.
+// decode runs Decode on body.
 func decode(body string, limit int64, allowEmpty bool) (decodeTarget, error) {
 	var v decodeTarget
 	r := httptest.NewRequest("POST", "/v1/sessions", strings.NewReader(body))
-	return v, decodeJSON(r, &v, limit, allowEmpty)
+	return v, Decode(r, &v, limit, Options{AllowEmpty: allowEmpty})
 }
 
 // wantField fails t unless err is a *FieldError (hence invalid argument)
@@ -45,7 +45,7 @@ func wantField(t *testing.T, body string, err error, field, reason string) {
 // TestDecodeJSONValid proves a well-formed body decodes, with surrounding
 // whitespace allowed.
 func TestDecodeJSONValid(t *testing.T) {
-	v, err := decode(" \n{\"template\":\"base\",\"memory_mb\":512,\"env\":{\"A\":\"b\"},\"limits\":{\"pids\":9}}\n\t", maxJSONBody, false)
+	v, err := decode(" \n{\"template\":\"base\",\"memory_mb\":512,\"env\":{\"A\":\"b\"},\"limits\":{\"pids\":9}}\n\t", testLimit, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestDecodeJSONFieldErrors(t *testing.T) {
 		{`{}}`, "body", "data after"},
 		{`{} []`, "body", "data after"},
 	} {
-		_, err := decode(c.body, maxJSONBody, true)
+		_, err := decode(c.body, testLimit, true)
 		wantField(t, c.body, err, c.field, c.reason)
 	}
 }
@@ -90,11 +90,11 @@ func TestDecodeJSONFieldErrors(t *testing.T) {
 // where allowed and a "body" field error where not.
 func TestDecodeJSONEmptyBody(t *testing.T) {
 	for _, body := range []string{"", " \n\t "} {
-		v, err := decode(body, maxJSONBody, true)
+		v, err := decode(body, testLimit, true)
 		if err != nil || v.Template != "" {
 			t.Fatalf("%q allowed empty: %+v, %v", body, v, err)
 		}
-		_, err = decode(body, maxJSONBody, false)
+		_, err = decode(body, testLimit, false)
 		wantField(t, body, err, "body", "empty")
 	}
 }
@@ -113,3 +113,6 @@ func TestDecodeJSONOversized(t *testing.T) {
 	_, err = decode(padded, 64, false)
 	wantField(t, padded, err, "body", "larger than 64 bytes")
 }
+
+// testLimit is the body limit of these tests, in bytes.
+const testLimit = 1 << 20

@@ -1,4 +1,7 @@
-package api
+// Package httpjson reads JSON request bodies and writes JSON responses for
+// forkbox's HTTP edges (the REST API and the E2B compatibility API). Bad
+// bodies become *errdefs.FieldError values naming the offending field.
+package httpjson
 
 import (
 	"encoding/json"
@@ -11,24 +14,28 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
-// Request body limits in bytes.
-const (
-	maxJSONBody = 1 << 20
-	// maxExecBody allows stdin data inline in an exec request.
-	maxExecBody = 32 << 20
-)
+// Options adjust Decode.
+type Options struct {
+	// AllowEmpty decodes an empty body as {}.
+	AllowEmpty bool
+	// AllowUnknown ignores fields v does not have (for peers' wire formats,
+	// which grow new optional fields).
+	AllowUnknown bool
+}
 
-// decodeJSON strictly decodes the request body into v: unknown fields,
-// trailing data, wrong types and oversized bodies are errors naming the
-// field ("body" when no field applies). An empty body decodes as {} when
-// allowEmpty is set.
-func decodeJSON(r *http.Request, v any, limit int64, allowEmpty bool) error {
+// Decode decodes the request body, at most limit bytes, into v: unknown
+// fields (unless opt.AllowUnknown), trailing data, wrong types and
+// oversized bodies are ErrInvalidArgument errors naming the field ("body"
+// when no field applies).
+func Decode(r *http.Request, v any, limit int64, opt Options) error {
 	body := http.MaxBytesReader(nil, r.Body, limit)
 	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
+	if !opt.AllowUnknown {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
-			if allowEmpty {
+			if opt.AllowEmpty {
 				return nil
 			}
 			return errdefs.InvalidField("body", "is empty; a JSON object is required")
@@ -91,8 +98,8 @@ func typeName(kind string) string {
 	return fmt.Sprintf("a %s", kind)
 }
 
-// writeJSON writes v with status.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// Write writes v as JSON with status.
+func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)

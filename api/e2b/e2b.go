@@ -1,0 +1,186 @@
+// Package e2b serves the E2B API on forkbox's port, so that the unmodified
+// E2B SDKs (npm e2b 2.51.0 and the Python SDK) work against forkbox with
+// E2B_API_URL and E2B_SANDBOX_URL set to forkbox's URL and E2B_API_KEY to a
+// forkbox API key.
+//
+// Two planes share the port. Requests that carry an E2b-Sandbox-Id header
+// are envd requests for that sandbox: they are checked against the
+// sandbox's envd access token and proxied to its guest agent (envd.go).
+// Other requests under /sandboxes, /v2/sandboxes, /snapshots and
+// /templates/ are the control plane (sandboxes.go, list.go,
+// snapshots.go), authenticated by X-API-KEY. Errors are E2B's
+// {"code": <HTTP status>, "message": "..."} bodies.
+//
+// The wire contract follows the E2B OpenAPI schema shipped in the SDK
+// (dist/index.d.ts, components.schemas) and E2B's reference API server
+// (e2b-dev/infra packages/api); the differences are listed in the README's
+// "E2B SDK compatibility" section.
+package e2b
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/httpjson"
+	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/store"
+)
+
+// SandboxIDHeader names the sandbox an envd request is for (E2B SDK
+// src/sandbox/index.ts); PortHeader the in-sandbox port (envd's is 49983).
+const (
+	SandboxIDHeader = "E2b-Sandbox-Id"
+	PortHeader      = "E2b-Sandbox-Port"
+	// EnvdPort is the port E2B SDKs address envd at.
+	EnvdPort = "49983"
+)
+
+// maxBody caps a control-plane request body, in bytes.
+const maxBody = 1 << 20
+
+// Handler serves both E2B planes. Build it with New.
+type Handler struct {
+	mgr     *sandbox.Manager
+	keys    *store.Store
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *cpuSampler
+}
+
+// New returns the E2B handler over the sandbox manager; keys authenticates
+// API keys (the same keys as the forkbox API).
+func New(mgr *sandbox.Manager, keys *store.Store, log *slog.Logger) *Handler {
+	h := &Handler{mgr: mgr, keys: keys, log: log, mux: http.NewServeMux(), metrics: newCPUSampler()}
+	h.routes()
+	return h
+}
+
+// Handles reports whether r is an E2B request: an envd request (it has the
+// E2b-Sandbox-Id header) or one for an E2B control-plane path. The forkbox
+// API lives under /v1 and never overlaps.
+func Handles(r *http.Request) bool {
+	if r.Header.Get(SandboxIDHeader) != "" {
+		return true
+	}
+	p := r.URL.Path
+	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") ||
+		p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/") ||
+		p == "/snapshots" || strings.HasPrefix(p, "/templates/")
+}
+
+func (h *Handler) routes() {
+	auth := h.authenticated
+	for _, prefix := range []string{"", "/v2"} {
+		// SDK 2.51 creates and connects through /v2; earlier ones without.
+		h.mux.Handle("POST "+prefix+"/sandboxes", auth(h.handleCreate))
+		h.mux.Handle("POST "+prefix+"/sandboxes/{id}/connect", auth(h.handleConnect))
+		h.mux.Handle("GET "+prefix+"/sandboxes", auth(h.handleList))
+	}
+	h.mux.Handle("GET /sandboxes/{id}", auth(h.handleGet))
+	h.mux.Handle("DELETE /sandboxes/{id}", auth(h.handleKill))
+	h.mux.Handle("POST /sandboxes/{id}/timeout", auth(h.handleTimeout))
+	h.mux.Handle("POST /sandboxes/{id}/pause", auth(h.handlePause))
+	h.mux.Handle("POST /sandboxes/{id}/resume", auth(h.handleResume))
+	h.mux.Handle("GET /sandboxes/{id}/metrics", auth(h.handleMetrics))
+	h.mux.Handle("POST /sandboxes/{id}/snapshots", auth(h.handleSnapshot))
+	h.mux.Handle("POST /sandboxes/{id}/fork", auth(h.handleFork))
+	h.mux.Handle("GET /snapshots", auth(h.handleSnapshots))
+	h.mux.Handle("DELETE /templates/{id}", auth(h.handleDeleteSnapshot))
+}
+
+// ServeHTTP serves one E2B request (Handles(r) must be true).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id := r.Header.Get(SandboxIDHeader); id != "" {
+		h.serveEnvd(w, r, id)
+		return
+	}
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// authenticated runs next only for a request with a valid API key, sent as
+// X-API-KEY (what the SDKs send) or "Authorization: Bearer <key>".
+func (h *Handler) authenticated(next func(http.ResponseWriter, *http.Request)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret := r.Header.Get("X-API-Key")
+		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			secret = strings.TrimSpace(v)
+		}
+		if secret == "" {
+			writeError(w, http.StatusUnauthorized, "missing API key: send it as X-API-KEY")
+			return
+		}
+		if _, err := h.keys.AuthenticateKey(r.Context(), secret); err != nil {
+			if errors.Is(err, errdefs.ErrUnauthenticated) {
+				writeError(w, http.StatusUnauthorized, "invalid API key")
+				return
+			}
+			h.fail(w, r, err)
+			return
+		}
+		next(w, r)
+	})
+}
+
+// apiError is E2B's error body (components.schemas.Error): code repeats
+// the HTTP status, which the SDKs read from the body.
+type apiError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	httpjson.Write(w, status, apiError{Code: status, Message: msg})
+}
+
+// statusFor maps an error class to the status E2B gives it. An ended
+// sandbox is not found, as in E2B (the SDK turns 404 into
+// SandboxNotFoundError, or false from kill).
+func statusFor(err error) int {
+	switch errdefs.Class(err) {
+	case errdefs.ErrInvalidArgument:
+		return http.StatusBadRequest
+	case errdefs.ErrUnauthenticated:
+		return http.StatusUnauthorized
+	case errdefs.ErrPermissionDenied:
+		return http.StatusForbidden
+	case errdefs.ErrNotFound, errdefs.ErrTerminated:
+		return http.StatusNotFound
+	case errdefs.ErrConflict:
+		return http.StatusConflict
+	case errdefs.ErrResourceExhausted:
+		return http.StatusTooManyRequests
+	case errdefs.ErrInsufficientStorage:
+		return http.StatusInsufficientStorage
+	case errdefs.ErrUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// fail writes err as an E2B error. Internal errors are logged and not shown.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusFor(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			return // the client went away
+		}
+		h.log.Error("e2b request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "internal error"
+	}
+	writeError(w, status, msg)
+}
+
+// decode reads a control-plane JSON body into v. Unknown fields are
+// ignored (E2B adds optional fields often); an empty body is {}.
+func decode(r *http.Request, v any) error {
+	return httpjson.Decode(r, v, maxBody, httpjson.Options{AllowEmpty: true, AllowUnknown: true})
+}

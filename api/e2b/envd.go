@@ -1,0 +1,124 @@
+package e2b
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// accessTokenHeader carries a sandbox's envd access token (envd's
+// X-Access-Token; the SDK sends the envdAccessToken create returned).
+const accessTokenHeader = "X-Access-Token"
+
+// envdPublic reports whether r is part of envd's public surface: the
+// Connect-RPC process and filesystem services, /files and /health. Other
+// agent endpoints (/init, which sets the sandbox's defaults) are the
+// daemon's alone.
+func envdPublic(r *http.Request) bool {
+	p := r.URL.Path
+	switch {
+	case p == "/health":
+		return r.Method == http.MethodGet
+	case p == "/files":
+		return r.Method == http.MethodGet || r.Method == http.MethodPost
+	case strings.HasPrefix(p, "/process.Process/"), strings.HasPrefix(p, "/filesystem.Filesystem/"):
+		return r.Method == http.MethodPost && !strings.Contains(p[1:], "/../")
+	}
+	return false
+}
+
+// serveEnvd proxies an envd request to sandbox id's agent.
+//
+// E2B's rules, as the SDK relies on them (SDK src/envd/api.ts, INFRA
+// packages/envd/internal/api/auth.go): GET /health needs no token and
+// answers 204 while the sandbox runs; every other request needs the
+// sandbox's token in X-Access-Token (else 401). A sandbox that is unknown,
+// ended or paused answers 502, which the SDK reads as "not running" (a
+// TimeoutError for calls). forkbox adds: only envd's public endpoints are
+// reachable (else 404), and only envd's port (else 502: sandboxes expose
+// no ports).
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
+	if port := r.Header.Get(PortHeader); port != "" && port != EnvdPort {
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %s is not reachable: forkbox exposes no sandbox ports", port, id))
+		return
+	}
+	if !envdPublic(r) {
+		writeError(w, http.StatusNotFound, "no such envd endpoint: "+r.Method+" "+r.URL.Path)
+		return
+	}
+	if r.URL.Path == "/health" {
+		if err := h.mgr.AgentHealthy(r.Context(), id); err != nil {
+			writeError(w, http.StatusBadGateway, notRunning(id, err))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if _, err := h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader)); err != nil {
+		if errors.Is(err, errdefs.ErrUnauthenticated) {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		writeError(w, http.StatusBadGateway, notRunning(id, err))
+		return
+	}
+	conn, err := h.mgr.OpenEnvd(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusBadGateway, notRunning(id, err))
+		return
+	}
+	defer conn.Release()
+	target, err := url.Parse(conn.BaseURL)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			for _, hdr := range []string{accessTokenHeader, SandboxIDHeader, PortHeader, "X-Api-Key", "Cookie"} {
+				pr.Out.Header.Del(hdr)
+			}
+		},
+		Transport: conn.Client.Transport,
+		// Flush every write: process output and watch events are streams.
+		FlushInterval: -1,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client went away
+			}
+			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: agent unreachable: %v", id, err))
+		},
+		ErrorLog: log.New(proxyLogWriter{h}, "", 0),
+	}
+	proxy.ServeHTTP(w, r)
+}
+
+// notRunning is the message of a 502 for a sandbox that cannot serve envd.
+func notRunning(id string, err error) string {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return fmt.Sprintf("sandbox %s not found", id)
+	case errors.Is(err, errdefs.ErrTerminated):
+		return fmt.Sprintf("sandbox %s is not running: %v", id, err)
+	case errors.Is(err, errdefs.ErrConflict):
+		return fmt.Sprintf("sandbox %s is not running: %v; connect to resume it", id, err)
+	}
+	return fmt.Sprintf("sandbox %s is not reachable: %v", id, err)
+}
+
+// proxyLogWriter sends the reverse proxy's own log lines to the handler's
+// logger.
+type proxyLogWriter struct{ h *Handler }
+
+func (p proxyLogWriter) Write(b []byte) (int, error) {
+	p.h.log.Debug("envd proxy", "msg", strings.TrimSpace(string(b)))
+	return len(b), nil
+}

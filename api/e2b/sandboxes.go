@@ -1,0 +1,361 @@
+package e2b
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/httpjson"
+	"github.com/forkbox/forkbox/internal/version"
+	"github.com/forkbox/forkbox/store"
+)
+
+// defaultTimeoutS is the lifetime of a sandbox created or connected
+// without a timeout: 300 s (NewSandboxV2.timeout @default 300 in the SDK's
+// schema; SDK 2.51 omits the field unless the caller sets it).
+const defaultTimeoutS = 300
+
+// clientID fills the deprecated clientID field the schema still requires.
+const clientID = "forkbox"
+
+// newSandbox is the body of POST /sandboxes and /v2/sandboxes
+// (components.schemas.NewSandboxV2, and NewSandbox of earlier SDKs).
+type newSandbox struct {
+	// TemplateID names a template, or a snapshot (by id or name) to
+	// restore: E2B restores snapshots through this same field.
+	TemplateID string `json:"templateID"`
+	// Timeout is the lifetime in seconds (default 300).
+	Timeout  *int64            `json:"timeout"`
+	Metadata map[string]string `json:"metadata"`
+	EnvVars  map[string]string `json:"envVars"`
+	// AutoPause pauses instead of killing at the timeout
+	// (lifecycle.onTimeout "pause"); AutoResume.Enabled then resumes the
+	// sandbox on its next envd request.
+	AutoPause  bool `json:"autoPause"`
+	AutoResume *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+	// AllowInternetAccess is accepted and has no effect: forkbox sandboxes
+	// have no network (SDKs up to 2.50 send true on every create).
+	AllowInternetAccess *bool          `json:"allow_internet_access"`
+	Network             *networkConfig `json:"network"`
+	// MCP and VolumeMounts are E2B features forkbox does not have; a
+	// create that asks for them is refused rather than half done.
+	MCP          json.RawMessage   `json:"mcp"`
+	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+}
+
+// networkConfig is components.schemas.SandboxNetworkConfig, as far as
+// forkbox reads it.
+type networkConfig struct {
+	AllowOut    []string        `json:"allowOut"`
+	DenyOut     []string        `json:"denyOut"`
+	Rules       json.RawMessage `json:"rules"`
+	EgressProxy json.RawMessage `json:"egressProxy"`
+}
+
+// sandboxView is components.schemas.Sandbox: what create, connect and
+// resume return. The SDK reads sandboxID, envdVersion, envdAccessToken,
+// trafficAccessToken and domain.
+type sandboxView struct {
+	SandboxID       string `json:"sandboxID"`
+	TemplateID      string `json:"templateID"`
+	ClientID        string `json:"clientID"`
+	EnvdVersion     string `json:"envdVersion"`
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// Domain and TrafficAccessToken are null: sandbox ports are not
+	// exposed (the sandbox has no network), and envd is reached through
+	// E2B_SANDBOX_URL.
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// lifecycle is components.schemas.SandboxLifecycle.
+type lifecycle struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+// sandboxDetail is components.schemas.SandboxDetail (GET /sandboxes/{id})
+// and, without the token and lifecycle, ListedSandbox (the list endpoints).
+type sandboxDetail struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	State       string            `json:"state"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int64             `json:"memoryMB"`
+	DiskSizeMB  int64             `json:"diskSizeMB"`
+	EnvdVersion string            `json:"envdVersion"`
+	Metadata    map[string]string `json:"metadata"`
+	// Only in SandboxDetail:
+	EnvdAccessToken     string     `json:"envdAccessToken,omitempty"`
+	Domain              *string    `json:"domain,omitempty"`
+	AllowInternetAccess *bool      `json:"allowInternetAccess,omitempty"`
+	Lifecycle           *lifecycle `json:"lifecycle,omitempty"`
+}
+
+// templateOf is the templateID E2B reports for a session: the snapshot it
+// was restored from, else its template.
+func templateOf(rec *store.Session) string {
+	if rec.Snapshot != "" {
+		return rec.Snapshot
+	}
+	return rec.Template
+}
+
+func viewOf(rec *store.Session) sandboxView {
+	return sandboxView{SandboxID: rec.ID, TemplateID: templateOf(rec), ClientID: clientID,
+		EnvdVersion: version.EnvdVersion, EnvdAccessToken: rec.EnvdToken}
+}
+
+// listedOf is the ListedSandbox view of rec.
+func listedOf(rec *store.Session) sandboxDetail {
+	meta := rec.Metadata
+	if meta == nil {
+		meta = map[string]string{}
+	}
+	return sandboxDetail{
+		SandboxID: rec.ID, TemplateID: templateOf(rec), ClientID: clientID,
+		StartedAt: rec.StartedAt, EndAt: rec.ExpiresAt, State: string(rec.State),
+		CPUCount: int(math.Ceil(rec.CPU)), MemoryMB: rec.MemoryMB, DiskSizeMB: rec.DiskMB,
+		EnvdVersion: version.EnvdVersion, Metadata: meta,
+	}
+}
+
+// detailOf is the SandboxDetail view of rec.
+func detailOf(rec *store.Session) sandboxDetail {
+	d := listedOf(rec)
+	noNetwork := false
+	d.EnvdAccessToken, d.AllowInternetAccess = rec.EnvdToken, &noNetwork
+	d.Lifecycle = &lifecycle{OnTimeout: store.OnTimeoutKill, AutoResume: rec.AutoResume}
+	if rec.OnTimeout == store.OnTimeoutPause {
+		d.Lifecycle.OnTimeout = store.OnTimeoutPause
+	}
+	return d
+}
+
+// toCreateRequest checks an E2B create body and turns it into forkbox's.
+// The template-or-snapshot decision is the caller's.
+func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
+	req := v1.CreateRequest{TimeoutS: defaultTimeoutS, Env: b.EnvVars, Metadata: b.Metadata}
+	if b.Timeout != nil {
+		if *b.Timeout < 1 {
+			return req, errdefs.InvalidField("timeout", "must be at least 1 second")
+		}
+		req.TimeoutS = *b.Timeout
+	}
+	if b.AutoPause {
+		req.OnTimeout = store.OnTimeoutPause
+		req.AutoResume = b.AutoResume != nil && b.AutoResume.Enabled
+	} else if b.AutoResume != nil && b.AutoResume.Enabled {
+		return req, errdefs.InvalidField("autoResume", "needs autoPause (lifecycle.onTimeout 'pause')")
+	}
+	if isSet(b.MCP) {
+		return req, errdefs.InvalidField("mcp", "MCP gateways are not supported by forkbox")
+	}
+	if len(b.VolumeMounts) > 0 {
+		return req, errdefs.InvalidField("volumeMounts", "volumes are not supported by forkbox")
+	}
+	if n := b.Network; n != nil && (len(n.AllowOut) > 0 || isSet(n.Rules) || isSet(n.EgressProxy)) {
+		return req, errdefs.InvalidField("network",
+			"forkbox sandboxes have no network access yet; allowOut, rules and egressProxy cannot be honoured")
+	}
+	return req, nil
+}
+
+// isSet reports whether a raw JSON field was given a non-null value.
+func isSet(raw json.RawMessage) bool {
+	return len(raw) > 0 && string(raw) != "null"
+}
+
+// handleCreate: POST /sandboxes and /v2/sandboxes → 201 Sandbox.
+func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
+	var body newSandbox
+	if err := decode(r, &body); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req, err := body.toCreateRequest()
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req.Template = body.TemplateID
+	if body.TemplateID != "" {
+		// A snapshot id or name restores that snapshot, as in E2B.
+		if sn, err := h.mgr.GetSnapshot(r.Context(), body.TemplateID); err == nil {
+			req.Template, req.Snapshot = "", sn.ID
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	rec, _, err := h.mgr.Create(r.Context(), req, "")
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	httpjson.Write(w, http.StatusCreated, viewOf(rec))
+}
+
+// session returns session id's record, or writes 404 for an unknown or
+// ended one (E2B forgets killed sandboxes) and returns nil.
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) *store.Session {
+	id := r.PathValue("id")
+	rec, err := h.mgr.Get(r.Context(), id)
+	if err == nil && rec.State == store.StateTerminated {
+		err = errdefs.Newf(errdefs.ErrNotFound, "sandbox %s ended (%s)", id, rec.Reason)
+	}
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+			return nil
+		}
+		h.fail(w, r, err)
+		return nil
+	}
+	return rec
+}
+
+// timeoutBody is the body of connect, resume and timeout.
+type timeoutBody struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+// handleConnect: POST /sandboxes/{id}/connect and /v2/... {"timeout"?: s}:
+// resume a paused sandbox (201) or join a running one (200); either way
+// its lifetime is extended to at least timeout (default 300 s) from now,
+// never shortened (E2B's connect contract).
+func (h *Handler) handleConnect(w http.ResponseWriter, r *http.Request) {
+	h.connect(w, r, false)
+}
+
+// handleResume: POST /sandboxes/{id}/resume {"timeout"?: s}, the resume
+// call of SDKs before connect existed: 201, or 409 when not paused.
+func (h *Handler) handleResume(w http.ResponseWriter, r *http.Request) {
+	h.connect(w, r, true)
+}
+
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused bool) {
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	timeout := int64(defaultTimeoutS)
+	if body.Timeout != nil {
+		timeout = *body.Timeout
+	}
+	rec := h.session(w, r)
+	if rec == nil {
+		return
+	}
+	status := http.StatusOK
+	switch {
+	case rec.State == store.StatePaused:
+		resumed, err := h.mgr.Resume(r.Context(), rec.ID)
+		if err != nil && !errors.Is(err, errdefs.ErrConflict) { // (a conflict: resumed meanwhile)
+			h.fail(w, r, err)
+			return
+		}
+		if resumed != nil {
+			rec = resumed
+		}
+		status = http.StatusCreated
+	case mustBePaused:
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is %s, not paused", rec.ID, rec.State))
+		return
+	case rec.State != store.StateRunning:
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is %s", rec.ID, rec.State))
+		return
+	}
+	if time.Until(rec.ExpiresAt) < time.Duration(timeout)*time.Second {
+		extended, err := h.mgr.SetTimeout(r.Context(), rec.ID, timeout)
+		if err != nil {
+			h.fail(w, r, fieldAs(err, "timeout_s", "timeout"))
+			return
+		}
+		rec = extended
+	}
+	httpjson.Write(w, status, viewOf(rec))
+}
+
+// handleGet: GET /sandboxes/{id} → 200 SandboxDetail.
+func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
+	if rec := h.session(w, r); rec != nil {
+		httpjson.Write(w, http.StatusOK, detailOf(rec))
+	}
+}
+
+// handleKill: DELETE /sandboxes/{id} → 204; 404 for an unknown or ended
+// sandbox (the SDK's kill then returns false).
+func (h *Handler) handleKill(w http.ResponseWriter, r *http.Request) {
+	rec := h.session(w, r)
+	if rec == nil {
+		return
+	}
+	if err := h.mgr.Destroy(r.Context(), rec.ID); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleTimeout: POST /sandboxes/{id}/timeout {"timeout": s} → 204: the
+// sandbox now ends s seconds from now (longer or shorter than before).
+func (h *Handler) handleTimeout(w http.ResponseWriter, r *http.Request) {
+	var body timeoutBody
+	if err := decode(r, &body); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if body.Timeout == nil {
+		h.fail(w, r, errdefs.InvalidField("timeout", "is required"))
+		return
+	}
+	rec := h.session(w, r)
+	if rec == nil {
+		return
+	}
+	if _, err := h.mgr.SetTimeout(r.Context(), rec.ID, *body.Timeout); err != nil {
+		h.fail(w, r, fieldAs(err, "timeout_s", "timeout"))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handlePause: POST /sandboxes/{id}/pause → 204; 409 when it is already
+// paused (the SDK's pause then returns false).
+func (h *Handler) handlePause(w http.ResponseWriter, r *http.Request) {
+	rec := h.session(w, r)
+	if rec == nil {
+		return
+	}
+	if rec.State == store.StatePaused {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
+		return
+	}
+	if _, err := h.mgr.Pause(r.Context(), rec.ID); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fieldAs renames field from in a field error to E2B's name to; other
+// errors pass unchanged.
+func fieldAs(err error, from, to string) error {
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) && fe.Field == from {
+		return errdefs.InvalidField(to, "%s", fe.Reason)
+	}
+	return err
+}

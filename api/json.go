@@ -1,0 +1,23 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/forkbox/forkbox/internal/httpjson"
+)
+
+// Request body limits in bytes.
+const (
+	maxJSONBody = 1 << 20
+	// maxExecBody allows stdin data inline in an exec request.
+	maxExecBody = 32 << 20
+)
+
+// decodeJSON strictly decodes the request body into v (httpjson.Decode,
+// unknown fields refused); an empty body decodes as {} when allowEmpty.
+func decodeJSON(r *http.Request, v any, limit int64, allowEmpty bool) error {
+	return httpjson.Decode(r, v, limit, httpjson.Options{AllowEmpty: allowEmpty})
+}
+
+// writeJSON writes v as JSON with status.
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }

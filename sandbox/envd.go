@@ -1,0 +1,80 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/store"
+)
+
+// EnvdConn is one proxied envd request's hold on a running session's
+// agent (OpenEnvd). Release it when the request is over.
+type EnvdConn struct {
+	// Client reaches the agent; every request goes to its Unix socket.
+	Client *http.Client
+	// BaseURL is the URL prefix of agent requests ("http://agent").
+	BaseURL string
+	release func()
+}
+
+// Release ends the hold; it counts as the end of a call for auto-pause.
+func (c *EnvdConn) Release() {
+	if c.release != nil {
+		c.release()
+		c.release = nil
+	}
+}
+
+// CheckEnvdToken checks that token is session id's envd access token
+// (constant-time) and returns the session's record. ErrNotFound for an
+// unknown id; ErrTerminated for an ended session; ErrUnauthenticated for a
+// wrong or missing token. It changes nothing (a paused session stays
+// paused), so it is safe to call for a request that is not yet trusted.
+func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*store.Session, error) {
+	rec, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State == store.StateTerminated {
+		return nil, terminatedError(rec)
+	}
+	// A record without a token (made before tokens existed) opens to none.
+	if rec.EnvdToken == "" || subtle.ConstantTimeCompare([]byte(rec.EnvdToken), []byte(token)) != 1 {
+		return nil, errdefs.Newf(errdefs.ErrUnauthenticated, "wrong or missing envd access token for sandbox %s", id)
+	}
+	return rec, nil
+}
+
+// OpenEnvd returns a hold on running session id's agent for one envd
+// request whose token CheckEnvdToken accepted. Like an exec, it resumes a
+// session that its own auto-pause (or an auto-resuming pause on timeout)
+// paused, and it keeps the session from idling while held. Errors as for
+// Exec: ErrNotFound, ErrTerminated, or ErrConflict for a session paused on
+// request or still being created.
+func (m *Manager) OpenEnvd(ctx context.Context, id string) (*EnvdConn, error) {
+	sb, release, err := m.use(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &EnvdConn{Client: sb.agent.http, BaseURL: agentBaseURL, release: release}, nil
+}
+
+// AgentHealthy reports (nil) whether running session id's agent answers its
+// health check, without resuming or otherwise touching the session.
+// ErrConflict when the session is not running (paused, for one).
+func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
+	sb := m.lookup(id)
+	if sb == nil {
+		_, _, err := m.use(ctx, id)
+		return err
+	}
+	if st := sb.Record().State; st != store.StateRunning {
+		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
+	}
+	if err := sb.agent.health(ctx); err != nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "agent of session %s: %v", id, err)
+	}
+	return nil
+}
