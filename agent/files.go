@@ -26,6 +26,12 @@ const metadataHeaderPrefix = "X-Metadata-"
 // uploadBufSize is the copy buffer for one upload, in bytes.
 const uploadBufSize = 256 << 10
 
+// uploadTempPrefix starts the name of the temporary file an upload is
+// written to before it is renamed over its destination, so that a failed
+// upload never leaves a torn file. Directory watches hide these names and
+// report the rename as the destination's CREATE and WRITE (watch.go).
+const uploadTempPrefix = ".forkbox-upload-"
+
 // uploadedFile is one element of a successful upload's JSON reply.
 type uploadedFile struct {
 	Path string `json:"path"` // absolute destination path
@@ -314,7 +320,7 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 	if err := mkdirAllOwned(dir, acc); err != nil {
 		return uploadedFile{}, err
 	}
-	tmp, err := os.CreateTemp(dir, ".forkbox-upload-*")
+	tmp, err := os.CreateTemp(dir, uploadTempPrefix+"*")
 	if err != nil {
 		return uploadedFile{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,6 +266,9 @@ func TestWatchDir(t *testing.T) {
 				if fe.GetType() == filesystempb.EventType_EVENT_TYPE_CREATE && fe.GetEntry() == nil && fe.GetName() == "a.txt" {
 					t.Errorf("create event without entry")
 				}
+				if strings.Contains(fe.GetName(), uploadTempPrefix) {
+					t.Errorf("event of an upload's temporary file: %v", fe)
+				}
 				events <- watchEvent{fe.GetName(), fe.GetType()}
 			}
 		}
@@ -307,6 +311,17 @@ func TestWatchDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, events, watchEvent{"p/q/r", filesystempb.EventType_EVENT_TYPE_CREATE})
+	// An upload (temporary file renamed over the destination) reads as the
+	// destination's create and write; the temporary name never shows.
+	tmp := filepath.Join(root, "sub", uploadTempPrefix+"1234")
+	if err := os.WriteFile(tmp, []byte("uploaded"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(root, "sub", "up.txt")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, events, watchEvent{"sub/up.txt", filesystempb.EventType_EVENT_TYPE_CREATE},
+		watchEvent{"sub/up.txt", filesystempb.EventType_EVENT_TYPE_WRITE})
 	select {
 	case <-keepalive:
 	case <-time.After(3 * time.Second):

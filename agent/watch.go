@@ -60,6 +60,9 @@ type dirWatcher struct {
 	// modified holds files with an IN_MODIFY since their last
 	// IN_CLOSE_WRITE; only run's goroutine uses it.
 	modified map[string]bool
+	// uploadCookie is the rename cookie of the last upload temporary file
+	// moved away (uploadTempPrefix); only run's goroutine uses it.
+	uploadCookie uint32
 
 	stop     chan struct{} // closed by close
 	done     chan struct{} // closed when run returns
@@ -225,8 +228,20 @@ func (w *dirWatcher) handle(buf []byte, emit func(*filesystempb.FilesystemEvent)
 		if inotifyEventSize+nameLen > len(buf) {
 			return true
 		}
+		cookie := binary.NativeEndian.Uint32(buf[8:])
 		name := string(bytes.TrimRight(buf[inotifyEventSize:inotifyEventSize+nameLen], "\x00"))
 		buf = buf[inotifyEventSize+nameLen:]
+		// An upload's temporary file is the agent's own business: its
+		// events are dropped, and its rename onto the destination reads as
+		// the destination being created and written, as a direct write
+		// would (E2B's envd writes in place).
+		if strings.HasPrefix(name, uploadTempPrefix) {
+			if mask&unix.IN_MOVED_FROM != 0 {
+				w.uploadCookie = cookie
+			}
+			continue
+		}
+		fromUpload := mask&unix.IN_MOVED_TO != 0 && cookie != 0 && cookie == w.uploadCookie
 
 		w.mu.Lock()
 		dir, known := w.dirs[wd]
@@ -276,6 +291,9 @@ func (w *dirWatcher) handle(buf []byte, emit func(*filesystempb.FilesystemEvent)
 		// reacts to its CREATE misses nothing inside it.
 		newDir := typ == filesystempb.EventType_EVENT_TYPE_CREATE && w.recursive && isDir && w.addWatch(rel, false) == nil
 		if !send(rel, typ) {
+			return false
+		}
+		if fromUpload && !send(rel, filesystempb.EventType_EVENT_TYPE_WRITE) {
 			return false
 		}
 		if newDir {

@@ -67,8 +67,14 @@ func (m *Manager) OpenEnvd(ctx context.Context, id string) (*EnvdConn, error) {
 func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
 	sb := m.lookup(id)
 	if sb == nil {
-		_, _, err := m.use(ctx, id)
-		return err
+		rec, err := m.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rec.State == store.StateTerminated {
+			return terminatedError(rec)
+		}
+		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	if st := sb.Record().State; st != store.StateRunning {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)

@@ -74,6 +74,13 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	defer conn.Release()
+	// The agent may answer (and the proxy flush the response headers)
+	// before the proxy has copied the end of the request body; without
+	// full duplex the HTTP/1 server then closes the request body under the
+	// copy and the upstream connection is torn down mid-stream.
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		h.log.Debug("envd proxy: full duplex unavailable", "err", err)
+	}
 	target, err := url.Parse(conn.BaseURL)
 	if err != nil {
 		h.fail(w, r, err)

@@ -211,7 +211,9 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) session(w http.ResponseWriter, r *http.Request) *store.Session {
 	id := r.PathValue("id")
 	rec, err := h.mgr.Get(r.Context(), id)
-	if err == nil && rec.State == store.StateTerminated {
+	// A sandbox already being torn down (its timeout fired, or another
+	// kill) is gone for E2B's API, as it is at E2B the moment it ends.
+	if err == nil && (rec.State == store.StateTerminated || rec.State == store.StateTerminating) {
 		err = errdefs.Newf(errdefs.ErrNotFound, "sandbox %s ended (%s)", id, rec.Reason)
 	}
 	if err != nil {

@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestE2BSDK runs the unmodified e2b JS SDK (npm e2b, pinned in
+// compat/e2b/package-lock.json) against the test daemon: compat/e2b is a
+// node:test suite configured only through E2B_API_URL, E2B_SANDBOX_URL and
+// E2B_API_KEY, as an E2B user would configure it.
+//
+// It needs Node.js 20+ and npm; `npm ci` fetches the SDK the first time (and
+// whenever package-lock.json changes). Without npm, or when the registry is
+// unreachable, the test skips, except under CI (CI set), where it fails.
+func TestE2BSDK(t *testing.T) {
+	need(t)
+	npm, err := exec.LookPath("npm")
+	if err == nil {
+		_, err = exec.LookPath("node")
+	}
+	if err != nil {
+		skipOrFail(t, "e2b SDK: needs Node.js 20+ and npm in PATH: %v", err)
+	}
+	dir, err := filepath.Abs(filepath.Join("..", "compat", "e2b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if stale, why := npmInstallStale(dir); stale {
+		t.Logf("e2b SDK: npm ci (%s)", why)
+		out, err := runNPM(ctxFor(t, 5*time.Minute), dir, npm, nil, nil,
+			"ci", "--prefer-offline", "--no-audit", "--no-fund")
+		if err != nil {
+			if npmNetworkError.Match(out) {
+				skipOrFail(t, "e2b SDK: npm ci could not reach the registry: %v\n%s", err, out)
+			}
+			t.Fatalf("e2b SDK: npm ci: %v\n%s", err, out)
+		}
+	}
+
+	// Only our configuration: an inherited E2B_DEBUG or E2B_DOMAIN would
+	// send the SDK elsewhere.
+	environ := []string{
+		"E2B_API_URL=" + env.d.URL,
+		"E2B_SANDBOX_URL=" + env.d.URL,
+		"E2B_API_KEY=" + env.key,
+	}
+	var live io.Writer
+	if testing.Verbose() {
+		live = os.Stdout
+	}
+	start := time.Now()
+	out, err := runNPM(ctxFor(t, 4*time.Minute), dir, npm, environ, live, "test")
+	t.Logf("e2b SDK: npm test took %s", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("e2b SDK: npm test: %v\n%s", err, out)
+	}
+	if !testing.Verbose() {
+		t.Logf("e2b SDK: %s", summary(out))
+	}
+}
+
+// npmNetworkError matches npm's report of an unreachable registry.
+var npmNetworkError = regexp.MustCompile(`\b(ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|ERR_SOCKET_TIMEOUT)\b|network request to .* failed`)
+
+// skipOrFail skips t, or fails it when running under CI, where Node.js,
+// npm and the registry are expected.
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf(format+" (CI is set, so this is a failure)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// npmInstallStale tells whether node_modules must be (re)installed: npm
+// writes node_modules/.package-lock.json at the end of every install, so it
+// is missing after none or a failed one, and older than package-lock.json
+// (or package.json) when they changed since.
+func npmInstallStale(dir string) (bool, string) {
+	installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
+	if err != nil {
+		return true, "node_modules is missing"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+		return true, "node_modules/e2b is missing"
+	}
+	for _, f := range []string{"package-lock.json", "package.json"} {
+		fi, err := os.Stat(filepath.Join(dir, f))
+		if err != nil {
+			return true, err.Error()
+		}
+		if fi.ModTime().After(installed.ModTime()) {
+			return true, f + " is newer than node_modules"
+		}
+	}
+	return false, ""
+}
+
+// runNPM runs npm with args in dir and returns its combined output, also
+// copied to live when that is not nil. extraEnv replaces every E2B_
+// variable of the environment. The whole process group is killed when ctx
+// ends (npm test runs node, which runs one process per test file).
+func runNPM(ctx context.Context, dir, npm string, extraEnv []string, live io.Writer, args ...string) ([]byte, error) {
+	cmd := exec.Command(npm, args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, extraEnv...)
+	var buf bytes.Buffer
+	var w io.Writer = &buf
+	if live != nil {
+		w = io.MultiWriter(&buf, live)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return buf.Bytes(), err
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return buf.Bytes(), errors.Join(errors.New("timed out; killed"), ctx.Err())
+	}
+}
+
+// summary returns the counts node's test reporter prints at the end.
+func summary(out []byte) string {
+	var parts []string
+	for _, line := range strings.Split(string(out), "\n") {
+		line = strings.TrimSpace(strings.TrimLeft(line, "#ℹ "))
+		for _, k := range []string{"tests ", "pass ", "fail ", "skipped ", "duration_ms "} {
+			if strings.HasPrefix(line, k) {
+				parts = append(parts, line)
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
+}
