@@ -7,6 +7,9 @@
 #   busybox-static  a static busybox for the benchmark's peer root filesystem
 #   xfsprogs        mkfs.xfs, for the overlay storage driver's XFS volume
 #   btrfs-progs     mkfs.btrfs, to format the btrfs storage driver's image once
+#   nodejs, npm     run the e2b JS SDK compatibility suite (compat/e2b); the
+#                   SDK needs Node.js 20.18.1+ (bookworm's own nodejs is 18:
+#                   install 20+ from NodeSource first on such a host)
 #   protobuf-compiler  only for `make generate` (generated code is committed)
 set -euo pipefail
 
@@ -22,6 +25,8 @@ command -v podman >/dev/null 2>&1 || need+=(podman)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v mkfs.xfs >/dev/null 2>&1 || need+=(xfsprogs)
 command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ "${FORKBOX_GENERATE:-0}" = 1 ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 fi
@@ -37,4 +42,8 @@ if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   echo "install-deps: Go is missing; install Go 1.26 into /usr/local/go" >&2
   exit 1
 fi
-echo "install-deps: ok ($(runc --version | head -1))"
+if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=18)?0:1)'; then
+  echo "install-deps: Node.js $(node --version) is too old for the e2b SDK suite (compat/e2b); install Node.js 20.18+" >&2
+  exit 1
+fi
+echo "install-deps: ok ($(runc --version | head -1); node $(node --version))"

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -28,7 +29,7 @@ func envdPublic(r *http.Request) bool {
 	case p == "/files":
 		return r.Method == http.MethodGet || r.Method == http.MethodPost
 	case strings.HasPrefix(p, "/process.Process/"), strings.HasPrefix(p, "/filesystem.Filesystem/"):
-		return r.Method == http.MethodPost && !strings.Contains(p[1:], "/../")
+		return r.Method == http.MethodPost && path.Clean(p) == p
 	}
 	return false
 }

@@ -169,7 +169,7 @@ test('pty: create, sendInput, onData, resize, exit', { timeout: TEST_TIMEOUT }, 
 
     await sbx.pty.sendInput(term.pid, enc.encode('stty size; tty\n'))
     await waitFor('stty size 24 80', () => output.includes('24 80'))
-    assert.match(output, /\/dev\/pts\/\d+/, 'the shell runs on a pseudo-terminal')
+    await waitFor('tty naming a pseudo-terminal (/dev/pts/N)', () => /\/dev\/pts\/\d+/.test(output))
 
     await sbx.pty.resize(term.pid, { cols: 100, rows: 40 })
     await sbx.pty.sendInput(term.pid, enc.encode('stty size\n'))
