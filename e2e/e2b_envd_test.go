@@ -24,21 +24,8 @@ type e2bSandbox struct {
 // the status and body.
 func e2bCall(t *testing.T, method, path, body string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxFor(t, time.Minute), method, env.d.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("X-API-KEY", env.key)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	status, _, b := rawRequest(t, method, path, body, env.key, map[string]string{"Content-Type": "application/json"})
+	return status, []byte(b)
 }
 
 // e2bCreate creates a sandbox through POST /v2/sandboxes and kills it when
@@ -61,28 +48,19 @@ func e2bCreate(t *testing.T) e2bSandbox {
 }
 
 // envdCall sends an envd request (E2b-Sandbox-Id) with token (none if
-// empty) and extra headers; it returns the status and body.
+// empty) and extra headers, without the API key; it returns the status and
+// body.
 func envdCall(t *testing.T, id, token, method, path string, hdr map[string]string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctxFor(t, time.Minute), method, env.d.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("E2b-Sandbox-Id", id)
-	req.Header.Set("E2b-Sandbox-Port", "49983")
+	h := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": "49983"}
 	if token != "" {
-		req.Header.Set("X-Access-Token", token)
+		h["X-Access-Token"] = token
 	}
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		h[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	status, _, body := rawRequest(t, method, path, "", "", h)
+	return status, body
 }
 
 // TestE2BEnvdProxyAuth checks the envd proxy's gate: only the sandbox's own

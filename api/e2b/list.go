@@ -44,11 +44,9 @@ func (h *Handler) handleList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	if len(recs) > limit {
-		recs = recs[:limit]
-		last := recs[limit-1]
-		w.Header().Set(nextTokenHeader, encodeCursor(store.ListCursor{CreatedAt: last.CreatedAt, ID: last.ID}))
-	}
+	recs = cutPage(w, recs, limit, func(rec *store.Session) store.ListCursor {
+		return store.ListCursor{CreatedAt: rec.CreatedAt, ID: rec.ID}
+	})
 	out := make([]sandboxDetail, 0, len(recs))
 	for _, rec := range recs {
 		out = append(out, listedOf(rec))
@@ -141,6 +139,17 @@ func parseMetadata(v string) (map[string]string, error) {
 		out[k] = val
 	}
 	return out, nil
+}
+
+// cutPage returns the first limit items; when there are more it sets the
+// X-Next-Token header to the cursor (from key) of the last one returned.
+func cutPage[T any](w http.ResponseWriter, items []T, limit int, key func(T) store.ListCursor) []T {
+	if len(items) <= limit {
+		return items
+	}
+	items = items[:limit]
+	w.Header().Set(nextTokenHeader, encodeCursor(key(items[limit-1])))
+	return items
 }
 
 // encodeCursor makes the opaque nextToken: base64url of

@@ -98,11 +98,9 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		page = append(page, sn)
 	}
-	if len(page) > limit {
-		page = page[:limit]
-		last := page[limit-1]
-		w.Header().Set(nextTokenHeader, encodeCursor(store.ListCursor{CreatedAt: last.CreatedAt, ID: last.ID}))
-	}
+	page = cutPage(w, page, limit, func(sn *store.Snapshot) store.ListCursor {
+		return store.ListCursor{CreatedAt: sn.CreatedAt, ID: sn.ID}
+	})
 	out := make([]snapshotInfo, 0, len(page))
 	for _, sn := range page {
 		out = append(out, snapshotInfoOf(sn))
