@@ -245,3 +245,43 @@ test('a sandbox ends by itself at its timeout', { timeout: TEST_TIMEOUT }, async
     await Sandbox.kill(sbx.sandboxId).catch(() => {})
   }
 })
+
+test('lifecycle onTimeout pause: paused at the timeout, auto-resumed by the next call', { timeout: TEST_TIMEOUT }, async () => {
+  const sbx = await Sandbox.create({
+    timeoutMs: 3_000,
+    metadata: SUITE_METADATA,
+    lifecycle: { onTimeout: 'pause', autoResume: true },
+  })
+  try {
+    const info = await sbx.getInfo()
+    assert.deepEqual(info.lifecycle, { onTimeout: 'pause', autoResume: true })
+    await sbx.files.write('/home/user/kept.txt', 'kept')
+    await waitFor('the sandbox to pause at its 3 s timeout',
+      async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', 20_000, 250)
+
+    // Any envd call wakes it, with its files.
+    assert.equal((await sbx.commands.run('cat /home/user/kept.txt')).stdout, 'kept')
+    assert.equal((await sbx.getInfo()).state, 'running')
+  } finally {
+    await Sandbox.kill(sbx.sandboxId).catch(() => {})
+  }
+})
+
+test('lifecycle onTimeout pause without autoResume: calls fail until connect', { timeout: TEST_TIMEOUT }, async (t) => {
+  const sbx = await Sandbox.create({ timeoutMs: 3_000, metadata: SUITE_METADATA, lifecycle: { onTimeout: 'pause' } })
+  try {
+    await sbx.files.write('/home/user/kept.txt', 'kept')
+    await waitFor('the sandbox to pause at its 3 s timeout',
+      async () => (await Sandbox.getInfo(sbx.sandboxId)).state === 'paused', 20_000, 250)
+    assert.equal(await sbx.isRunning(), false)
+    const err = await rejection(sbx.commands.run('true', { requestTimeoutMs: 10_000 }), 'commands.run on a paused sandbox')
+    t.diagnostic(`commands.run while paused: ${errName(err)}`)
+    assert.ok(err instanceof SandboxError, `expected a SandboxError subclass, got ${errName(err)}`)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused', 'a call must not resume it')
+
+    const again = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 60_000 })
+    assert.equal(await again.files.read('/home/user/kept.txt'), 'kept')
+  } finally {
+    await Sandbox.kill(sbx.sandboxId).catch(() => {})
+  }
+})
