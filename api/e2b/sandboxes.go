@@ -199,6 +199,12 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rec, _, err := h.mgr.Create(r.Context(), req, "")
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) && fe.Field == "template" {
+		// E2B answers an unknown template with 404 (and this message).
+		writeError(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found: %s", body.TemplateID, fe.Reason))
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
