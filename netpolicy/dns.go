@@ -22,13 +22,15 @@ const dnsTTL = 30
 // query is an Event of kind "dns".
 func (e *Egress) ServeDNS(udp net.PacketConn, tcp net.Listener) {
 	h := dns.HandlerFunc(e.answer)
+	// Stopping closes the sockets too: Shutdown alone does nothing to a
+	// server that has not started serving yet.
 	if udp != nil {
 		srv := &dns.Server{PacketConn: udp, Handler: h}
-		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown() })
+		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); udp.Close() })
 	}
 	if tcp != nil {
 		srv := &dns.Server{Listener: tcp, Handler: h, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown() })
+		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); tcp.Close() })
 	}
 }
 

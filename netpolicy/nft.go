@@ -1,0 +1,182 @@
+package netpolicy
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The ports the egress service listens on, on a sandbox's gateway
+// address. The sandbox uses the well-known ports (HTTP_PROXY on 3128, DNS
+// on 53, any address on 80 and 443); nftables in its namespace redirects
+// them here, so the host may run its own services on those ports.
+const (
+	ProxyPort            = 3128 // what the sandbox's HTTP_PROXY names
+	listenProxyPort      = 15128
+	listenHTTPPort       = 15080
+	listenTLSPort        = 15443
+	listenDNSPort        = 15053
+	hostTableName        = "forkbox"
+	sandboxTableName     = "forkbox_sandbox"
+	hostInterfacePrefix  = "fbx"
+	sandboxInterfaceName = "eth0"
+)
+
+// rule is a sequence of nftables expressions, built with the helpers below.
+type rule []expr.Any
+
+func (r rule) then(e ...expr.Any) rule { return append(append(rule{}, r...), e...) }
+
+// match compares register 1, after load, with data.
+func match(load expr.Any, data []byte) rule {
+	return rule{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data}}
+}
+
+func ipv4() rule {
+	return match(&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, []byte{unix.NFPROTO_IPV4})
+}
+
+func l4(proto byte) rule {
+	return match(&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, []byte{proto})
+}
+
+func daddr4(a netip.Addr) rule {
+	b := a.As4()
+	return match(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}, b[:])
+}
+
+func dport(p uint16) rule {
+	return match(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		binaryutil.BigEndian.PutUint16(p))
+}
+
+// ifname matches an interface name exactly, or a prefix when prefix is set.
+func ifname(key expr.MetaKey, name string, prefix bool) rule {
+	data := []byte(name)
+	if !prefix {
+		data = append(data, 0)
+	}
+	return match(&expr.Meta{Key: key, Register: 1}, data)
+}
+
+func established() rule {
+	return rule{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func accept() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+func drop() expr.Any   { return &expr.Verdict{Kind: expr.VerdictDrop} }
+
+// dnat rewrites the destination to a:port.
+func dnat(a netip.Addr, port uint16) rule {
+	b := a.As4()
+	return rule{
+		&expr.Immediate{Register: 1, Data: b[:]},
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
+	}
+}
+
+// sandboxRules installs the sandbox namespace's table (netnsFD is a handle
+// on that namespace): outbound, only the egress service on gw is
+// reachable (well-known ports redirected to it), everything else is
+// refused at once (TCP reset, or ICMP administratively prohibited);
+// inbound, only replies. Root in the sandbox cannot change these: the
+// namespace belongs to the host's user namespace, where the sandbox has no
+// capabilities.
+func sandboxRules(netnsFD int, gw netip.Addr) error {
+	c, err := nftables.New(nftables.WithNetNSFd(netnsFD))
+	if err != nil {
+		return fmt.Errorf("nftables in the sandbox namespace: %w", err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: sandboxTableName})
+	add := func(ch *nftables.Chain, r rule) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r}) }
+
+	nat := c.AddChain(&nftables.Chain{Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest})
+	tcp, udp := l4(unix.IPPROTO_TCP), l4(unix.IPPROTO_UDP)
+	add(nat, ipv4().then(daddr4(gw)...).then(tcp...).then(dport(ProxyPort)...).then(dnat(gw, listenProxyPort)...))
+	add(nat, ipv4().then(daddr4(gw)...).then(tcp...).then(dport(53)...).then(dnat(gw, listenDNSPort)...))
+	add(nat, ipv4().then(daddr4(gw)...).then(udp...).then(dport(53)...).then(dnat(gw, listenDNSPort)...))
+	add(nat, ipv4().then(tcp...).then(dport(80)...).then(dnat(gw, listenHTTPPort)...))
+	add(nat, ipv4().then(tcp...).then(dport(443)...).then(dnat(gw, listenTLSPort)...))
+
+	policyDrop := nftables.ChainPolicyDrop
+	out := c.AddChain(&nftables.Chain{Name: "out", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &policyDrop})
+	add(out, ifname(expr.MetaKeyOIFNAME, "lo", false).then(accept()))
+	for _, p := range []uint16{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		add(out, ipv4().then(daddr4(gw)...).then(tcp...).then(dport(p)...).then(accept()))
+	}
+	add(out, ipv4().then(daddr4(gw)...).then(udp...).then(dport(listenDNSPort)...).then(accept()))
+	add(out, tcp.then(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
+	add(out, rule{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
+
+	in := c.AddChain(&nftables.Chain{Name: "in", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &policyDrop})
+	add(in, ifname(expr.MetaKeyIIFNAME, "lo", false).then(accept()))
+	add(in, established().then(accept()))
+
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables rules in the sandbox namespace: %w", err)
+	}
+	return nil
+}
+
+// hostRules (re)installs the host's table: traffic from sandbox
+// interfaces (fbx*) may reach only the egress service's ports and replies;
+// nothing is forwarded to or from them. It replaces a previous version of
+// the table atomically.
+func hostRules() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: hostTableName}
+	c.AddTable(t)
+	c.DelTable(t) // with the add first, this never fails: a clean start
+	t = c.AddTable(t)
+	add := func(ch *nftables.Chain, r rule) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r}) }
+
+	in := c.AddChain(&nftables.Chain{Name: "sandboxes_in", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	fromSandbox := ifname(expr.MetaKeyIIFNAME, hostInterfacePrefix, true)
+	tcp, udp := l4(unix.IPPROTO_TCP), l4(unix.IPPROTO_UDP)
+	for _, p := range []uint16{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		add(in, fromSandbox.then(tcp...).then(dport(p)...).then(accept()))
+	}
+	add(in, fromSandbox.then(udp...).then(dport(listenDNSPort)...).then(accept()))
+	add(in, fromSandbox.then(established()...).then(accept()))
+	add(in, fromSandbox.then(drop()))
+
+	fwd := c.AddChain(&nftables.Chain{Name: "sandboxes_forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	add(fwd, fromSandbox.then(drop()))
+	add(fwd, ifname(expr.MetaKeyOIFNAME, hostInterfacePrefix, true).then(drop()))
+
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nftables host rules: %w", err)
+	}
+	return nil
+}
+
+// removeHostRules deletes the host's table (at shutdown of the last user).
+func removeHostRules() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: hostTableName}
+	c.AddTable(t)
+	c.DelTable(t)
+	return c.Flush()
+}

@@ -1,0 +1,275 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// ServiceOptions configure a daemon's egress service.
+type ServiceOptions struct {
+	// Dir holds the sandboxes' network namespace files (created 0700).
+	Dir string
+	// Resolver resolves names for every sandbox; nil is the host's
+	// resolver (net.DefaultResolver).
+	Resolver Resolver
+	// Log receives errors; nil is slog.Default().
+	Log *slog.Logger
+}
+
+// Service gives sandboxes their networks: a namespace each, wired to the
+// host, fenced by nftables, served by an Egress.
+type Service struct {
+	opts  ServiceOptions
+	block *Blocklist
+
+	mu     sync.Mutex
+	slots  map[int]string         // slot → session id
+	active map[string]*Attachment // by session id
+}
+
+// NewService prepares the host (its nftables table) and returns the
+// service. The host's own addresses (at this moment) and the sandbox subnet
+// join the blocklist.
+func NewService(opts ServiceOptions) (*Service, error) {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = net.DefaultResolver
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	extra, err := HostAddresses()
+	if err != nil {
+		return nil, err
+	}
+	extra[subnet] = "the sandboxes' own network"
+	if err := hostRules(); err != nil {
+		return nil, err
+	}
+	return &Service{opts: opts, block: NewBlocklist(extra), slots: map[int]string{}, active: map[string]*Attachment{}}, nil
+}
+
+// Attachment is one sandbox's network.
+type Attachment struct {
+	// NetnsPath is the namespace file to give runc.
+	NetnsPath string
+	// Gateway is the host side's address: the proxy and DNS server.
+	Gateway netip.Addr
+	// Addr is the sandbox's address.
+	Addr netip.Addr
+
+	id     string
+	slot   int
+	egress *Egress
+}
+
+// Resolv is the sandbox's /etc/resolv.conf: the gateway is its only
+// resolver.
+func (a *Attachment) Resolv() []byte {
+	return fmt.Appendf(nil, "nameserver %s\noptions ndots:0 timeout:2 attempts:2\n", a.Gateway)
+}
+
+// Env is the proxy environment of the sandbox's processes (both cases,
+// since programs differ in which they read).
+func (a *Attachment) Env() []string {
+	proxy := fmt.Sprintf("http://%s:%d", a.Gateway, ProxyPort)
+	out := []string{"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1"}
+	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+		out = append(out, k+"="+proxy)
+	}
+	return out
+}
+
+// BytesUsed is the bytes the sandbox moved through its proxy since this
+// attachment started (sent plus received).
+func (a *Attachment) BytesUsed() int64 { return a.egress.BytesUsed() }
+
+// Attach makes session id's network for policy p; events go to sink. On
+// error nothing is left behind. ErrResourceExhausted when every address
+// slot is taken; ErrConflict when id already has a network.
+func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
+	s.mu.Lock()
+	if _, ok := s.active[id]; ok {
+		s.mu.Unlock()
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s already has a network", id)
+	}
+	slot := -1
+	for i := 0; i < maxSlots; i++ {
+		if _, used := s.slots[i]; !used {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		s.mu.Unlock()
+		return nil, errdefs.Newf(errdefs.ErrResourceExhausted, "all %d sandbox network slots are in use", maxSlots)
+	}
+	s.slots[slot] = id
+	s.mu.Unlock()
+
+	a, err := s.attach(id, slot, p, sink)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		delete(s.slots, slot)
+		return nil, err
+	}
+	s.active[id] = a
+	return a, nil
+}
+
+func (s *Service) attach(id string, slot int, p *Policy, sink Sink) (a *Attachment, err error) {
+	gw, sb := slotAddrs(slot)
+	a = &Attachment{NetnsPath: filepath.Join(s.opts.Dir, id), Gateway: gw, Addr: sb, id: id, slot: slot}
+	link := hostLinkName(id)
+	defer func() {
+		if err != nil {
+			if a.egress != nil {
+				a.egress.Close()
+			}
+			_ = deleteLink(link)
+			_ = removeNamespace(a.NetnsPath)
+		}
+	}()
+	_ = deleteLink(link) // a leftover of a crash
+	if err := createNamespace(a.NetnsPath); err != nil {
+		return nil, err
+	}
+	if err := wire(a.NetnsPath, link, gw, sb); err != nil {
+		return nil, err
+	}
+	ns, err := os.Open(a.NetnsPath)
+	if err != nil {
+		return nil, err
+	}
+	err = sandboxRules(int(ns.Fd()), gw)
+	ns.Close()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.serve(a, p, sink); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// serve starts a's Egress on its gateway's ports.
+func (s *Service) serve(a *Attachment, p *Policy, sink Sink) error {
+	e := New(Config{SessionID: a.id, Policy: p, Blocklist: s.block, Resolver: s.opts.Resolver, Sink: sink,
+		Log: s.opts.Log.With("session", a.id)})
+	var ls []net.Listener
+	for _, port := range []int{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		l, err := net.Listen("tcp", netip.AddrPortFrom(a.Gateway, uint16(port)).String())
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return fmt.Errorf("egress listener: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	udp, err := net.ListenPacket("udp", netip.AddrPortFrom(a.Gateway, listenDNSPort).String())
+	if err != nil {
+		for _, l := range ls {
+			l.Close()
+		}
+		return fmt.Errorf("egress DNS listener: %w", err)
+	}
+	e.ServeProxy(ls[0])
+	e.ServeTransparentHTTP(ls[1])
+	e.ServeTransparentTLS(ls[2])
+	e.ServeDNS(udp, ls[3])
+	a.egress = e
+	return nil
+}
+
+// Adopt takes over session id's network after a daemon restart: its
+// namespace file and host link are still there (with their rules); only
+// the Egress is started again. ErrNotFound when the network is gone.
+func (s *Service) Adopt(id string, p *Policy, sink Sink) (*Attachment, error) {
+	path := filepath.Join(s.opts.Dir, id)
+	if _, err := os.Stat(path); err != nil {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "network namespace of session %s: %v", id, err)
+	}
+	gw, err := linkGateway(hostLinkName(id))
+	if err != nil {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "network of session %s: %v", id, err)
+	}
+	slot, _ := slotOf(gw)
+	_, sb := slotAddrs(slot)
+	s.mu.Lock()
+	if other, used := s.slots[slot]; used && other != id {
+		s.mu.Unlock()
+		return nil, errdefs.Newf(errdefs.ErrConflict, "network slot of session %s is taken by %s", id, other)
+	}
+	s.slots[slot] = id
+	s.mu.Unlock()
+	a := &Attachment{NetnsPath: path, Gateway: gw, Addr: sb, id: id, slot: slot}
+	if err := s.serve(a, p, sink); err != nil {
+		s.mu.Lock()
+		delete(s.slots, slot)
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.active[id] = a
+	s.mu.Unlock()
+	return a, nil
+}
+
+// Detach removes session id's network: its Egress (open connections are
+// cut), host link and namespace. Detaching a session without a network
+// removes whatever is left of one and is not an error.
+func (s *Service) Detach(id string) error {
+	s.mu.Lock()
+	a := s.active[id]
+	delete(s.active, id)
+	if a != nil {
+		delete(s.slots, a.slot)
+	}
+	s.mu.Unlock()
+	if a != nil && a.egress != nil {
+		a.egress.Close()
+	}
+	return errors.Join(deleteLink(hostLinkName(id)), removeNamespace(filepath.Join(s.opts.Dir, id)))
+}
+
+// Sweep detaches every network on the host whose session live reports
+// false (leftovers of sessions that ended while the daemon was down).
+func (s *Service) Sweep(live func(id string) bool) error {
+	entries, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !live(e.Name()) {
+			errs = append(errs, s.Detach(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops every Egress (at daemon shutdown); namespaces, links and
+// rules stay for the sandboxes, which keep running, and the next daemon
+// adopts them.
+func (s *Service) Close() {
+	s.mu.Lock()
+	active := s.active
+	s.active = map[string]*Attachment{}
+	s.slots = map[int]string{}
+	s.mu.Unlock()
+	for _, a := range active {
+		a.egress.Close()
+	}
+}

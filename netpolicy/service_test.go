@@ -1,0 +1,213 @@
+package netpolicy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/internal/testnet"
+)
+
+// inNamespace runs fn on a thread inside the network namespace at path:
+// sockets fn opens belong to that namespace, as a sandbox's would.
+func inNamespace(t *testing.T, path string, fn func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := os.Open(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- err
+			return
+		}
+		fn()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServiceFencesTheSandboxNamespace(t *testing.T) {
+	host := testnet.NewHost(t, "198.51.100.20")
+	host.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello via %s", r.Host)
+	}))
+	open := host.Listen(t, 22) // a port no rule allows
+	go func() {
+		for {
+			c, err := open.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("reached\n"))
+			c.Close()
+		}
+	}()
+	// A host service on all addresses (as forkbox's API might be).
+	hostSvc, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostSvc.Close()
+	hostPort := hostSvc.Addr().(*net.TCPAddr).Port
+
+	s, err := NewService(ServiceOptions{Dir: t.TempDir(), Resolver: MapResolver{
+		"allowed.test": {host.Addr}, "other.test": {host.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	var events []Event
+	rules, _ := ParseAllow("allow", []string{"allowed.test:80"})
+	a, err := s.Attach("svc1test", &Policy{Allow: rules}, func(ev Event) { events = append(events, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Detach("svc1test") })
+	if _, err := s.Attach("svc1test", &Policy{Allow: rules}, nil); err == nil {
+		t.Error("a second Attach of one session succeeded")
+	}
+
+	httpStatus := func(dst, hostHeader string) (int, error) {
+		c, err := net.DialTimeout("tcp", dst, 3*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostHeader)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return 0, err
+		}
+		return resp.StatusCode, nil
+	}
+	refused := func(err error) bool {
+		return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+			errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENETUNREACH)
+	}
+
+	inNamespace(t, a.NetnsPath, func() {
+		// Port 80 anywhere goes through the transparent proxy.
+		if st, err := httpStatus("198.51.100.20:80", "allowed.test"); st != 200 {
+			t.Errorf("transparent HTTP to an allowed name: %d %v", st, err)
+		}
+		if st, err := httpStatus("198.51.100.20:80", "other.test"); st != 403 {
+			t.Errorf("transparent HTTP to another name: %d %v, want 403", st, err)
+		}
+		// The explicit proxy on the gateway.
+		if st, err := httpStatus(net.JoinHostPort(a.Gateway.String(), "3128"), "x"); st != 400 {
+			t.Errorf("the proxy port answers %d %v, want 400 for an origin-form request", st, err)
+		}
+		// Direct connections anywhere else are refused at once.
+		for _, dst := range []string{
+			"198.51.100.20:22",                                         // the internet, another port
+			net.JoinHostPort(a.Gateway.String(), "22"),                 // the host through the gateway
+			net.JoinHostPort(a.Gateway.String(), fmt.Sprint(hostPort)), // a host service
+			fmt.Sprintf("127.0.0.1:%d", hostPort),                      // its own loopback is not the host's
+			"169.254.169.254:80",                                       // metadata: port 80 is proxied, and refused there
+		} {
+			c, err := net.DialTimeout("tcp", dst, 3*time.Second)
+			if err == nil {
+				c.SetDeadline(time.Now().Add(3 * time.Second))
+				if dst == "169.254.169.254:80" {
+					fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n")
+					resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+					if err != nil || resp.StatusCode != 403 {
+						t.Errorf("metadata address: %v %v, want 403", resp, err)
+					}
+				} else {
+					b := make([]byte, 16)
+					n, _ := c.Read(b)
+					t.Errorf("connected to %s (read %q)", dst, b[:n])
+				}
+				c.Close()
+				continue
+			}
+			if !refused(err) {
+				t.Errorf("%s: %v, want refused at once", dst, err)
+			}
+		}
+		// DNS: the gateway answers; any other server is unreachable.
+		m := new(dns.Msg)
+		m.SetQuestion("allowed.test.", dns.TypeA)
+		resp, err := dns.Exchange(m, net.JoinHostPort(a.Gateway.String(), "53"))
+		if err != nil || len(resp.Answer) != 1 {
+			t.Errorf("DNS through the gateway: %v %v", resp, err)
+		}
+		cl := &dns.Client{Timeout: 2 * time.Second}
+		if _, _, err := cl.Exchange(m, "198.51.100.20:53"); err == nil {
+			t.Error("DNS to another server got an answer")
+		}
+		cl.Net = "tcp"
+		if _, _, err := cl.Exchange(m, "198.51.100.20:53"); err == nil {
+			t.Error("DNS over TCP to another server got an answer")
+		}
+	})
+
+	// Nothing is left after Detach.
+	link := hostLinkName("svc1test")
+	if err := s.Detach("svc1test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.NetnsPath); !os.IsNotExist(err) {
+		t.Errorf("namespace file after Detach: %v", err)
+	}
+	if ifs, _ := net.Interfaces(); strings.Contains(fmt.Sprint(ifs), link) {
+		t.Errorf("link %s after Detach", link)
+	}
+	// The slot is free again.
+	b, err := s.Attach("svc2test", &Policy{Allow: rules}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Detach("svc2test")
+	if b.Gateway != a.Gateway {
+		t.Errorf("slot not reused: %s then %s", a.Gateway, b.Gateway)
+	}
+}
+
+func TestSlotAddresses(t *testing.T) {
+	for _, slot := range []int{0, 1, 63, 64, 1000, maxSlots - 1} {
+		gw, sb := slotAddrs(slot)
+		if !subnet.Contains(gw) || !subnet.Contains(sb) || sb != gw.Next() {
+			t.Errorf("slot %d: %s %s", slot, gw, sb)
+		}
+		if got, ok := slotOf(gw); !ok || got != slot {
+			t.Errorf("slotOf(%s) = %d %v, want %d", gw, got, ok, slot)
+		}
+	}
+	if _, ok := slotOf(netip.MustParseAddr("10.231.0.2")); ok {
+		t.Error("a sandbox address is taken for a gateway")
+	}
+	if n := len(hostLinkName("abcdefghijklmnopqrst")); n > 14 {
+		t.Errorf("host link name is %d bytes; its peer (+1) must fit IFNAMSIZ-1", n)
+	}
+}
