@@ -163,12 +163,19 @@ func (m *Manager) arm(sb *Sandbox) {
 		detail = fmt.Sprintf("paused for longer than %d s", m.opts.Limits.MaxTimeoutS)
 	}
 	pauseInstead := sb.rec.State == store.StateRunning && sb.rec.OnTimeout == store.OnTimeoutPause
+	// Timer.Stop cannot recall a callback that has started, so the
+	// callback acts only if the timeout is still due when it records its
+	// action (timeoutDue, in the same save): a SetTimeout that saved first
+	// wins, and one that comes later finds the session ending.
 	sb.timer = time.AfterFunc(time.Until(sb.rec.ExpiresAt), func() {
+		if rec := sb.Record(); !timeoutDue(&rec) {
+			return // moved meanwhile; the timer armed with it rules
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if pauseInstead {
 			_, err := m.pause(ctx, sb.id, pauseTimeout)
-			if err == nil {
+			if err == nil || errors.Is(err, errNotDue) {
 				return
 			}
 			if st := sb.Record().State; st != store.StateRunning {
@@ -176,8 +183,10 @@ func (m *Manager) arm(sb *Sandbox) {
 			}
 			m.log.Error("pause on timeout failed; ending the session", "session", sb.id, "err", err)
 		}
+		if err := m.teardownIf(ctx, sb, store.ReasonTimeout, detail, timeoutDue); errors.Is(err, errNotDue) {
+			return
+		}
 		m.log.Info("session timed out", "session", sb.id, "detail", detail)
-		m.teardown(ctx, sb, store.ReasonTimeout, detail)
 	})
 }
 

@@ -377,3 +377,34 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 		t.Fatal("Close did not return after the member's create ended")
 	}
 }
+
+// TestStaleTimeoutCallback: a timer callback that fired just before a
+// SetTimeout saved (Timer.Stop cannot recall it) must not end or pause the
+// session whose timeout was moved.
+func TestStaleTimeoutCallback(t *testing.T) {
+	m, sb := newTestManager(t, &fakeDriver{})
+	ctx := context.Background()
+	if _, err := m.SetTimeout(ctx, sb.id, 60); err != nil {
+		t.Fatal(err)
+	}
+	// What the stale callback does after its first check passed.
+	if err := m.teardownIf(ctx, sb, store.ReasonTimeout, "session timeout reached", timeoutDue); !errors.Is(err, errNotDue) {
+		t.Fatalf("teardown of a session whose timeout moved: %v, want errNotDue", err)
+	}
+	if _, err := m.pause(ctx, sb.id, pauseTimeout); !errors.Is(err, errNotDue) {
+		t.Fatalf("pause on a timeout that moved: %v, want errNotDue", err)
+	}
+	if got := sb.Record(); got.State != store.StateRunning {
+		t.Fatalf("state %s after stale timeout actions, want running", got.State)
+	}
+	// Once due, the same calls act.
+	if _, err := m.save(ctx, sb, func(r *store.Session) error { r.ExpiresAt = time.Now().Add(-time.Second); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.teardownIf(ctx, sb, store.ReasonTimeout, "session timeout reached", timeoutDue); err != nil {
+		t.Fatal(err)
+	}
+	if got := sb.Record(); got.State != store.StateTerminated {
+		t.Fatalf("state %s after a due timeout, want terminated", got.State)
+	}
+}

@@ -52,6 +52,9 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*stor
 		if sb.tearing || r.State != store.StateRunning {
 			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
 		}
+		if cause == pauseTimeout && !timeoutDue(r) {
+			return errNotDue
+		}
 		r.State = store.StatePaused
 		r.PausedAt = now
 		r.Remaining = max(r.ExpiresAt.Sub(now), time.Second)

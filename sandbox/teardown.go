@@ -55,6 +55,22 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 // terminating (with the first reason) and the janitor retries. Concurrent
 // calls are safe: one tears down, the others wait for it.
 func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail string) error {
+	return m.teardownIf(ctx, sb, reason, detail, nil)
+}
+
+// errNotDue is a timeout action's refusal: the session's timeout moved
+// (a SetTimeout or connect saved after the timer fired).
+var errNotDue = errors.New("timeout not due")
+
+// timeoutDue reports whether r's timeout has passed; a timer callback
+// checks it in the same save that acts, so that a SetTimeout saved just
+// before wins.
+func timeoutDue(r *store.Session) bool { return !time.Now().Before(r.ExpiresAt) }
+
+// teardownIf is teardown, done only if due (when not nil) holds for the
+// record at the moment the session is marked terminating; otherwise it
+// returns errNotDue and changes nothing.
+func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail string, due func(*store.Session) bool) error {
 	// A caller that goes away (a client disconnecting) must not leave a
 	// teardown half done.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
@@ -64,6 +80,9 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 		if sb.tearing || r.State == store.StateTerminated {
 			attempt = sb.attempt
 			return errTeardownRunning
+		}
+		if due != nil && !due(r) {
+			return errNotDue
 		}
 		sb.tearing = true
 		attempt = make(chan struct{})
@@ -97,6 +116,9 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox, reason, detail stri
 			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", sb.id, errdefs.ErrUnavailable)
 		}
 		return nil
+	}
+	if errors.Is(err, errNotDue) {
+		return err
 	}
 	defer close(attempt)
 	if err != nil {
