@@ -336,7 +336,7 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 		if br.err != nil {
 			return uploadedFile{}, badRequest("reading the upload of %s: %v", abs, br.err)
 		}
-		return uploadedFile{}, err
+		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	if err := tmp.Chown(int(acc.UID), int(acc.GID)); err != nil {
 		return uploadedFile{}, err
@@ -348,13 +348,24 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 		_ = unix.Lsetxattr(tmp.Name(), xattrPrefix+k, []byte(v), 0)
 	}
 	if err := tmp.Close(); err != nil {
-		return uploadedFile{}, err
+		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	if err := os.Rename(tmp.Name(), target); err != nil {
 		return uploadedFile{}, err
 	}
 	done = true
 	return uploadedFile{Path: abs, Name: filepath.Base(abs), Type: "file"}, nil
+}
+
+// renameInError makes an error about the upload's temporary file name the
+// destination instead (the temporary name means nothing to the client);
+// the error class (errors.Is) is kept.
+func renameInError(err error, tmp, dest string) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == tmp {
+		return &fs.PathError{Op: pe.Op, Path: dest, Err: pe.Err}
+	}
+	return err
 }
 
 // lookupError is fsError for looking a path up, where a path component that

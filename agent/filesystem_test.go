@@ -322,6 +322,20 @@ func TestWatchDir(t *testing.T) {
 	}
 	waitFor(t, events, watchEvent{"sub/up.txt", filesystempb.EventType_EVENT_TYPE_CREATE},
 		watchEvent{"sub/up.txt", filesystempb.EventType_EVENT_TYPE_WRITE})
+	// Also when the upload lands in a directory created just before it
+	// (found by the scan of the new directory, not by an event).
+	fresh := filepath.Join(root, "fresh")
+	if err := os.Mkdir(fresh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp = filepath.Join(fresh, uploadTempPrefix+"5678")
+	if err := os.WriteFile(tmp, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(fresh, "up2.txt")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, events, watchEvent{"fresh/up2.txt", filesystempb.EventType_EVENT_TYPE_CREATE})
 	select {
 	case <-keepalive:
 	case <-time.After(3 * time.Second):

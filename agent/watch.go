@@ -298,7 +298,11 @@ func (w *dirWatcher) handle(buf []byte, emit func(*filesystempb.FilesystemEvent)
 		}
 		if newDir {
 			ok := true
-			_ = w.addTree(rel, func(sub string) { ok = ok && send(sub, filesystempb.EventType_EVENT_TYPE_CREATE) })
+			_ = w.addTree(rel, func(sub string) {
+				if !strings.HasPrefix(filepath.Base(sub), uploadTempPrefix) {
+					ok = ok && send(sub, filesystempb.EventType_EVENT_TYPE_CREATE)
+				}
+			})
 			if !ok {
 				return false
 			}

@@ -215,7 +215,13 @@ func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
 }
 
 // List returns sessions matching f, newest first, with live state.
+// ErrInvalidArgument for a metadata key no session can have.
 func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]*store.Session, error) {
+	for k := range f.Metadata {
+		if err := validMetadataKey(k); err != nil {
+			return nil, err
+		}
+	}
 	recs, err := m.opts.Store.ListSessions(ctx, f)
 	if err != nil {
 		return nil, err
@@ -353,6 +359,16 @@ func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error
 		return err
 	}
 	return m.opts.Storage.RemoveTemplate(context.Background(), name)
+}
+
+// TemplateExists reports whether template name is installed (false for an
+// invalid name).
+func (m *Manager) TemplateExists(name string) bool {
+	if !storage.ValidTemplateName(name) {
+		return false
+	}
+	_, err := storage.LoadTemplate(m.opts.Layout.Template(name))
+	return err == nil
 }
 
 // TemplateInUse reports whether a live session (not counting warm-pool

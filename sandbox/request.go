@@ -151,13 +151,28 @@ func validateEnv(field string, env map[string]string) error {
 	return nil
 }
 
+// validMetadataKey checks one metadata key (of a session, or of a list
+// filter): 1 to 128 bytes of UTF-8 without control characters.
+func validMetadataKey(k string) error {
+	ok := k != "" && len(k) <= maxMetadataKey && utf8.ValidString(k)
+	for _, c := range k {
+		if c < 0x20 || c == 0x7f {
+			ok = false
+		}
+	}
+	if !ok {
+		return errdefs.InvalidField("metadata", "key %q must be 1-%d bytes of UTF-8 without control characters", k, maxMetadataKey)
+	}
+	return nil
+}
+
 func validateMetadata(m map[string]string) error {
 	if len(m) > maxMetadataKeys {
 		return errdefs.InvalidField("metadata", "at most %d keys", maxMetadataKeys)
 	}
 	for k, v := range m {
-		if k == "" || len(k) > maxMetadataKey || !utf8.ValidString(k) {
-			return errdefs.InvalidField("metadata", "key %q must be 1-%d bytes of UTF-8", k, maxMetadataKey)
+		if err := validMetadataKey(k); err != nil {
+			return err
 		}
 		if len(v) > maxMetadataVal {
 			return errdefs.InvalidField("metadata."+k, "value longer than %d bytes", maxMetadataVal)

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -98,6 +99,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveEnvd(w, r, id)
 		return
 	}
+	if p := r.URL.Path; path.Clean(p) != p {
+		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+p)
+		return
+	}
 	if _, pattern := h.mux.Handler(r); pattern == "" {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 		return
@@ -165,10 +170,26 @@ func statusFor(err error) int {
 	return http.StatusInternalServerError
 }
 
-// fail writes err as an E2B error. Internal errors are logged and not shown.
+// e2bFields are E2B's names of request fields whose forkbox names differ.
+var e2bFields = map[string]string{
+	"timeout_s": "timeout", "env": "envVars", "template": "templateID",
+}
+
+// fail writes err as an E2B error: field errors name E2B's field, storage
+// errors do not show host paths, internal errors are logged and not shown.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusFor(err)
+	var fe *errdefs.FieldError
+	if errors.As(err, &fe) {
+		if name, ok := e2bFields[fe.Field]; ok {
+			err = errdefs.InvalidField(name, "%s", fe.Reason)
+		}
+	}
 	msg := err.Error()
+	if status == http.StatusInsufficientStorage {
+		h.log.Warn("e2b request: insufficient storage", "method", r.Method, "path", r.URL.Path, "err", err)
+		msg = "not enough storage on the forkbox host for this sandbox"
+	}
 	if status == http.StatusInternalServerError {
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 			return // the client went away

@@ -3,6 +3,7 @@ package e2b
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httputil"
@@ -82,6 +83,13 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		h.log.Debug("envd proxy: full duplex unavailable", "err", err)
 	}
+	// A request body the client botched (a bad chunk, say) is the
+	// client's error (400), not an unreachable sandbox (502, which the SDK
+	// reads as "not running").
+	body := &bodyError{r: r.Body}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = body
+	}
 	target, err := url.Parse(conn.BaseURL)
 	if err != nil {
 		h.fail(w, r, err)
@@ -102,12 +110,33 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			if r.Context().Err() != nil {
 				return // the client went away
 			}
+			if body.err != nil {
+				writeError(w, http.StatusBadRequest, "reading the request body: "+body.err.Error())
+				return
+			}
 			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: agent unreachable: %v", id, err))
 		},
 		ErrorLog: log.New(proxyLogWriter{h}, "", 0),
 	}
 	proxy.ServeHTTP(w, r)
 }
+
+// bodyError records the first read error of a request body other than
+// its end.
+type bodyError struct {
+	r   io.ReadCloser
+	err error
+}
+
+func (b *bodyError) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *bodyError) Close() error { return b.r.Close() }
 
 // notRunning is the message of a 502 for a sandbox that cannot serve envd.
 func notRunning(id string, err error) string {

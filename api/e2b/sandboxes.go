@@ -189,8 +189,9 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Template = body.TemplateID
-	if body.TemplateID != "" {
-		// A snapshot id or name restores that snapshot, as in E2B.
+	if body.TemplateID != "" && !h.mgr.TemplateExists(body.TemplateID) {
+		// A snapshot id or name restores that snapshot, as in E2B (a
+		// template of that name wins).
 		if sn, err := h.mgr.GetSnapshot(r.Context(), body.TemplateID); err == nil {
 			req.Template, req.Snapshot = "", sn.ID
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
@@ -261,6 +262,10 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 	timeout := int64(defaultTimeoutS)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
+		if max := h.mgr.Limits().MaxTimeoutS; timeout < 1 || timeout > max {
+			h.fail(w, r, errdefs.InvalidField("timeout", "must be between 1 and %d seconds", max))
+			return
+		}
 	}
 	rec := h.session(w, r)
 	if rec == nil {
@@ -288,7 +293,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 	if time.Until(rec.ExpiresAt) < time.Duration(timeout)*time.Second {
 		extended, err := h.mgr.SetTimeout(r.Context(), rec.ID, timeout)
 		if err != nil {
-			h.fail(w, r, fieldAs(err, "timeout_s", "timeout"))
+			h.fail(w, r, err)
 			return
 		}
 		rec = extended
@@ -334,7 +339,7 @@ func (h *Handler) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, err := h.mgr.SetTimeout(r.Context(), rec.ID, *body.Timeout); err != nil {
-		h.fail(w, r, fieldAs(err, "timeout_s", "timeout"))
+		h.fail(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -356,14 +361,4 @@ func (h *Handler) handlePause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// fieldAs renames field from in a field error to E2B's name to; other
-// errors pass unchanged.
-func fieldAs(err error, from, to string) error {
-	var fe *errdefs.FieldError
-	if errors.As(err, &fe) && fe.Field == from {
-		return errdefs.InvalidField(to, "%s", fe.Reason)
-	}
-	return err
 }

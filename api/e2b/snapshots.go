@@ -92,6 +92,9 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 		if (sandboxID != "" && sn.SessionID != sandboxID) || (name != "" && sn.Name != name) {
 			continue
 		}
+		if !sn.ExpiresAt.IsZero() {
+			continue // temporary (a fork's): E2B forks leave no snapshot to list
+		}
 		if after != nil && !(sn.CreatedAt.Before(after.CreatedAt) ||
 			(sn.CreatedAt.Equal(after.CreatedAt) && sn.ID > after.ID)) {
 			continue
@@ -168,7 +171,7 @@ func (h *Handler) handleFork(w http.ResponseWriter, r *http.Request) {
 	_, sessions, err := h.mgr.ForkSession(r.Context(), rec.ID, count, req,
 		sandbox.SnapshotOptions{ExpiresIn: forkSnapshotTTL})
 	if err != nil {
-		h.fail(w, r, fieldAs(err, "timeout_s", "timeout"))
+		h.fail(w, r, err)
 		return
 	}
 	out := make([]forkResult, 0, len(sessions))
