@@ -83,6 +83,24 @@ type Session struct {
 	OnTimeout string
 	// AutoResume: a session paused by OnTimeoutPause resumes on its next call.
 	AutoResume bool
+	// Network is the session's egress policy; nil for none (loopback only).
+	Network *Network
+}
+
+// Network is a session's egress policy as stored (see api/v1.Network).
+type Network struct {
+	Allow                   []string `json:"allow"`
+	MaxEgressBytes          int64    `json:"max_egress_bytes"`
+	MaxConnectionsPerMinute int      `json:"max_connections_per_minute"`
+}
+
+// networkJSON is n as stored: "" for none.
+func networkJSON(n *Network) string {
+	if n == nil {
+		return ""
+	}
+	b, _ := json.Marshal(n)
+	return string(b)
 }
 
 // What a session does when its timeout is reached (Session.OnTimeout).
@@ -94,7 +112,7 @@ const (
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
 	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused,
-	envd_token, on_timeout, auto_resume`
+	envd_token, on_timeout, auto_resume, network`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -106,12 +124,12 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network))
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -241,12 +259,12 @@ func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
 		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ?,
-		envd_token = ?, on_timeout = ?, auto_resume = ? WHERE id = ?`,
+		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, se.ID)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -263,15 +281,21 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanSession(r scanner) (*Session, error) {
 	var se Session
-	var env, meta string
+	var env, meta, network string
 	var key sql.NullString
 	var created, started, expires, ended, paused, remaining int64
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
 		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused,
-		&se.EnvdToken, &se.OnTimeout, &se.AutoResume)
+		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network)
 	if err != nil {
 		return nil, err
+	}
+	if network != "" {
+		se.Network = &Network{}
+		if err := json.Unmarshal([]byte(network), se.Network); err != nil {
+			return nil, fmt.Errorf("session %s network: %w", se.ID, err)
+		}
 	}
 	se.IdempotencyKey = key.String
 	if err := json.Unmarshal([]byte(env), &se.Env); err != nil {

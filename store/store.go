@@ -108,6 +108,23 @@ var migrations = []string{
 	ALTER TABLE sessions ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE snapshots ADD COLUMN name TEXT NOT NULL DEFAULT '';
 	CREATE INDEX snapshots_by_name ON snapshots (name, created_at);`,
+	// 5: a session's egress policy (JSON, '' for none) and its egress
+	// records (kept after the session ends: they are an audit trail).
+	`ALTER TABLE sessions ADD COLUMN network TEXT NOT NULL DEFAULT '';
+	CREATE TABLE egress (
+		seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+		session_id TEXT NOT NULL,
+		time       INTEGER NOT NULL,
+		kind       TEXT NOT NULL,
+		host       TEXT NOT NULL,
+		addr       TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		bytes_up   INTEGER NOT NULL,
+		bytes_down INTEGER NOT NULL,
+		decision   TEXT NOT NULL,
+		reason     TEXT NOT NULL
+	);
+	CREATE INDEX egress_by_session ON egress (session_id, seq);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

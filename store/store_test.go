@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -370,5 +371,35 @@ func TestTemplates(t *testing.T) {
 	wantClass(t, err, errdefs.ErrNotFound)
 	if list, err := s.ListTemplates(ctx); err != nil || len(list) != 1 {
 		t.Fatalf("after delete: %v, %v", list, err)
+	}
+}
+
+func TestEgressRecords(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	recs := []EgressRecord{
+		{SessionID: "a", Time: now, Kind: "connect", Host: "x.test", Addr: "198.51.100.1", Port: 443, BytesUp: 10, BytesDown: 90, Decision: "allow"},
+		{SessionID: "a", Time: now, Kind: "dns", Host: "evil\x00\n" + strings.Repeat("y", 400), Port: 53, Decision: "deny", Reason: "name not in the allow-list"},
+		{SessionID: "b", Time: now, Kind: "http", Host: "z.test", Port: 80, BytesUp: 1, BytesDown: 2, Decision: "allow"},
+	}
+	if err := s.AddEgress(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListEgress(ctx, "a", 0, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("ListEgress: %v %v", got, err)
+	}
+	if got[0].Host != "x.test" || got[0].BytesDown != 90 || !got[0].Time.Equal(now) {
+		t.Errorf("first record: %+v", got[0])
+	}
+	if h := got[1].Host; len(h) != 255 || strings.ContainsAny(h, "\x00\n") {
+		t.Errorf("hostile host name stored as %q", h)
+	}
+	if page, _ := s.ListEgress(ctx, "a", 1, 10); len(page) != 1 || page[0].Kind != "dns" {
+		t.Errorf("skip 1: %+v", page)
+	}
+	if n, err := s.EgressBytes(ctx, "a"); err != nil || n != 100 {
+		t.Errorf("EgressBytes(a) = %d %v, want 100", n, err)
 	}
 }

@@ -48,6 +48,54 @@ type CreateRequest struct {
 	// AutoResume (only with OnTimeout "pause") makes a session paused on
 	// timeout resume by itself on its next exec or files call.
 	AutoResume bool `json:"auto_resume,omitempty"`
+	// Network opens egress through forkbox's proxy to an allow-list; nil
+	// (the default) leaves the sandbox with loopback only.
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a session's egress policy. The sandbox gets an interface
+// whose only reachable destination is forkbox's egress proxy and DNS
+// server; HTTP_PROXY and HTTPS_PROXY point at the proxy, and plain HTTP
+// (port 80) and TLS (port 443) to any address go through it too. Private,
+// loopback, link-local and the host's own addresses, other sandboxes and
+// mail ports are refused whatever the allow-list says.
+type Network struct {
+	// Allow lists the destinations: "host:port", "*.domain:port" (any name
+	// under domain), or a CIDR with an optional port ("203.0.113.0/24",
+	// "198.51.100.7/32:8443"). 1 to 256 entries.
+	Allow []string `json:"allow"`
+	// MaxEgressBytes caps the bytes moved through the proxy, sent plus
+	// received (0: the server's default); past it connections are cut.
+	MaxEgressBytes int64 `json:"max_egress_bytes,omitempty"`
+	// MaxConnectionsPerMinute caps new connections (0: the server's
+	// default); DNS queries may come at ten times this rate.
+	MaxConnectionsPerMinute int `json:"max_connections_per_minute,omitempty"`
+}
+
+// EgressRecord is one egress event of a session (GET
+// /v1/sessions/{id}/egress): a connection through the proxy (with its
+// bytes, once it ended), a refusal, or a DNS query.
+type EgressRecord struct {
+	Time time.Time `json:"time"`
+	// Kind is connect (HTTP CONNECT), http (plain or transparent HTTP),
+	// tls (transparent TLS, by SNI) or dns.
+	Kind string `json:"kind"`
+	// Host is the name (or IP literal) the sandbox asked for.
+	Host string `json:"host,omitempty"`
+	// Addr is the address connected to, or the DNS answer.
+	Addr string `json:"addr,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// BytesUp and BytesDown are bytes sent and received.
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
+	// Decision is allow or deny; Reason says why (a refusal, a cut).
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// EgressList is the body of GET /v1/sessions/{id}/egress, oldest first.
+type EgressList struct {
+	Records []EgressRecord `json:"records"`
 }
 
 // Limits bound and default the values of a CreateRequest (GET /v1/info).
@@ -100,6 +148,8 @@ type Session struct {
 	// OnTimeout is "kill" or "pause"; AutoResume as in CreateRequest.
 	OnTimeout  string `json:"on_timeout"`
 	AutoResume bool   `json:"auto_resume,omitempty"`
+	// Network is the egress policy, if the session has a network.
+	Network *Network `json:"network,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -255,6 +305,9 @@ type Usage struct {
 	DiskBytes int64 `json:"disk_bytes"`
 	// OOMKills counts processes the out-of-memory killer ended.
 	OOMKills int64 `json:"oom_kills"`
+	// EgressBytes is what the session moved through its egress proxy
+	// (sent plus received), in bytes.
+	EgressBytes int64 `json:"egress_bytes"`
 }
 
 // Template is a root filesystem sessions start from.

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// EgressRecord is one egress event of a session (see netpolicy.Event).
+type EgressRecord struct {
+	SessionID          string
+	Time               time.Time
+	Kind               string
+	Host, Addr         string
+	Port               int
+	BytesUp, BytesDown int64
+	Decision, Reason   string
+}
+
+// AddEgress appends records (of any sessions) in one transaction.
+func (s *Store) AddEgress(ctx context.Context, records []EgressRecord) error {
+	if len(records) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO egress (session_id, time, kind, host, addr, port,
+		bytes_up, bytes_down, decision, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, r := range records {
+		if _, err := stmt.ExecContext(ctx, r.SessionID, ms(r.Time), r.Kind, sanitizeText(r.Host, 255),
+			sanitizeText(r.Addr, 64), r.Port, r.BytesUp, r.BytesDown, r.Decision, sanitizeText(r.Reason, 512)); err != nil {
+			return fmt.Errorf("egress record: %w", err)
+		}
+	}
+	return tx.Commit()
+}
+
+// ListEgress returns up to limit of session id's egress records, oldest
+// first, starting after the first skip of them.
+func (s *Store) ListEgress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT session_id, time, kind, host, addr, port, bytes_up, bytes_down,
+		decision, reason FROM egress WHERE session_id = ? ORDER BY seq LIMIT ? OFFSET ?`, id, limit, skip)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []EgressRecord
+	for rows.Next() {
+		var r EgressRecord
+		var t int64
+		if err := rows.Scan(&r.SessionID, &t, &r.Kind, &r.Host, &r.Addr, &r.Port, &r.BytesUp, &r.BytesDown,
+			&r.Decision, &r.Reason); err != nil {
+			return nil, err
+		}
+		r.Time = fromMS(t)
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// EgressBytes returns the bytes session id moved through its proxy in
+// connections that ended (sent plus received).
+func (s *Store) EgressBytes(ctx context.Context, id string) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(bytes_up + bytes_down), 0) FROM egress WHERE session_id = ?`, id).Scan(&n)
+	return n, err
+}
+
+// sanitizeText keeps a record field printable and bounded: a hostile
+// sandbox chooses the names it asks for.
+func sanitizeText(s string, max int) string {
+	if len(s) > max {
+		s = s[:max]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
