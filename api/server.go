@@ -65,6 +65,7 @@ func (s *Server) routes() {
 	s.mux.Handle("DELETE /v1/sessions/{id}", auth(s.handleDelete))
 	s.mux.Handle("POST /v1/sessions/{id}/timeout", auth(s.handleTimeout))
 	s.mux.Handle("GET /v1/sessions/{id}/usage", auth(s.handleUsage))
+	s.mux.Handle("GET /v1/sessions/{id}/egress", auth(s.handleEgress))
 	s.mux.Handle("POST /v1/sessions/{id}/pause", auth(s.handlePause))
 	s.mux.Handle("POST /v1/sessions/{id}/resume", auth(s.handleResume))
 	s.mux.Handle("POST /v1/sessions/{id}/snapshot", auth(s.handleSnapshot))

@@ -1,11 +1,13 @@
 package api
 
 import (
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/sandbox"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
@@ -23,7 +25,7 @@ func sessionView(r *store.Session) v1.Session {
 		Workdir: r.Workdir, Metadata: meta,
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
 		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
-		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: sandbox.APINetwork(r.Network),
 	}
 	if v.OnTimeout == "" {
 		v.OnTimeout = store.OnTimeoutKill // sessions from before on_timeout existed
@@ -172,4 +174,31 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, u)
+}
+
+// handleEgress: GET /v1/sessions/{id}/egress[?skip=N][&limit=N] → the
+// session's egress records, oldest first (limit 1-1000, default 100).
+func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request) {
+	skip, limit := 0, 100
+	for name, dst := range map[string]*int{"skip": &skip, "limit": &limit} {
+		if v := r.URL.Query().Get(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				s.writeError(w, r, errdefs.InvalidField(name, "must be an integer"))
+				return
+			}
+			*dst = n
+		}
+	}
+	recs, err := s.mgr.Egress(r.Context(), r.PathValue("id"), skip, limit)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := v1.EgressList{Records: make([]v1.EgressRecord, 0, len(recs))}
+	for _, e := range recs {
+		out.Records = append(out.Records, v1.EgressRecord{Time: e.Time, Kind: e.Kind, Host: e.Host, Addr: e.Addr,
+			Port: e.Port, BytesUp: e.BytesUp, BytesDown: e.BytesDown, Decision: e.Decision, Reason: e.Reason})
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"log/slog"
 	"net"
@@ -22,6 +21,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/netpolicy"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/runtime/runc"
@@ -59,7 +61,10 @@ type Options struct {
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
 	Pools []v1.Pool
-	Log   *slog.Logger
+	// EgressResolver resolves the names sandboxes with a network ask for;
+	// nil is the host's resolver. (Tests map names to their test hosts.)
+	EgressResolver netpolicy.Resolver
+	Log            *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -74,6 +79,7 @@ type Daemon struct {
 	log    *slog.Logger
 	st     *store.Store
 	sdrv   storage.Driver
+	net    *netpolicy.Service // nil when the host cannot give sandboxes networks
 	mgr    *sandbox.Manager
 	srv    *http.Server
 	served chan error
@@ -148,9 +154,18 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	// Sandboxes that ask for a network get one through the egress
+	// service; without it (no nftables, say) such creates are refused and
+	// every other sandbox works as before.
+	netsvc, err := netpolicy.NewService(netpolicy.ServiceOptions{
+		Dir: layout.Netns(), Resolver: opts.EgressResolver, Log: log})
+	if err != nil {
+		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
+		netsvc = nil
+	}
 	mgr := sandbox.NewManager(sandbox.Options{
 		Layout: layout, Store: st, Driver: drv, Storage: sdrv, AgentPath: agentPath,
-		Limits: opts.Limits, Shift: storage.DefaultIDShift, Log: log,
+		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
 	})
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
@@ -181,7 +196,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	apiServer := api.New(mgr, st, catalog, layout.Templates(), log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, sdrv: sdrv, mgr: mgr, served: make(chan error, 1),
+		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1),
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -225,6 +240,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
+	if d.net != nil {
+		d.net.Close()
+	}
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
 	}

@@ -55,13 +55,13 @@ type meter struct {
 	queries  *rate.Limiter // nil: no limit
 
 	mu       sync.Mutex
-	open     map[net.Conn]struct{}
+	open     map[*countingConn]struct{}
 	exceeded bool
 	closed   bool
 }
 
 func newMeter(p *Policy) *meter {
-	m := &meter{maxBytes: p.MaxBytes, open: map[net.Conn]struct{}{}}
+	m := &meter{maxBytes: p.MaxBytes, open: map[*countingConn]struct{}{}}
 	if n := p.MaxConnsPerMinute; n > 0 {
 		m.conns = rate.NewLimiter(rate.Limit(float64(n)/60), n)
 		m.queries = rate.NewLimiter(rate.Limit(float64(10*n)/60), 10*n)
@@ -104,7 +104,7 @@ func (m *meter) quotaReason() string {
 
 // track registers c as open; false when the meter is closed or the quota
 // is spent (the caller closes c).
-func (m *meter) track(c net.Conn) bool {
+func (m *meter) track(c *countingConn) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed || m.exceeded {
@@ -114,7 +114,7 @@ func (m *meter) track(c net.Conn) bool {
 	return true
 }
 
-func (m *meter) untrack(c net.Conn) {
+func (m *meter) untrack(c *countingConn) {
 	m.mu.Lock()
 	delete(m.open, c)
 	m.mu.Unlock()
@@ -137,6 +137,17 @@ func (m *meter) add(n int64) bool {
 		c.Close()
 	}
 	return true
+}
+
+// openBytes sums what the open connections moved so far.
+func (m *meter) openBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for c := range m.open {
+		n += c.up.Load() + c.down.Load()
+	}
+	return n
 }
 
 // close cuts every open connection and refuses new ones.

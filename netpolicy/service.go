@@ -94,6 +94,10 @@ func (a *Attachment) Env() []string {
 // attachment started (sent plus received).
 func (a *Attachment) BytesUsed() int64 { return a.egress.BytesUsed() }
 
+// OpenBytes is the bytes moved so far by connections still open (ended
+// ones are in the events).
+func (a *Attachment) OpenBytes() int64 { return a.egress.meter.openBytes() }
+
 // Attach makes session id's network for policy p; events go to sink. On
 // error nothing is left behind. ErrResourceExhausted when every address
 // slot is taken; ErrConflict when id already has a network.

@@ -86,6 +86,11 @@ type Config struct {
 	// UIDMap and GIDMap map sandbox ids to host ids; empty means no user namespace.
 	UIDMap []IDMap
 	GIDMap []IDMap
+	// NetnsPath, when set, is a network namespace (a bind-mounted
+	// namespace file, owned by the host's user namespace) the sandbox
+	// joins instead of a new one with loopback only. Its interfaces and
+	// firewall are the caller's (netpolicy); the sandbox cannot change them.
+	NetnsPath string
 }
 
 // AgentTarget is where the agent binary appears inside every sandbox.

@@ -75,6 +75,8 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 				return nil, false, err
 			}
 		}
+	} else if req.Network != nil {
+		// Warm-pool members have no network; a network is made per sandbox.
 	} else if rec, err := m.claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		return rec, rec != nil, err
 	}
@@ -119,6 +121,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
+		Network: storeNetwork(req.Network),
 	}
 	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
 		return nil, err
@@ -189,6 +192,22 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		runtime.Mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true},
 		runtime.Mount{Source: hostname, Target: "/etc/hostname", ReadOnly: true},
 	)
+	att, err := m.attachNetwork(sb, false)
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	netnsPath := ""
+	if att != nil {
+		sb.mu.Lock()
+		sb.net = att
+		sb.mu.Unlock()
+		resolv := filepath.Join(sb.dir, "resolv.conf")
+		if err := os.WriteFile(resolv, att.Resolv(), 0o644); err != nil {
+			return err
+		}
+		mounts = append(mounts, runtime.Mount{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
+		netnsPath = att.NetnsPath
+	}
 
 	acfg := agent.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
 	if acfg.Workdir == "" {
@@ -204,6 +223,12 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	}
 	for k, v := range req.Env {
 		acfg.Env[k] = v
+	}
+	if att != nil {
+		for _, kv := range att.Env() {
+			k, v, _ := cutEnv(kv)
+			acfg.Env[k] = v
+		}
 	}
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {
@@ -234,7 +259,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
-		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap,
+		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath,
 	})
 	if err != nil {
 		return err

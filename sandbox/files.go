@@ -302,7 +302,8 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 // Usage reads the session's CPU seconds, memory (now and peak, bytes),
 // tasks, OOM kills and the bytes its writable layer holds.
 func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
-	if sb := m.lookup(id); sb == nil || !isLive(sb.Record().State) {
+	sb := m.lookup(id)
+	if sb == nil || !isLive(sb.Record().State) {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
@@ -315,5 +316,6 @@ func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 	if u.DiskBytes, err = m.opts.Storage.Usage(ctx, id); err != nil {
 		return nil, err
 	}
+	u.EgressBytes = m.egressBytes(ctx, sb)
 	return u, nil
 }

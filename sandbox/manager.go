@@ -14,9 +14,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/netpolicy"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
@@ -37,7 +39,10 @@ type Options struct {
 	Limits v1.Limits
 	// Shift maps sandbox ids to host ids (storage.DefaultIDShift).
 	Shift storage.IDShift
-	Log   *slog.Logger
+	// Net gives sessions that ask for one a network through the egress
+	// proxy; nil: such creates are refused.
+	Net *netpolicy.Service
+	Log *slog.Logger
 }
 
 // Manager owns every sandbox of this host. It is safe for concurrent use.
@@ -61,6 +66,10 @@ type Manager struct {
 	closing   chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	// egressQueue feeds recordEgress; egressDropped counts records lost
+	// because it was full.
+	egressQueue   chan store.EgressRecord
+	egressDropped atomic.Int64
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -98,6 +107,8 @@ type Sandbox struct {
 	inflight int
 	lastUse  time.Time
 	idle     *time.Timer
+	// net is the sandbox's network (nil: loopback only); under mu.
+	net *netpolicy.Attachment
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -136,8 +147,11 @@ func NewManager(opts Options) *Manager {
 	if opts.Shift.Size == 0 {
 		opts.Shift = storage.DefaultIDShift
 	}
-	return &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, poolKick: make(chan struct{}, 1)}
+	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
+		pools: map[string]*pool{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096)}
+	m.wg.Add(1)
+	go m.recordEgress()
+	return m
 }
 
 // Driver returns the isolation driver in use.

@@ -63,6 +63,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.sweepOrphans(ctx)
 	m.sweepStorage(ctx)
+	if m.opts.Net != nil {
+		// Networks of sessions that ended while the daemon was down.
+		if err := m.opts.Net.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
+			m.log.Warn("sweep networks", "err", err)
+		}
+	}
 	if err := m.loadPools(ctx); err != nil {
 		return err
 	}
@@ -109,6 +115,14 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 				m.log.Warn("adopt: refreeze paused sandbox", "session", sb.id, "err", err)
 			}
 		}
+	}
+	if sb.rec.Network != nil {
+		att, err := m.attachNetwork(sb, true)
+		if err != nil {
+			m.log.Warn("adopt: network", "session", sb.id, "err", err)
+			return false
+		}
+		sb.net = att
 	}
 	m.register(sb)
 	if time.Now().After(sb.rec.ExpiresAt) {

@@ -105,6 +105,9 @@ func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 	if err := validateMetadata(r.Metadata); err != nil {
 		return err
 	}
+	if err := normalizeNetwork(r.Network); err != nil {
+		return err
+	}
 	if r.User == "" {
 		r.User = "user"
 	}

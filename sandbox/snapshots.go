@@ -221,6 +221,9 @@ func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
 	if req.Env == nil {
 		req.Env = rec.Env
 	}
+	if req.Network == nil {
+		req.Network = APINetwork(rec.Network)
+	}
 	if req.Metadata == nil {
 		req.Metadata = rec.Metadata
 	}

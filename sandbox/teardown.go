@@ -163,6 +163,11 @@ func (m *Manager) cleanup(ctx context.Context, id string) error {
 	if err := m.opts.Driver.Delete(ctx, id); err != nil {
 		return err
 	}
+	if m.opts.Net != nil {
+		if err := m.opts.Net.Detach(id); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+	}
 	if err := m.opts.Storage.Remove(ctx, id); err != nil {
 		return err
 	}

@@ -55,5 +55,9 @@ func (l Layout) Storage(name string) string { return filepath.Join(l.Root, "stor
 // Sandboxes is the directory of all sandboxes.
 func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }
 
+// Netns is the directory of the sandboxes' network namespace files
+// (netpolicy; root only).
+func (l Layout) Netns() string { return filepath.Join(l.Root, "netns") }
+
 // Sandbox is the directory of sandbox id.
 func (l Layout) Sandbox(id string) string { return filepath.Join(l.Sandboxes(), id) }

@@ -117,6 +117,23 @@ func buildSpec(cfg runtime.Config) (*specs.Spec, error) {
 			ReadonlyPaths: readonlyPaths,
 		},
 	}
+	if cfg.NetnsPath != "" {
+		for i := range s.Linux.Namespaces {
+			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = cfg.NetnsPath
+			}
+		}
+		// The kernel mounts sysfs only for the user namespace that owns
+		// the network namespace, and this one is the host's (so that the
+		// sandbox cannot change its own firewall): /sys is a small empty
+		// tmpfs instead, with the cgroup tree still under it.
+		for i := range s.Mounts {
+			if s.Mounts[i].Destination == "/sys" {
+				s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "sysfs",
+					Options: []string{"nosuid", "noexec", "nodev", "mode=755", "size=64k"}}
+			}
+		}
+	}
 	if len(cfg.UIDMap) > 0 {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		s.Linux.UIDMappings = idMappings(cfg.UIDMap)

@@ -1,0 +1,186 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/store"
+)
+
+// Egress defaults and bounds of a session's network.
+const (
+	// DefaultMaxEgressBytes is the egress byte quota when a request sets
+	// none: 1 GiB.
+	DefaultMaxEgressBytes = 1 << 30
+	// MaxEgressBytes bounds what a request may ask: 1 TiB.
+	MaxEgressBytes = 1 << 40
+	// DefaultConnectionsPerMinute is the new-connection rate when a request
+	// sets none.
+	DefaultConnectionsPerMinute = 600
+	// MaxConnectionsPerMinute bounds what a request may ask.
+	MaxConnectionsPerMinute = 60000
+)
+
+// normalizeNetwork checks a create request's network and fills its
+// defaults. ErrInvalidArgument naming network.* fields.
+func normalizeNetwork(n *v1.Network) error {
+	if n == nil {
+		return nil
+	}
+	if len(n.Allow) == 0 {
+		return errdefs.InvalidField("network.allow", "must list at least one destination (omit network for none)")
+	}
+	if _, err := netpolicy.ParseAllow("network.allow", n.Allow); err != nil {
+		return err
+	}
+	if n.MaxEgressBytes == 0 {
+		n.MaxEgressBytes = DefaultMaxEgressBytes
+	}
+	if n.MaxEgressBytes < 0 || n.MaxEgressBytes > MaxEgressBytes {
+		return errdefs.InvalidField("network.max_egress_bytes", "must be between 1 and %d", int64(MaxEgressBytes))
+	}
+	if n.MaxConnectionsPerMinute == 0 {
+		n.MaxConnectionsPerMinute = DefaultConnectionsPerMinute
+	}
+	if n.MaxConnectionsPerMinute < 0 || n.MaxConnectionsPerMinute > MaxConnectionsPerMinute {
+		return errdefs.InvalidField("network.max_connections_per_minute", "must be between 1 and %d", MaxConnectionsPerMinute)
+	}
+	return nil
+}
+
+// storeNetwork is n as a session record keeps it.
+func storeNetwork(n *v1.Network) *store.Network {
+	if n == nil {
+		return nil
+	}
+	return &store.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
+		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+}
+
+// APINetwork is a stored network as the API reports it (nil for none).
+func APINetwork(n *store.Network) *v1.Network {
+	if n == nil {
+		return nil
+	}
+	return &v1.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
+		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+}
+
+// policyOf turns a stored network into the egress policy.
+func policyOf(n *store.Network) (*netpolicy.Policy, error) {
+	rules, err := netpolicy.ParseAllow("network.allow", n.Allow)
+	if err != nil {
+		return nil, err
+	}
+	return &netpolicy.Policy{Allow: rules, MaxBytes: n.MaxEgressBytes, MaxConnsPerMinute: n.MaxConnectionsPerMinute}, nil
+}
+
+// attachNetwork gives sb its network (adopt: the one it had before a
+// daemon restart). nil when sb has no network.
+func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment, error) {
+	n := sb.Record().Network
+	if n == nil {
+		return nil, nil
+	}
+	if m.opts.Net == nil {
+		return nil, errdefs.Newf(errdefs.ErrUnavailable, "session %s has a network, but this daemon has no egress service", sb.id)
+	}
+	p, err := policyOf(n)
+	if err != nil {
+		return nil, err
+	}
+	sink := m.egressSink(sb.id)
+	if adopt {
+		return m.opts.Net.Adopt(sb.id, p, sink)
+	}
+	return m.opts.Net.Attach(sb.id, p, sink)
+}
+
+// egressSink records session id's egress events through the manager's
+// recorder (never blocking the proxy; see recordEgress).
+func (m *Manager) egressSink(id string) netpolicy.Sink {
+	return func(ev netpolicy.Event) {
+		rec := store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
+			Port: int(ev.Port), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Decision: ev.Decision, Reason: ev.Reason}
+		select {
+		case m.egressQueue <- rec:
+		default:
+			m.egressDropped.Add(1)
+		}
+	}
+}
+
+// recordEgress writes queued egress records in batches until the manager
+// closes (then it writes what is left).
+func (m *Manager) recordEgress() {
+	defer m.wg.Done()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var batch []store.EgressRecord
+	flush := func() {
+		if n := m.egressDropped.Swap(0); n > 0 {
+			m.log.Warn("egress records dropped: the recorder fell behind", "records", n)
+		}
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := m.opts.Store.AddEgress(ctx, batch); err != nil {
+			m.log.Error("write egress records", "records", len(batch), "err", err)
+		}
+		cancel()
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case r := <-m.egressQueue:
+			batch = append(batch, r)
+			if len(batch) >= 256 {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case <-m.closing:
+			for {
+				select {
+				case r := <-m.egressQueue:
+					batch = append(batch, r)
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+// Egress returns session id's egress records, oldest first: up to limit
+// (1-1000) after the first skip. ErrNotFound for an unknown session.
+func (m *Manager) Egress(ctx context.Context, id string, skip, limit int) ([]store.EgressRecord, error) {
+	if limit < 1 || limit > 1000 {
+		return nil, errdefs.InvalidField("limit", "must be between 1 and 1000")
+	}
+	if skip < 0 {
+		return nil, errdefs.InvalidField("skip", "must not be negative")
+	}
+	if _, err := m.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	return m.opts.Store.ListEgress(ctx, id, skip, limit)
+}
+
+// egressBytes is what sb moved through its egress proxy: ended
+// connections (recorded) plus those still open.
+func (m *Manager) egressBytes(ctx context.Context, sb *Sandbox) int64 {
+	n, _ := m.opts.Store.EgressBytes(ctx, sb.id)
+	sb.mu.Lock()
+	net := sb.net
+	sb.mu.Unlock()
+	if net != nil {
+		n += net.OpenBytes()
+	}
+	return n
+}
