@@ -2,11 +2,12 @@ package client
 
 import (
 	"context"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
 )
 
 // CreateSession creates a session. With an idempotencyKey, a retry returns
@@ -80,6 +81,15 @@ func (c *Client) Usage(ctx context.Context, id string) (*Usage, error) {
 	u := &Usage{}
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/usage", nil, nil, nil, u)
 	return u, err
+}
+
+// Egress returns up to limit (1-1000) of a session's egress records, oldest
+// first, after the first skip.
+func (c *Client) Egress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error) {
+	var out v1.EgressList
+	q := url.Values{"skip": {strconv.Itoa(skip)}, "limit": {strconv.Itoa(limit)}}
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/egress", q, nil, nil, &out)
+	return out.Records, err
 }
 
 // Info returns the daemon's version, drivers and limits.

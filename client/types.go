@@ -13,6 +13,8 @@ type (
 	Process       = v1.Process
 	Entry         = v1.Entry
 	Usage         = v1.Usage
+	Network       = v1.Network
+	EgressRecord  = v1.EgressRecord
 	Template      = v1.Template
 	Info          = v1.Info
 	Snapshot      = v1.Snapshot

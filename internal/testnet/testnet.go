@@ -34,7 +34,11 @@ type Host struct {
 	Addr netip.Addr
 	ns   netns.NsHandle
 	link string // the host-side veth
+	cert *x509.Certificate
 }
+
+// TLSCertificate is the certificate of the last ServeTLS (nil before one).
+func (h *Host) TLSCertificate() *x509.Certificate { return h.cert }
 
 // NewHost makes a test host at addr (which must be in 198.51.100.0/24 or
 // 203.0.113.0/24) and removes it when t ends. It skips t when not root.
@@ -201,6 +205,7 @@ func (h *Host) ServeHTTP(t testing.TB, port int, handler http.Handler) {
 func (h *Host) ServeTLS(t testing.TB, port int, handler http.Handler, names ...string) *x509.CertPool {
 	t.Helper()
 	cert, pool := SelfSigned(t, names...)
+	h.cert = cert.Leaf
 	srv := &httptest.Server{Listener: h.Listen(t, port), Config: &http.Server{Handler: handler},
 		TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}
 	srv.StartTLS()
