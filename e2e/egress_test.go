@@ -27,6 +27,8 @@ var egressNames = netpolicy.MapResolver{
 	"allowed.test": {netip.MustParseAddr(egressHost)},
 	"other.test":   {netip.MustParseAddr(egressHost)},
 	"rebind.test":  {netip.MustParseAddr("169.254.169.254")},
+	"quota.test":   {netip.MustParseAddr("198.51.100.41")},
+	"restart.test": {netip.MustParseAddr("198.51.100.42")},
 }
 
 // egressProbe runs inside the sandbox and prints one JSON object: what
@@ -229,7 +231,6 @@ func TestEgressQuota(t *testing.T) {
 	host.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write(make([]byte, 4<<20))
 	}))
-	egressNames["quota.test"] = []netip.Addr{netip.MustParseAddr("198.51.100.41")}
 	s := newSession(t, client.CreateRequest{Network: &client.Network{Allow: []string{"quota.test:80"}, MaxEgressBytes: 1 << 20}})
 	script := `
 import urllib.request
@@ -288,5 +289,33 @@ func TestEgressBadRequests(t *testing.T) {
 	}
 	if out := runHost(t, "ip", "-o", "link"); strings.Contains(out, "fbx") {
 		t.Errorf("a refused create left a link:\n%s", out)
+	}
+}
+
+// TestEgressSurvivesRestart: a restarted daemon adopts a sandbox's network
+// (its proxy answers again) and removes the network when the session ends.
+func TestEgressSurvivesRestart(t *testing.T) {
+	host := testnet.NewHost(t, "198.51.100.42")
+	host.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "still here") }))
+	o := newOwnDaemon(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{Network: &client.Network{Allow: []string{"restart.test:80"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := []string{"python3", "-c", `import urllib.request; print(urllib.request.urlopen("http://restart.test/", timeout=10).read().decode())`}
+	if out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{Argv: fetch}); err != nil || string(out.Stdout) != "still here\n" {
+		t.Fatalf("before the restart: %+v %v", out, err)
+	}
+	o.restart(t, nil)
+	if out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{Argv: fetch}); err != nil || string(out.Stdout) != "still here\n" {
+		t.Fatalf("after the restart: stdout %q stderr %q %v", out.Stdout, out.Stderr, err)
+	}
+	link := runHost(t, "ip", "-o", "link")
+	if err := o.c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if after := runHost(t, "ip", "-o", "link"); strings.Count(after, "fbx") >= strings.Count(link, "fbx") {
+		t.Errorf("the session's link outlived it:\n%s", after)
 	}
 }

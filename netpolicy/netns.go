@@ -181,6 +181,22 @@ func linkGateway(hostLink string) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("link %s has no gateway address", hostLink)
 }
 
+// hostGateways returns the sandbox-subnet addresses configured on the
+// host's links.
+func hostGateways() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && subnet.Contains(ip) {
+			out[ip] = true
+		}
+	}
+	return out
+}
+
 // deleteLink removes a host link (its peer goes with it); a missing link
 // is not an error.
 func deleteLink(hostLink string) error {

@@ -107,9 +107,13 @@ func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
 		s.mu.Unlock()
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s already has a network", id)
 	}
+	// A slot whose gateway is already on the host (another daemon's, or
+	// a leftover) is skipped too.
+	onHost := hostGateways()
 	slot := -1
 	for i := 0; i < maxSlots; i++ {
-		if _, used := s.slots[i]; !used {
+		gw, _ := slotAddrs(i)
+		if _, used := s.slots[i]; !used && !onHost[gw] {
 			slot = i
 			break
 		}
