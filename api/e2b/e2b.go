@@ -183,6 +183,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		if name, ok := e2bFields[fe.Field]; ok {
 			err = errdefs.InvalidField(name, "%s", fe.Reason)
+		} else if strings.HasPrefix(fe.Field, "network.allow") {
+			err = errdefs.InvalidField("network.allowOut", "%s", fe.Reason)
 		}
 	}
 	msg := err.Error()

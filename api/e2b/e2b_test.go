@@ -171,12 +171,19 @@ func TestCreateBodyMapping(t *testing.T) {
 		req.Env["A"] != "1" || req.Metadata["m"] != "v" {
 		t.Fatalf("mapped: %+v %v", req, err)
 	}
+	b, _ = parse(`{"network":{"allowOut":["example.com","*.pypi.org","8.8.8.8","2001:db8::1","203.0.113.0/24"],"denyOut":["0.0.0.0/0"]}}`)
+	req, err = b.toCreateRequest()
+	want := []string{"example.com:80", "example.com:443", "*.pypi.org:80", "*.pypi.org:443", "8.8.8.8/32",
+		"2001:db8::1/128", "203.0.113.0/24"}
+	if err != nil || req.Network == nil || !reflect.DeepEqual(req.Network.Allow, want) {
+		t.Fatalf("allowOut mapping: %+v %v, want %v", req.Network, err, want)
+	}
 	for field, body := range map[string]string{
 		"timeout":      `{"timeout":0}`,
 		"autoResume":   `{"autoResume":{"enabled":true}}`,
 		"mcp":          `{"mcp":{"x":{}}}`,
 		"volumeMounts": `{"volumeMounts":[{"name":"v","path":"/data"}]}`,
-		"network":      `{"network":{"allowOut":["example.com"]}}`,
+		"network":      `{"network":{"rules":{"example.com":[]}}}`,
 	} {
 		b, err := parse(body)
 		if err != nil {

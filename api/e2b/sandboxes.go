@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
@@ -164,11 +166,38 @@ func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
 	if len(b.VolumeMounts) > 0 {
 		return req, errdefs.InvalidField("volumeMounts", "volumes are not supported by forkbox")
 	}
-	if n := b.Network; n != nil && (len(n.AllowOut) > 0 || isSet(n.Rules) || isSet(n.EgressProxy)) {
-		return req, errdefs.InvalidField("network",
-			"forkbox sandboxes have no network access yet; allowOut, rules and egressProxy cannot be honoured")
+	if n := b.Network; n != nil {
+		if isSet(n.Rules) || isSet(n.EgressProxy) {
+			return req, errdefs.InvalidField("network", "rules and egressProxy are not supported by forkbox")
+		}
+		if len(n.AllowOut) > 0 {
+			req.Network = &v1.Network{Allow: allowList(n.AllowOut)}
+		}
 	}
 	return req, nil
+}
+
+// allowList turns E2B's allowOut (CIDRs, bare IPs, names and *.names; any
+// port) into forkbox's allow-list: addresses on every port, names on the
+// web ports (80 and 443), which is what forkbox's proxy carries for names.
+// denyOut needs no mapping: forkbox refuses whatever is not allowed.
+func allowList(allowOut []string) []string {
+	var out []string
+	for _, e := range allowOut {
+		switch {
+		case strings.Contains(e, "/"):
+			out = append(out, e)
+		case net.ParseIP(e) != nil:
+			if strings.Contains(e, ":") {
+				out = append(out, e+"/128")
+			} else {
+				out = append(out, e+"/32")
+			}
+		default:
+			out = append(out, e+":80", e+":443")
+		}
+	}
+	return out
 }
 
 // isSet reports whether a raw JSON field was given a non-null value.
