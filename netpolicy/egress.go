@@ -230,11 +230,40 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		}
 		why := l.e.meter.admit()
 		if why == "" {
-			return c, nil
+			if l.e.meter.sandboxConns.Add(1) <= MaxOpenConns {
+				return &sandboxConn{Conn: c, m: l.e.meter}, nil
+			}
+			l.e.meter.sandboxConns.Add(-1)
+			why = fmt.Sprintf("more than %d connections open at once", MaxOpenConns)
 		}
 		l.e.cfg.Sink(Event{Time: time.Now(), Kind: l.kind, Decision: DecisionDeny, Reason: why})
 		c.Close()
 	}
+}
+
+// MaxOpenConns bounds the connections one sandbox may hold open to its
+// egress service at once (each costs the daemon descriptors).
+const MaxOpenConns = 256
+
+// sandboxConn is an accepted connection from the sandbox; closing it frees
+// its place under MaxOpenConns (once).
+type sandboxConn struct {
+	net.Conn
+	m    *meter
+	once sync.Once
+}
+
+func (c *sandboxConn) Close() error {
+	c.once.Do(func() { c.m.sandboxConns.Add(-1) })
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection (splice uses it).
+func (c *sandboxConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (e *Egress) serveHTTP(l net.Listener, transparent bool) {

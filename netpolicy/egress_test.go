@@ -344,3 +344,38 @@ func TestCloseCutsConnections(t *testing.T) {
 		t.Errorf("the tunnel outlived Close: %v", err)
 	}
 }
+
+func TestOpenConnectionCap(t *testing.T) {
+	r := newRig(t, mustPolicy(t, "allowed.test:80"), "198.51.100.12")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < MaxOpenConns; i++ {
+		c, err := net.Dial("tcp", r.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// One more is accepted by the kernel and closed by the proxy at once.
+	extra, err := net.Dial("tcp", r.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Errorf("connection %d was kept open: %v", MaxOpenConns+1, err)
+	}
+	// Closing one frees a place.
+	conns[0].Close()
+	conns = conns[1:]
+	time.Sleep(100 * time.Millisecond)
+	c := r.client()
+	if st, body := get(t, c, "http://allowed.test/"); st != 200 {
+		t.Errorf("after one closed: %d %q", st, body)
+	}
+}

@@ -51,8 +51,10 @@ type Sink func(Event)
 type meter struct {
 	maxBytes int64
 	bytes    atomic.Int64
-	conns    *rate.Limiter // nil: no limit
-	queries  *rate.Limiter // nil: no limit
+	// sandboxConns counts connections from the sandbox open now.
+	sandboxConns atomic.Int64
+	conns        *rate.Limiter // nil: no limit
+	queries      *rate.Limiter // nil: no limit
 
 	mu       sync.Mutex
 	open     map[*countingConn]struct{}
