@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -205,8 +207,11 @@ func TestEgressAllowList(t *testing.T) {
 	if err := env.c.DeleteSession(ctxFor(t, time.Minute), s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if out := runHost(t, "ip", "-o", "link"); strings.Contains(out, "fbx") {
-		t.Errorf("a sandbox link outlived its session:\n%s", out)
+	if out := runHost(t, "ip", "-o", "link"); strings.Contains(out, netpolicy.HostLinkName(s.ID)) {
+		t.Errorf("the session's link outlived it:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(env.dataDir, "netns", s.ID)); !os.IsNotExist(err) {
+		t.Errorf("the session's namespace file outlived it: %v", err)
 	}
 	if after, err := env.c.Egress(ctxFor(t, time.Minute), s.ID, 0, 1000); err != nil || len(after) < len(recs) {
 		t.Errorf("records after the session ended: %d %v", len(after), err)
@@ -275,6 +280,7 @@ except Exception as e:
 // the field, and leaves nothing behind.
 func TestEgressBadRequests(t *testing.T) {
 	need(t)
+	before, _ := os.ReadDir(filepath.Join(env.dataDir, "netns"))
 	for field, n := range map[string]*client.Network{
 		"network.allow":                      {},
 		"network.allow[1]":                   {Allow: []string{"ok.test:443", "no-port.test"}},
@@ -287,8 +293,8 @@ func TestEgressBadRequests(t *testing.T) {
 			t.Errorf("%+v: %v, want a field error on %s", n, err, field)
 		}
 	}
-	if out := runHost(t, "ip", "-o", "link"); strings.Contains(out, "fbx") {
-		t.Errorf("a refused create left a link:\n%s", out)
+	if after, _ := os.ReadDir(filepath.Join(env.dataDir, "netns")); len(after) != len(before) {
+		t.Errorf("refused creates left network namespaces: %v, before %v", after, before)
 	}
 }
 
@@ -311,11 +317,10 @@ func TestEgressSurvivesRestart(t *testing.T) {
 	if out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{Argv: fetch}); err != nil || string(out.Stdout) != "still here\n" {
 		t.Fatalf("after the restart: stdout %q stderr %q %v", out.Stdout, out.Stderr, err)
 	}
-	link := runHost(t, "ip", "-o", "link")
 	if err := o.c.DeleteSession(ctx, s.ID); err != nil {
 		t.Fatal(err)
 	}
-	if after := runHost(t, "ip", "-o", "link"); strings.Count(after, "fbx") >= strings.Count(link, "fbx") {
+	if after := runHost(t, "ip", "-o", "link"); strings.Contains(after, netpolicy.HostLinkName(s.ID)) {
 		t.Errorf("the session's link outlived it:\n%s", after)
 	}
 }

@@ -46,9 +46,9 @@ func slotOf(gw netip.Addr) (int, bool) {
 	return int(b[2])<<6 | int(b[3])>>2, true
 }
 
-// hostLinkName is the host-side interface of sandbox id: "fbx" and 10 hex
+// HostLinkName is the host-side interface of sandbox id: "fbx" and 10 hex
 // digits of sha256(id), within IFNAMSIZ.
-func hostLinkName(id string) string {
+func HostLinkName(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return hostInterfacePrefix + hex.EncodeToString(sum[:5])
 }

@@ -139,7 +139,7 @@ func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
 func (s *Service) attach(id string, slot int, p *Policy, sink Sink) (a *Attachment, err error) {
 	gw, sb := slotAddrs(slot)
 	a = &Attachment{NetnsPath: filepath.Join(s.opts.Dir, id), Gateway: gw, Addr: sb, id: id, slot: slot}
-	link := hostLinkName(id)
+	link := HostLinkName(id)
 	defer func() {
 		if err != nil {
 			if a.egress != nil {
@@ -209,7 +209,7 @@ func (s *Service) Adopt(id string, p *Policy, sink Sink) (*Attachment, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "network namespace of session %s: %v", id, err)
 	}
-	gw, err := linkGateway(hostLinkName(id))
+	gw, err := linkGateway(HostLinkName(id))
 	if err != nil {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "network of session %s: %v", id, err)
 	}
@@ -249,7 +249,7 @@ func (s *Service) Detach(id string) error {
 	if a != nil && a.egress != nil {
 		a.egress.Close()
 	}
-	return errors.Join(deleteLink(hostLinkName(id)), removeNamespace(filepath.Join(s.opts.Dir, id)))
+	return errors.Join(deleteLink(HostLinkName(id)), removeNamespace(filepath.Join(s.opts.Dir, id)))
 }
 
 // Sweep detaches every network on the host whose session live reports

@@ -173,7 +173,7 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 	})
 
 	// Nothing is left after Detach.
-	link := hostLinkName("svc1test")
+	link := HostLinkName("svc1test")
 	if err := s.Detach("svc1test"); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestSlotAddresses(t *testing.T) {
 	if _, ok := slotOf(netip.MustParseAddr("10.231.0.2")); ok {
 		t.Error("a sandbox address is taken for a gateway")
 	}
-	if n := len(hostLinkName("abcdefghijklmnopqrst")); n > 14 {
+	if n := len(HostLinkName("abcdefghijklmnopqrst")); n > 14 {
 		t.Errorf("host link name is %d bytes; its peer (+1) must fit IFNAMSIZ-1", n)
 	}
 }
