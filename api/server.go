@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -116,7 +117,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "request_id", id, "panic", v)
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "request_id", id, "panic", v,
+				"stack", string(debug.Stack()))
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()

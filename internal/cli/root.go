@@ -53,6 +53,7 @@ func Execute() int {
 		newServeCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
 		newSnapshotCmd(g), newForkCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
+		newEgressCmd(g),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -28,6 +28,8 @@ type createFlags struct {
 	snapshot  string
 	diskMB    int64
 	autoPause time.Duration
+	allow     []string
+	egressMB  int64
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -44,6 +46,9 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot's files instead of a template")
 	fl.Int64Var(&f.diskMB, "disk", 0, "disk limit in MiB (default 4096)")
 	fl.DurationVar(&f.autoPause, "auto-pause", 0, "pause after this long without exec or file calls (e.g. 5m)")
+	fl.StringArrayVar(&f.allow, "allow", nil,
+		"give the sandbox a network to this destination only: host:port, *.domain:port or a CIDR (repeatable)")
+	fl.Int64Var(&f.egressMB, "egress-quota", 0, "egress byte quota in MiB, sent plus received (with --allow; default 1024)")
 }
 
 // create makes a session from the flags.
@@ -72,10 +77,16 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 		}
 		meta[k] = v
 	}
+	var network *client.Network
+	if len(f.allow) > 0 {
+		network = &client.Network{Allow: f.allow, MaxEgressBytes: f.egressMB << 20}
+	} else if f.egressMB != 0 {
+		return client.CreateRequest{}, fmt.Errorf("--egress-quota needs --allow (without it the sandbox has no network)")
+	}
 	return client.CreateRequest{
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
-		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()),
+		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()), Network: network,
 	}, nil
 }
 
@@ -168,6 +179,38 @@ func newRmCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+func newEgressCmd(g *globals) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "egress ID",
+		Short: "Show a session's egress records: connections, refusals and DNS queries",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			recs, err := c.Egress(cmd.Context(), args[0], 0, limit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.json {
+				return printJSON(out, recs)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tKIND\tHOST\tADDRESS\tPORT\tUP\tDOWN\tDECISION\tREASON")
+			for _, r := range recs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Time.Local().Format("15:04:05.000"), r.Kind,
+					r.Host, r.Addr, r.Port, r.BytesUp, r.BytesDown, r.Decision, r.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many records (1-1000), oldest first")
+	return cmd
 }
 
 func ago(t *time.Time) string {
