@@ -228,6 +228,11 @@ func (d *Daemon) Wait() error {
 // is killed as when its client goes away, instead of running on unseen
 // until its own timeout.
 func (d *Daemon) Shutdown(ctx context.Context) error {
+	// The egress listeners go first: a next daemon may start as soon as
+	// the API port is free and must be able to take them over.
+	if d.net != nil {
+		d.net.Close()
+	}
 	if err := d.srv.Shutdown(ctx); err != nil {
 		d.log.Warn("shutdown: cutting requests still running", "err", err)
 		_ = d.srv.Close()
@@ -240,9 +245,6 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
-	if d.net != nil {
-		d.net.Close()
-	}
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
+	"time"
 )
 
 // alwaysBlocked are address ranges no allow-list can open: a sandbox must
@@ -26,8 +28,12 @@ var alwaysBlocked = []struct {
 	{"198.18.0.0/15", "benchmarking"},
 	{"224.0.0.0/4", "multicast"},
 	{"240.0.0.0/4", "reserved"},
-	{"::/128", "unspecified"},
+	{"::/96", "IPv4-compatible"},
 	{"::1/128", "loopback"},
+	{"::ffff:0:0:0/96", "IPv4-translated"},
+	{"100::/64", "discard-only"},
+	{"2001::/32", "Teredo (tunnels to IPv4)"},
+	{"2002::/16", "6to4 (tunnels to IPv4)"},
 	{"64:ff9b::/96", "NAT64"},
 	{"64:ff9b:1::/48", "NAT64"},
 	{"fc00::/7", "unique local (private)"},
@@ -40,10 +46,59 @@ var alwaysBlocked = []struct {
 var mailPorts = map[uint16]bool{25: true, 465: true, 587: true, 2525: true}
 
 // Blocklist decides which destinations are refused whatever a policy
-// allows: alwaysBlocked, the host's own addresses, and mail ports.
+// allows: alwaysBlocked, the extra ranges it was made with, mail ports and,
+// after WithHostNetworks, the host's own addresses and the networks its
+// interfaces are on (its LAN and gateway), read afresh every few seconds.
 type Blocklist struct {
 	prefixes []netip.Prefix
 	reasons  []string
+	host     *hostNetworks // nil: not consulted
+}
+
+// hostNetworks caches the host's interface networks.
+type hostNetworks struct {
+	mu   sync.Mutex
+	at   time.Time
+	nets []netip.Prefix
+}
+
+// hostNetworksTTL is how long a reading of the host's networks is used.
+const hostNetworksTTL = 2 * time.Second
+
+func (h *hostNetworks) get() []netip.Prefix {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.at) < hostNetworksTTL {
+		return h.nets
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return h.nets // keep the last reading
+	}
+	h.nets = h.nets[:0]
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(ipn.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := ipn.Mask.Size()
+		ip = ip.Unmap()
+		h.nets = append(h.nets, netip.PrefixFrom(ip, ip.BitLen()), netip.PrefixFrom(ip, ones).Masked())
+	}
+	h.at = time.Now()
+	return h.nets
+}
+
+// WithHostNetworks makes b also refuse the host's own addresses and the
+// networks its interfaces are on, as they are at the time of each check
+// (within a few seconds). It returns b.
+func (b *Blocklist) WithHostNetworks() *Blocklist {
+	b.host = &hostNetworks{}
+	return b
 }
 
 // NewBlocklist returns the always-blocked ranges plus extra (the host's own
@@ -61,29 +116,6 @@ func NewBlocklist(extra map[netip.Prefix]string) *Blocklist {
 	return b
 }
 
-// HostAddresses returns every address configured on the host's interfaces
-// as single-address prefixes, for NewBlocklist.
-func HostAddresses() (map[netip.Prefix]string, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("list host addresses: %w", err)
-	}
-	out := map[netip.Prefix]string{}
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if !ok {
-			continue
-		}
-		ip = ip.Unmap()
-		out[netip.PrefixFrom(ip, ip.BitLen())] = "the host's own address"
-	}
-	return out, nil
-}
-
 // Blocked returns why a connection to addr:port is refused whatever the
 // policy says, or "" when it is not. IPv4-mapped IPv6 addresses are judged
 // as the IPv4 address they carry.
@@ -98,6 +130,13 @@ func (b *Blocklist) Blocked(addr netip.Addr, port uint16) string {
 	for i, p := range b.prefixes {
 		if p.Contains(addr) {
 			return fmt.Sprintf("%s is in %s (%s), always blocked", addr, p, b.reasons[i])
+		}
+	}
+	if b.host != nil {
+		for _, p := range b.host.get() {
+			if p.Contains(addr) {
+				return fmt.Sprintf("%s is in %s (the host or a network it is on), always blocked", addr, p)
+			}
 		}
 	}
 	return ""

@@ -29,6 +29,7 @@ func (e *Egress) ServeDNS(udp net.PacketConn, tcp net.Listener) {
 		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); udp.Close() })
 	}
 	if tcp != nil {
+		tcp = e.admitting(tcp, "dns")
 		srv := &dns.Server{Listener: tcp, Handler: h, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); tcp.Close() })
 	}
@@ -54,7 +55,8 @@ func (e *Egress) answer(w dns.ResponseWriter, req *dns.Msg) {
 		e.cfg.Sink(ev)
 	}
 	if why := e.meter.admitQuery(); why != "" {
-		deny(dns.RcodeRefused, why)
+		resp.Rcode = dns.RcodeRefused
+		e.refused("dns", why)
 		return
 	}
 	if q.Qclass != dns.ClassINET || !e.cfg.Policy.Resolvable(ev.Host) {

@@ -55,6 +55,9 @@ type Egress struct {
 	mu      sync.Mutex
 	servers []func() // closers of running servers
 	wg      sync.WaitGroup
+
+	refMu    sync.Mutex
+	refusals map[string]*refusalCount // by kind and reason
 }
 
 // New returns the egress service for cfg; Serve* start its listeners.
@@ -68,7 +71,7 @@ func New(cfg Config) *Egress {
 	if cfg.Sink == nil {
 		cfg.Sink = func(Event) {}
 	}
-	e := &Egress{cfg: cfg, meter: newMeter(cfg.Policy)}
+	e := &Egress{cfg: cfg, meter: newMeter(cfg.Policy), refusals: map[string]*refusalCount{}}
 	e.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			host, port, err := splitHostPort(addr, 80)
@@ -236,8 +239,50 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			l.e.meter.sandboxConns.Add(-1)
 			why = fmt.Sprintf("more than %d connections open at once", MaxOpenConns)
 		}
-		l.e.cfg.Sink(Event{Time: time.Now(), Kind: l.kind, Decision: DecisionDeny, Reason: why})
+		l.e.refused(l.kind, why)
 		c.Close()
+	}
+}
+
+// refused records a refusal by a rate or count limit. A flood of them is
+// one record a second per kind and reason ("N refused: reason"), not one
+// each: a sandbox must not be able to fill the audit trail.
+func (e *Egress) refused(kind, why string) {
+	key := kind + "\x00" + why
+	e.refMu.Lock()
+	r := e.refusals[key]
+	if r == nil {
+		r = &refusalCount{}
+		e.refusals[key] = r
+	}
+	r.n++
+	var n int
+	if time.Since(r.last) >= time.Second {
+		n, r.n, r.last = r.n, 0, time.Now()
+	}
+	e.refMu.Unlock()
+	if n > 0 {
+		e.cfg.Sink(Event{Time: time.Now(), Kind: kind, Decision: DecisionDeny, Reason: fmt.Sprintf("%d refused: %s", n, why)})
+	}
+}
+
+// refusalCount counts refusals of one kind and reason since the last
+// record of them.
+type refusalCount struct {
+	n    int
+	last time.Time
+}
+
+// flushRefusals records refusals counted but not yet recorded.
+func (e *Egress) flushRefusals() {
+	e.refMu.Lock()
+	defer e.refMu.Unlock()
+	for key, r := range e.refusals {
+		if r.n > 0 {
+			kind, why, _ := strings.Cut(key, "\x00")
+			e.cfg.Sink(Event{Time: time.Now(), Kind: kind, Decision: DecisionDeny, Reason: fmt.Sprintf("%d refused: %s", r.n, why)})
+			r.n = 0
+		}
 	}
 }
 
@@ -305,7 +350,7 @@ func (e *Egress) serveHTTP(l net.Listener, transparent bool) {
 			proxy.ServeHTTP(w, r)
 		}
 	})
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(e.cfg.Log.Handler(), slog.LevelDebug)}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(e.cfg.Log.Handler(), slog.LevelDebug)}
 	e.start(func() { srv.Serve(l) }, func() { srv.Close() })
 }
 
@@ -327,16 +372,17 @@ func (e *Egress) serveConnect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer up.Close()
-	rc := http.NewResponseController(w)
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		return
-	}
-	conn, brw, err := rc.Hijack()
+	// The 200 is written on the hijacked connection: through the
+	// ResponseWriter it would carry Transfer-Encoding, which a CONNECT
+	// answer must not (RFC 9110, 9.3.6).
+	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return
 	}
 	defer conn.Close()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
 	var client io.Reader = conn
 	if n := brw.Reader.Buffered(); n > 0 {
 		client = io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)
@@ -396,6 +442,7 @@ func (e *Egress) Close() {
 	}
 	e.transport.CloseIdleConnections()
 	e.wg.Wait()
+	e.flushRefusals()
 }
 
 // BytesUsed is the bytes moved through the proxy so far (sent plus

@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/google/nftables"
@@ -47,6 +48,17 @@ func l4(proto byte) rule {
 func daddr4(a netip.Addr) rule {
 	b := a.As4()
 	return match(&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4}, b[:])
+}
+
+// inSubnet4 matches an IPv4 destination inside p.
+func inSubnet4(p netip.Prefix) rule {
+	mask := net.CIDRMask(p.Bits(), 32)
+	a := p.Masked().Addr().As4()
+	return rule{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+	}
 }
 
 func dport(p uint16) rule {
@@ -151,6 +163,16 @@ func hostRules() error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
 	fromSandbox := ifname(expr.MetaKeyIIFNAME, hostInterfacePrefix, true)
 	tcp, udp := l4(unix.IPPROTO_TCP), l4(unix.IPPROTO_UDP)
+	// The egress service is for sandboxes only: its ports on the gateways
+	// refuse anything that does not come from a sandbox link (another
+	// machine routing to 10.231/16, a process on the host).
+	notFromSandbox := rule{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte(hostInterfacePrefix)}}
+	toGateways := ipv4().then(inSubnet4(subnet)...)
+	for _, p := range []uint16{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		add(in, toGateways.then(notFromSandbox...).then(tcp...).then(dport(p)...).then(drop()))
+	}
+	add(in, toGateways.then(notFromSandbox...).then(udp...).then(dport(listenDNSPort)...).then(drop()))
 	for _, p := range []uint16{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
 		add(in, fromSandbox.then(tcp...).then(dport(p)...).then(accept()))
 	}

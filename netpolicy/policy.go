@@ -120,6 +120,9 @@ func ParseRule(s string) (Rule, error) {
 		return Rule{}, err
 	}
 	host := s[:i]
+	if strings.Contains(host, ":") && !(strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]")) {
+		return Rule{}, fmt.Errorf("%q is ambiguous: write an IPv6 address with a port as [address]:port", s)
+	}
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return Rule{Prefix: netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), Port: port}, nil
 	}
@@ -140,7 +143,7 @@ func ParseRule(s string) (Rule, error) {
 
 func parsePort(s string) (uint16, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > 65535 {
+	if err != nil || n < 1 || n > 65535 || s[0] < '1' || s[0] > '9' {
 		return 0, fmt.Errorf("port %q is not 1-65535", s)
 	}
 	return uint16(n), nil

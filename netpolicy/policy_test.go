@@ -2,6 +2,7 @@ package netpolicy
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -42,7 +43,7 @@ func TestParseRule(t *testing.T) {
 	}
 	for _, in := range []string{"", "example.com", "example.com:0", "example.com:65536", "example.com:http",
 		"*.com:443", "*:443", "ex ample.com:443", "-bad.com:443", "bücher.de:443", "10.0.0.0/33", "1.2.3.0/24:x",
-		"a..b:443", strings.Repeat("a", 64) + ".com:443"} {
+		"a..b:443", strings.Repeat("a", 64) + ".com:443", "::1:80", "2001:db8::1:443", "x.com:+80", "x.com:080"} {
 		if r, err := ParseRule(in); err == nil {
 			t.Errorf("ParseRule(%q) = %v, want an error", in, r)
 		}
@@ -117,5 +118,32 @@ func TestBlocklist(t *testing.T) {
 	}
 	if b.Blocked(netip.Addr{}, 443) == "" {
 		t.Error("the zero address is not blocked")
+	}
+}
+
+func TestBlocklistHostNetworks(t *testing.T) {
+	b := NewBlocklist(nil).WithHostNetworks()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ipn := a.(*net.IPNet)
+		ip, _ := netip.AddrFromSlice(ipn.IP)
+		ip = ip.Unmap()
+		if b.Blocked(ip, 443) == "" {
+			t.Errorf("the host's own %s is not blocked", ip)
+		}
+		// A neighbour on the same network (the host's LAN and gateway).
+		if ones, bits := ipn.Mask.Size(); ones < bits {
+			if n := ip.Next(); netip.PrefixFrom(ip, ones).Masked().Contains(n) && b.Blocked(n, 443) == "" {
+				t.Errorf("%s, on the host's network %s/%d, is not blocked", n, ip, ones)
+			}
+		}
+	}
+	for _, v6 := range []string{"::ffff:0:7f00:1", "::127.0.0.1", "2002:7f00:1::1", "2001:0:4136:e378::1"} {
+		if b.Blocked(netip.MustParseAddr(v6), 443) == "" {
+			t.Errorf("%s (IPv4 through IPv6) is not blocked", v6)
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -36,8 +38,8 @@ type Service struct {
 }
 
 // NewService prepares the host (its nftables table) and returns the
-// service. The host's own addresses (at this moment) and the sandbox subnet
-// join the blocklist.
+// service. The sandbox subnet, the host's own addresses and the networks
+// the host is on join the blocklist.
 func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -48,15 +50,11 @@ func NewService(opts ServiceOptions) (*Service, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	extra, err := HostAddresses()
-	if err != nil {
-		return nil, err
-	}
-	extra[subnet] = "the sandboxes' own network"
 	if err := hostRules(); err != nil {
 		return nil, err
 	}
-	return &Service{opts: opts, block: NewBlocklist(extra), slots: map[int]string{}, active: map[string]*Attachment{}}, nil
+	block := NewBlocklist(map[netip.Prefix]string{subnet: "the sandboxes' own network"}).WithHostNetworks()
+	return &Service{opts: opts, block: block, slots: map[int]string{}, active: map[string]*Attachment{}}, nil
 }
 
 // Attachment is one sandbox's network.
@@ -165,33 +163,32 @@ func (s *Service) attach(id string, slot int, p *Policy, sink Sink) (a *Attachme
 	if err != nil {
 		return nil, err
 	}
-	if err := s.serve(a, p, sink); err != nil {
+	if err := s.serve(a, p, sink, 0); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
 // serve starts a's Egress on its gateway's ports.
-func (s *Service) serve(a *Attachment, p *Policy, sink Sink) error {
+func (s *Service) serve(a *Attachment, p *Policy, sink Sink, usedBytes int64) error {
 	e := New(Config{SessionID: a.id, Policy: p, Blocklist: s.block, Resolver: s.opts.Resolver, Sink: sink,
 		Log: s.opts.Log.With("session", a.id)})
+	e.meter.add(usedBytes)
+	// A previous daemon may still be closing its listeners on these
+	// addresses (a restart that overlaps the old process's shutdown): wait
+	// for them rather than give up on the sandbox.
 	var ls []net.Listener
-	for _, port := range []int{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
-		l, err := net.Listen("tcp", netip.AddrPortFrom(a.Gateway, uint16(port)).String())
-		if err != nil {
-			for _, l := range ls {
-				l.Close()
-			}
-			return fmt.Errorf("egress listener: %w", err)
+	var udp net.PacketConn
+	for wait := time.Duration(0); ; wait += 100 * time.Millisecond {
+		var err error
+		ls, udp, err = listenEgress(a.Gateway)
+		if err == nil {
+			break
 		}
-		ls = append(ls, l)
-	}
-	udp, err := net.ListenPacket("udp", netip.AddrPortFrom(a.Gateway, listenDNSPort).String())
-	if err != nil {
-		for _, l := range ls {
-			l.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) || wait >= listenRetry {
+			return err
 		}
-		return fmt.Errorf("egress DNS listener: %w", err)
+		time.Sleep(100 * time.Millisecond)
 	}
 	e.ServeProxy(ls[0])
 	e.ServeTransparentHTTP(ls[1])
@@ -201,10 +198,42 @@ func (s *Service) serve(a *Attachment, p *Policy, sink Sink) error {
 	return nil
 }
 
+// listenRetry is how long serve waits for the egress ports of a gateway
+// to become free.
+const listenRetry = 30 * time.Second
+
+// listenEgress opens the egress service's sockets on gw: TCP for the
+// proxy, transparent HTTP, transparent TLS and DNS, and UDP for DNS. On
+// error none stays open.
+func listenEgress(gw netip.Addr) ([]net.Listener, net.PacketConn, error) {
+	var ls []net.Listener
+	closeAll := func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}
+	for _, port := range []int{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		l, err := net.Listen("tcp", netip.AddrPortFrom(gw, uint16(port)).String())
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("egress listener: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	udp, err := net.ListenPacket("udp", netip.AddrPortFrom(gw, listenDNSPort).String())
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("egress DNS listener: %w", err)
+	}
+	return ls, udp, nil
+}
+
 // Adopt takes over session id's network after a daemon restart: its
 // namespace file and host link are still there (with their rules); only
-// the Egress is started again. ErrNotFound when the network is gone.
-func (s *Service) Adopt(id string, p *Policy, sink Sink) (*Attachment, error) {
+// the Egress is started again, with usedBytes (what the session moved
+// before, in bytes) already counted against its quota. ErrNotFound when
+// the network is gone.
+func (s *Service) Adopt(id string, p *Policy, sink Sink, usedBytes int64) (*Attachment, error) {
 	path := filepath.Join(s.opts.Dir, id)
 	if _, err := os.Stat(path); err != nil {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "network namespace of session %s: %v", id, err)
@@ -223,7 +252,7 @@ func (s *Service) Adopt(id string, p *Policy, sink Sink) (*Attachment, error) {
 	s.slots[slot] = id
 	s.mu.Unlock()
 	a := &Attachment{NetnsPath: path, Gateway: gw, Addr: sb, id: id, slot: slot}
-	if err := s.serve(a, p, sink); err != nil {
+	if err := s.serve(a, p, sink, usedBytes); err != nil {
 		s.mu.Lock()
 		delete(s.slots, slot)
 		s.mu.Unlock()

@@ -172,6 +172,15 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 		}
 	})
 
+	// The egress service is for the sandbox only: from the host (or any
+	// other machine) its ports do not answer.
+	for _, port := range []int{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
+		if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(a.Gateway, uint16(port)).String(), time.Second); err == nil {
+			c.Close()
+			t.Errorf("egress port %d answers a connection from the host", port)
+		}
+	}
+
 	// Nothing is left after Detach.
 	link := HostLinkName("svc1test")
 	if err := s.Detach("svc1test"); err != nil {

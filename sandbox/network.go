@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
@@ -94,17 +96,51 @@ func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment,
 	}
 	sink := m.egressSink(sb.id)
 	if adopt {
-		return m.opts.Net.Adopt(sb.id, p, sink)
+		used, err := m.opts.Store.EgressBytes(context.Background(), sb.id)
+		if err != nil {
+			return nil, err
+		}
+		return m.opts.Net.Adopt(sb.id, p, sink, used)
 	}
 	return m.opts.Net.Attach(sb.id, p, sink)
 }
 
+// MaxEgressRecords bounds the egress records kept per session. Past it,
+// only records of connections that moved bytes are kept (they are the
+// session's byte accounting); DNS queries and refusals are not.
+const MaxEgressRecords = 100_000
+
 // egressSink records session id's egress events through the manager's
-// recorder (never blocking the proxy; see recordEgress).
+// recorder (see recordEgress). Records that carry bytes wait up to 2 s for
+// room in the queue; the others are dropped when it is full, and past
+// MaxEgressRecords for the session.
 func (m *Manager) egressSink(id string) netpolicy.Sink {
+	stored, err := m.opts.Store.CountEgress(context.Background(), id)
+	if err != nil {
+		m.log.Warn("count egress records", "session", id, "err", err)
+	}
+	var count atomic.Int64
+	count.Store(stored)
 	return func(ev netpolicy.Event) {
 		rec := store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
 			Port: int(ev.Port), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Decision: ev.Decision, Reason: ev.Reason}
+		carriesBytes := ev.BytesUp+ev.BytesDown > 0
+		if n := count.Add(1); n > MaxEgressRecords && !carriesBytes {
+			if n == MaxEgressRecords+1 {
+				rec = store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Decision: netpolicy.DecisionDeny,
+					Reason: fmt.Sprintf("record limit of %d reached: later DNS queries and refusals are not recorded", MaxEgressRecords)}
+			} else {
+				return
+			}
+		}
+		if carriesBytes {
+			select {
+			case m.egressQueue <- rec:
+			case <-time.After(2 * time.Second):
+				m.egressDropped.Add(1)
+			}
+			return
+		}
 		select {
 		case m.egressQueue <- rec:
 		default:

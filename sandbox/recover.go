@@ -117,10 +117,13 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		}
 	}
 	if sb.rec.Network != nil {
+		// Without its egress service the sandbox is still fenced (the
+		// namespace's rules stay): it loses its network, not its files
+		// and processes, so it is adopted either way.
 		att, err := m.attachNetwork(sb, true)
 		if err != nil {
-			m.log.Warn("adopt: network", "session", sb.id, "err", err)
-			return false
+			m.log.Error("adopt: the sandbox's egress service did not start; it has no network until it ends",
+				"session", sb.id, "err", err)
 		}
 		sb.net = att
 	}

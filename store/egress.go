@@ -66,6 +66,13 @@ func (s *Store) ListEgress(ctx context.Context, id string, skip, limit int) ([]E
 	return out, rows.Err()
 }
 
+// CountEgress returns how many egress records session id has.
+func (s *Store) CountEgress(ctx context.Context, id string) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM egress WHERE session_id = ?`, id).Scan(&n)
+	return n, err
+}
+
 // EgressBytes returns the bytes session id moved through its proxy in
 // connections that ended (sent plus received).
 func (s *Store) EgressBytes(ctx context.Context, id string) (int64, error) {
