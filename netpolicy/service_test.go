@@ -8,14 +8,12 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/internal/testnet"
 )
@@ -24,32 +22,7 @@ import (
 // sockets fn opens belong to that namespace, as a sandbox's would.
 func inNamespace(t *testing.T, path string, fn func()) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			done <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := os.Open(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer ns.Close()
-		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- err
-			return
-		}
-		fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err == nil {
-			runtime.UnlockOSThread()
-		}
-		done <- nil
-	}()
-	if err := <-done; err != nil {
+	if err := testnet.Run(path, func() error { fn(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

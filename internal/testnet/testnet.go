@@ -122,74 +122,71 @@ func NewHost(t testing.TB, addr string) *Host {
 	return h
 }
 
-// newNamespace makes a network namespace and returns a handle to it,
-// leaving the calling goroutine's thread where it was.
+// newNamespace makes a network namespace and returns a handle to it.
 func newNamespace() (netns.NsHandle, error) {
-	type result struct {
-		ns  netns.NsHandle
-		err error
+	var ns netns.NsHandle
+	err := onThreadIn(func() (err error) { ns, err = netns.New(); return err }, func() error { return nil })
+	return ns, err
+}
+
+// Run runs fn on an OS thread inside the network
+// namespace at path (a bind-mounted namespace file or /proc/PID/ns/net):
+// sockets fn opens belong to that namespace.
+func Run(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
 	}
-	ch := make(chan result, 1)
+	defer ns.Close()
+	return onThreadIn(func() error { return netns.Set(ns) }, fn)
+}
+
+// onThreadIn runs fn on a locked OS thread after enter has moved that
+// thread into another network namespace, then moves it back. A thread that
+// cannot be moved back stays locked, so it ends with its goroutine instead
+// of running other goroutines in the wrong namespace.
+func onThreadIn(enter, fn func() error) error {
+	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
-			ch <- result{err: err}
-			return // the thread is in its original namespace; it may be reused
+			runtime.UnlockOSThread()
+			errc <- err
+			return
 		}
 		defer orig.Close()
-		ns, err := netns.New()
-		if err != nil {
-			ch <- result{err: fmt.Errorf("new netns: %w", err)}
-			return // unshare failed: the thread did not move
+		if err := enter(); err != nil {
+			// Set and New leave the thread where it was when they fail.
+			runtime.UnlockOSThread()
+			errc <- err
+			return
 		}
+		fnErr := fn()
 		if err := netns.Set(orig); err != nil {
-			// The thread stays locked (and so dies with the goroutine).
-			ch <- result{err: fmt.Errorf("restore netns: %w", err)}
+			errc <- fmt.Errorf("return to the original namespace: %w", err)
 			return
 		}
 		runtime.UnlockOSThread()
-		ch <- result{ns: ns}
+		errc <- fnErr
 	}()
-	r := <-ch
-	return r.ns, r.err
+	return <-errc
 }
 
 // Listen opens a TCP listener on the host's address and port, inside its
 // namespace.
 func (h *Host) Listen(t testing.TB, port int) net.Listener {
 	t.Helper()
-	type result struct {
-		l   net.Listener
-		err error
+	var l net.Listener
+	err := onThreadIn(func() error { return netns.Set(h.ns) }, func() (err error) {
+		l, err = net.Listen("tcp", netip.AddrPortFrom(h.Addr, uint16(port)).String())
+		return err
+	})
+	if err != nil {
+		t.Fatalf("testnet: listen on %s:%d: %v", h.Addr, port, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(h.ns); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		l, err := net.Listen("tcp", netip.AddrPortFrom(h.Addr, uint16(port)).String())
-		if err := netns.Set(orig); err != nil {
-			ch <- result{err: err}
-			return // the thread stays locked and dies with the goroutine
-		}
-		runtime.UnlockOSThread()
-		ch <- result{l, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("testnet: listen on %s:%d: %v", h.Addr, port, r.err)
-	}
-	t.Cleanup(func() { r.l.Close() })
-	return r.l
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // ServeHTTP serves handler over plain HTTP on port.
