@@ -111,11 +111,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authenticated runs next only for a request with a valid API key, sent as
-// X-API-KEY (what the SDKs send) or "Authorization: Bearer <key>".
+// X-API-KEY (what the SDKs send; it wins when both are present, since E2B
+// clients may also send a user's access token as Bearer) or
+// "Authorization: Bearer <key>".
 func (h *Handler) authenticated(next func(http.ResponseWriter, *http.Request)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret := r.Header.Get("X-API-Key")
-		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		secret := strings.TrimSpace(r.Header.Get("X-API-Key"))
+		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && secret == "" {
 			secret = strings.TrimSpace(v)
 		}
 		if secret == "" {
