@@ -75,7 +75,8 @@ func (h *hostNetworks) get() []netip.Prefix {
 	if err != nil {
 		return h.nets // keep the last reading
 	}
-	h.nets = h.nets[:0]
+	// A new slice each time: callers keep reading the previous one.
+	nets := make([]netip.Prefix, 0, 2*len(addrs))
 	for _, a := range addrs {
 		ipn, ok := a.(*net.IPNet)
 		if !ok {
@@ -87,9 +88,9 @@ func (h *hostNetworks) get() []netip.Prefix {
 		}
 		ones, _ := ipn.Mask.Size()
 		ip = ip.Unmap()
-		h.nets = append(h.nets, netip.PrefixFrom(ip, ip.BitLen()), netip.PrefixFrom(ip, ones).Masked())
+		nets = append(nets, netip.PrefixFrom(ip, ip.BitLen()), netip.PrefixFrom(ip, ones).Masked())
 	}
-	h.at = time.Now()
+	h.nets, h.at = nets, time.Now()
 	return h.nets
 }
 

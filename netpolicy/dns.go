@@ -29,7 +29,7 @@ func (e *Egress) ServeDNS(udp net.PacketConn, tcp net.Listener) {
 		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); udp.Close() })
 	}
 	if tcp != nil {
-		tcp = e.admitting(tcp, "dns")
+		tcp = e.capping(tcp, "dns")
 		srv := &dns.Server{Listener: tcp, Handler: h, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 		e.start(func() { srv.ActivateAndServe() }, func() { srv.Shutdown(); tcp.Close() })
 	}

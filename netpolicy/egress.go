@@ -72,6 +72,21 @@ func New(cfg Config) *Egress {
 		cfg.Sink = func(Event) {}
 	}
 	e := &Egress{cfg: cfg, meter: newMeter(cfg.Policy), refusals: map[string]*refusalCount{}}
+	// Refusals counted in a burst are recorded within a second, not at
+	// the next refusal.
+	stop := make(chan struct{})
+	e.start(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				e.flushRefusals()
+			}
+		}
+	}, func() { close(stop) })
 	e.transport = &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			host, port, err := splitHostPort(addr, 80)
@@ -216,6 +231,12 @@ func (e *Egress) ServeTransparentHTTP(l net.Listener) {
 // admitting wraps l so that a connection from the sandbox past the
 // new-connection rate is recorded and closed at once.
 func (e *Egress) admitting(l net.Listener, kind string) net.Listener {
+	return &admitListener{Listener: l, e: e, kind: kind, rate: true}
+}
+
+// capping wraps l under the open-connection cap only (DNS over TCP: its
+// queries have their own rate).
+func (e *Egress) capping(l net.Listener, kind string) net.Listener {
 	return &admitListener{Listener: l, e: e, kind: kind}
 }
 
@@ -223,6 +244,7 @@ type admitListener struct {
 	net.Listener
 	e    *Egress
 	kind string
+	rate bool // also apply the new-connection rate
 }
 
 func (l *admitListener) Accept() (net.Conn, error) {
@@ -231,7 +253,10 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		why := l.e.meter.admit()
+		why := ""
+		if l.rate {
+			why = l.e.meter.admit()
+		}
 		if why == "" {
 			if l.e.meter.sandboxConns.Add(1) <= MaxOpenConns {
 				return &sandboxConn{Conn: c, m: l.e.meter}, nil
@@ -281,7 +306,7 @@ func (e *Egress) flushRefusals() {
 		if r.n > 0 {
 			kind, why, _ := strings.Cut(key, "\x00")
 			e.cfg.Sink(Event{Time: time.Now(), Kind: kind, Decision: DecisionDeny, Reason: fmt.Sprintf("%d refused: %s", r.n, why)})
-			r.n = 0
+			r.n, r.last = 0, time.Now()
 		}
 	}
 }

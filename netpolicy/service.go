@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -174,21 +173,14 @@ func (s *Service) serve(a *Attachment, p *Policy, sink Sink, usedBytes int64) er
 	e := New(Config{SessionID: a.id, Policy: p, Blocklist: s.block, Resolver: s.opts.Resolver, Sink: sink,
 		Log: s.opts.Log.With("session", a.id)})
 	e.meter.add(usedBytes)
-	// A previous daemon may still be closing its listeners on these
-	// addresses (a restart that overlaps the old process's shutdown): wait
-	// for them rather than give up on the sandbox.
-	var ls []net.Listener
-	var udp net.PacketConn
-	for wait := time.Duration(0); ; wait += 100 * time.Millisecond {
-		var err error
-		ls, udp, err = listenEgress(a.Gateway)
-		if err == nil {
-			break
+	ls, udp, err := listenEgress(a.Gateway)
+	if err != nil {
+		// A previous daemon may still hold the ports (a restart that
+		// overlaps its shutdown): the caller may try again.
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return errdefs.Newf(errdefs.ErrUnavailable, "%v", err)
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) || wait >= listenRetry {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
 	}
 	e.ServeProxy(ls[0])
 	e.ServeTransparentHTTP(ls[1])
@@ -197,10 +189,6 @@ func (s *Service) serve(a *Attachment, p *Policy, sink Sink, usedBytes int64) er
 	a.egress = e
 	return nil
 }
-
-// listenRetry is how long serve waits for the egress ports of a gateway
-// to become free.
-const listenRetry = 30 * time.Second
 
 // listenEgress opens the egress service's sockets on gw: TCP for the
 // proxy, transparent HTTP, transparent TLS and DNS, and UDP for DNS. On
@@ -232,7 +220,8 @@ func listenEgress(gw netip.Addr) ([]net.Listener, net.PacketConn, error) {
 // namespace file and host link are still there (with their rules); only
 // the Egress is started again, with usedBytes (what the session moved
 // before, in bytes) already counted against its quota. ErrNotFound when
-// the network is gone.
+// the network is gone; ErrUnavailable when the egress ports are still held
+// (by a previous daemon that is shutting down): try again later.
 func (s *Service) Adopt(id string, p *Policy, sink Sink, usedBytes int64) (*Attachment, error) {
 	path := filepath.Join(s.opts.Dir, id)
 	if _, err := os.Stat(path); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,9 +58,9 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	var events []Event
+	var events sync.Map // the sink is called from many goroutines
 	rules, _ := ParseAllow("allow", []string{"allowed.test:80"})
-	a, err := s.Attach("svc1test", &Policy{Allow: rules}, func(ev Event) { events = append(events, ev) })
+	a, err := s.Attach("svc1test", &Policy{Allow: rules}, func(ev Event) { events.Store(ev.Time, ev) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,10 +105,49 @@ func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment,
 	return m.opts.Net.Attach(sb.id, p, sink)
 }
 
+// EgressRetention is how long egress records are kept (the janitor
+// deletes older ones): 30 days.
+const EgressRetention = 30 * 24 * time.Hour
+
 // MaxEgressRecords bounds the egress records kept per session. Past it,
 // only records of connections that moved bytes are kept (they are the
 // session's byte accounting); DNS queries and refusals are not.
 const MaxEgressRecords = 100_000
+
+// retryNetwork starts an adopted sandbox's egress service once it can
+// (its ports were still held by the previous daemon), trying every second
+// until it succeeds, the sandbox ends or the manager closes.
+func (m *Manager) retryNetwork(sb *Sandbox) {
+	defer m.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-m.closing:
+			return
+		case <-sb.done:
+			return
+		case <-t.C:
+		}
+		att, err := m.attachNetwork(sb, true)
+		if err == nil {
+			sb.mu.Lock()
+			ending := sb.tearing
+			if !ending {
+				sb.net = att
+			}
+			sb.mu.Unlock()
+			if ending {
+				_ = m.opts.Net.Detach(sb.id)
+			}
+			m.log.Info("egress service started", "session", sb.id, "attempts", attempt)
+			return
+		}
+		if attempt%30 == 0 {
+			m.log.Warn("egress service still not started", "session", sb.id, "err", err)
+		}
+	}
+}
 
 // egressSink records session id's egress events through the manager's
 // recorder (see recordEgress). Records that carry bytes wait up to 2 s for

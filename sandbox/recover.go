@@ -118,12 +118,14 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	}
 	if sb.rec.Network != nil {
 		// Without its egress service the sandbox is still fenced (the
-		// namespace's rules stay): it loses its network, not its files
-		// and processes, so it is adopted either way.
+		// namespace's rules stay): it loses its network for a while, not
+		// its files and processes, so it is adopted either way and the
+		// egress service is retried in the background.
 		att, err := m.attachNetwork(sb, true)
 		if err != nil {
-			m.log.Error("adopt: the sandbox's egress service did not start; it has no network until it ends",
-				"session", sb.id, "err", err)
+			m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
+			m.wg.Add(1)
+			go m.retryNetwork(sb)
 		}
 		sb.net = att
 	}
@@ -230,6 +232,11 @@ func (m *Manager) janitor() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		m.collectSnapshots(ctx)
+		if n, err := m.opts.Store.PruneEgress(ctx, time.Now().Add(-EgressRetention)); err != nil {
+			m.log.Warn("prune egress records", "err", err)
+		} else if n > 0 {
+			m.log.Info("pruned egress records", "records", n)
+		}
 		cancel()
 	}
 }

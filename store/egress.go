@@ -66,6 +66,16 @@ func (s *Store) ListEgress(ctx context.Context, id string, skip, limit int) ([]E
 	return out, rows.Err()
 }
 
+// PruneEgress deletes egress records older than before and returns how
+// many it deleted.
+func (s *Store) PruneEgress(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM egress WHERE time < ?`, ms(before))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // CountEgress returns how many egress records session id has.
 func (s *Store) CountEgress(ctx context.Context, id string) (int64, error) {
 	var n int64

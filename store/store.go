@@ -125,6 +125,8 @@ var migrations = []string{
 		reason     TEXT NOT NULL
 	);
 	CREATE INDEX egress_by_session ON egress (session_id, seq);`,
+	// 6: egress records by age, for pruning.
+	`CREATE INDEX egress_by_time ON egress (time);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

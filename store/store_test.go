@@ -402,4 +402,14 @@ func TestEgressRecords(t *testing.T) {
 	if n, err := s.EgressBytes(ctx, "a"); err != nil || n != 100 {
 		t.Errorf("EgressBytes(a) = %d %v, want 100", n, err)
 	}
+	if n, err := s.CountEgress(ctx, "a"); err != nil || n != 2 {
+		t.Errorf("CountEgress(a) = %d %v, want 2", n, err)
+	}
+	old := []EgressRecord{{SessionID: "c", Time: now.Add(-48 * time.Hour), Kind: "dns", Decision: "deny"}}
+	if err := s.AddEgress(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.PruneEgress(ctx, now.Add(-24*time.Hour)); err != nil || n != 1 {
+		t.Errorf("PruneEgress = %d %v, want 1", n, err)
+	}
 }
