@@ -55,6 +55,9 @@ func TestE2BSDK(t *testing.T) {
 		"E2B_API_URL=" + env.d.URL,
 		"E2B_SANDBOX_URL=" + env.d.URL,
 		"E2B_API_KEY=" + env.key,
+		// A name the test daemon's egress resolver knows (egress_test.go).
+		"FORKBOX_E2B_ALLOWED_NAME=allowed.test",
+		"FORKBOX_E2B_ALLOWED_ADDR=" + egressHost,
 	}
 	var live io.Writer
 	if testing.Verbose() {

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict'
 import { test } from 'node:test'
 import {
   AuthenticationError,
+  CommandExitError,
   Sandbox,
   SandboxError,
   NotFoundError,
@@ -285,3 +286,28 @@ test('lifecycle onTimeout pause without autoResume: calls fail until connect', {
     await Sandbox.kill(sbx.sandboxId).catch(() => {})
   }
 })
+
+// Network egress through E2B's network.allowOut. Which name resolves to what
+// depends on the daemon; the Go harness that runs this suite sets
+// FORKBOX_E2B_ALLOWED_NAME and FORKBOX_E2B_ALLOWED_ADDR to a name its daemon
+// resolves (without any lookup leaving the machine).
+const allowedName = process.env.FORKBOX_E2B_ALLOWED_NAME
+const allowedAddr = process.env.FORKBOX_E2B_ALLOWED_ADDR
+test('network.allowOut gives an allow-list; other names do not resolve',
+  { timeout: TEST_TIMEOUT, skip: allowedName ? false : 'FORKBOX_E2B_ALLOWED_NAME is not set' }, async () => {
+    const lookup = (name) => `python3 -c "import socket; print(socket.getaddrinfo('${name}', 443, socket.AF_INET)[0][4][0])"`
+    await withSandbox({ network: { allowOut: [allowedName] } }, async (sbx) => {
+      assert.equal((await sbx.commands.run(lookup(allowedName))).stdout, `${allowedAddr}\n`)
+      const e = await rejection(sbx.commands.run(lookup('not-allowed.invalid')), 'lookup of a name not allowed')
+      assert.ok(e instanceof CommandExitError, `expected CommandExitError, got ${errName(e)}`)
+      assert.match(e.stderr, /gaierror/)
+      const env = (await sbx.commands.run('echo "$HTTPS_PROXY"')).stdout
+      assert.match(env, /^http:\/\/10\.231\.\d+\.\d+:3128\n$/)
+    })
+    // Without network, nothing resolves and there is no interface but lo.
+    await withSandbox({}, async (sbx) => {
+      const e = await rejection(sbx.commands.run(lookup(allowedName)), 'lookup without a network')
+      assert.ok(e instanceof CommandExitError, `expected CommandExitError, got ${errName(e)}`)
+      assert.equal((await sbx.commands.run("ls /sys/class/net 2>/dev/null || ip -o link | cut -d: -f2")).stdout.trim(), 'lo')
+    })
+  })
