@@ -1,14 +1,12 @@
 package storage
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 )
 
@@ -46,27 +44,16 @@ func RootFS(templateDir string) string { return filepath.Join(templateDir, "root
 
 // LoadTemplate reads template.json from dir. ErrNotFound when absent.
 func LoadTemplate(dir string) (*Template, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "template.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", filepath.Base(dir))
-	}
-	if err != nil {
-		return nil, err
-	}
 	var t Template
-	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("template %s: %w", dir, err)
+	if err := ReadJSON(filepath.Join(dir, "template.json"), &t, fmt.Sprintf("template %q", filepath.Base(dir))); err != nil {
+		return nil, err
 	}
 	return &t, nil
 }
 
 // SaveTemplate writes t as dir/template.json atomically.
 func SaveTemplate(dir string, t *Template) error {
-	b, err := json.MarshalIndent(t, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(filepath.Join(dir, "template.json"), b, 0o644)
+	return WriteJSON(filepath.Join(dir, "template.json"), t, 0o644)
 }
 
 // ValidTemplateName reports whether name is usable as a template name:
@@ -118,25 +105,4 @@ func PrepareUserDirs(rootfs string, shift IDShift) error {
 		return err
 	}
 	return os.Lchown(agent, shift.UID(RootUID), shift.GID(RootUID))
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

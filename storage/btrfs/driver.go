@@ -188,7 +188,7 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 			return "", err
 		}
 		var sm snapMeta
-		if err := readJSON(d.snapPath(from.Snapshot)+".json", &sm, fmt.Sprintf("snapshot %q", from.Snapshot)); err != nil {
+		if err := storage.ReadJSON(d.snapPath(from.Snapshot)+".json", &sm, fmt.Sprintf("snapshot %q", from.Snapshot)); err != nil {
 			return "", err
 		}
 		meta.Snapshot, meta.Template = from.Snapshot, sm.Template
@@ -210,7 +210,7 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 		return "", err
 	}
 	meta.BaseReferenced = base.Referenced
-	if err := writeJSON(path+".json", &meta); err != nil {
+	if err := storage.WriteJSON(path+".json", &meta, 0o600); err != nil {
 		return "", err
 	}
 	if err := snapshotInto(src, d.layersDir(), id, false); err != nil {
@@ -270,7 +270,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (int64, error) {
 		return 0, err
 	}
 	var lm layerMeta
-	if err := readJSON(d.layerPath(id)+".json", &lm, fmt.Sprintf("layer %q", id)); err != nil {
+	if err := storage.ReadJSON(d.layerPath(id)+".json", &lm, fmt.Sprintf("layer %q", id)); err != nil {
 		return 0, err
 	}
 	u, err := d.usageBytes(d.layerPath(id), false)

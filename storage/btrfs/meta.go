@@ -1,7 +1,6 @@
 package btrfs
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -57,51 +56,6 @@ type templateMeta struct {
 	Version   string    `json:"version"`
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
-}
-
-// readJSON decodes the JSON file path into v. A missing file is
-// ErrNotFound naming what (e.g. `snapshot "s1"`).
-func readJSON(path string, v any, what string) error {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return errdefs.Newf(errdefs.ErrNotFound, "btrfs: %s", what)
-	}
-	if err != nil {
-		return fmt.Errorf("btrfs: read %s: %w", path, err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("btrfs: %s: %v: %w", path, err, errdefs.ErrInternal)
-	}
-	return nil
-}
-
-// writeJSON writes v as the file path atomically: to a temporary file in
-// the same directory, synced, then renamed over path.
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("btrfs: encode %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return storageErr("write metadata", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return storageErr("write "+path, err)
-	}
-	return nil
 }
 
 // removeFile deletes path; a missing file is not an error.

@@ -32,7 +32,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func(
 		return storage.SnapshotInfo{}, err
 	}
 	var lm layerMeta
-	if err := readJSON(d.layerPath(id)+".json", &lm, fmt.Sprintf("layer %q", id)); err != nil {
+	if err := storage.ReadJSON(d.layerPath(id)+".json", &lm, fmt.Sprintf("layer %q", id)); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
 	dst := d.snapPath(snapID)
@@ -64,7 +64,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func(
 	if m.Digest, err = storage.ManifestDigest(dst); err != nil {
 		return undo(fmt.Errorf("btrfs: %w: %w", err, errdefs.ErrInternal))
 	}
-	if err := writeJSON(dst+".json", &m); err != nil {
+	if err := storage.WriteJSON(dst+".json", &m, 0o600); err != nil {
 		return undo(err)
 	}
 	return m.info(), nil
@@ -87,7 +87,7 @@ func (d *Driver) Verify(ctx context.Context, snapID string) error {
 		return err
 	}
 	var m snapMeta
-	if err := readJSON(d.snapPath(snapID)+".json", &m, fmt.Sprintf("snapshot %q", snapID)); err != nil {
+	if err := storage.ReadJSON(d.snapPath(snapID)+".json", &m, fmt.Sprintf("snapshot %q", snapID)); err != nil {
 		return err
 	}
 	for i, id := range append([]string{snapID}, m.Ancestors...) {
@@ -95,7 +95,7 @@ func (d *Driver) Verify(ctx context.Context, snapID string) error {
 			return err
 		}
 		var am snapMeta
-		err := readJSON(d.snapPath(id)+".json", &am, fmt.Sprintf("snapshot %q", id))
+		err := storage.ReadJSON(d.snapPath(id)+".json", &am, fmt.Sprintf("snapshot %q", id))
 		if i > 0 && errors.Is(err, errdefs.ErrNotFound) {
 			continue // an ancestor that was removed
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,7 +33,7 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 	defer d.addMu.Unlock()
 	final := d.templatePath(name)
 	var old templateMeta
-	if readJSON(final+".json", &old, "template") == nil && old.Version == version && isSubvolumeRoot(final) {
+	if storage.ReadJSON(final+".json", &old, "template") == nil && old.Version == version && isSubvolumeRoot(final) {
 		return nil
 	}
 	tmp := fmt.Sprintf(".%s.new-%d", name, time.Now().UnixNano())
@@ -59,7 +60,7 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 		return storageErr("install template "+name, err)
 	}
 	m := templateMeta{Version: version, Source: rootfs, CreatedAt: time.Now().UTC()}
-	if err := writeJSON(final+".json", &m); err != nil {
+	if err := storage.WriteJSON(final+".json", &m, 0o600); err != nil {
 		return err
 	}
 	_ = d.destroy(d.templatesDir(), gone) // best effort: New removes leftovers

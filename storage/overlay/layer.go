@@ -84,7 +84,7 @@ func (d *Driver) createLayerDir(id string, from storage.Source, quotaBytes int64
 			return m, err
 		}
 		var t templateMeta
-		if err := readJSON(d.templateFile(from.Template), &t, templateWhat(from.Template)); err != nil {
+		if err := storage.ReadJSON(d.templateFile(from.Template), &t, templateWhat(from.Template)); err != nil {
 			return m, err
 		}
 		m.Template, m.Rootfs = from.Template, t.Rootfs
@@ -105,7 +105,7 @@ func (d *Driver) createLayerDir(id string, from storage.Source, quotaBytes int64
 		m.Disk = quotaBytes > 0
 	}
 	if err == nil {
-		err = writeJSON(layerMetaFile(dir), m)
+		err = storage.WriteJSON(layerMetaFile(dir), m, 0o600)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -184,7 +184,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("remove layer %q: %w", id, err)
 	}
 	var m layerMeta
-	metaErr := readJSON(layerMetaFile(dir), &m, layerWhat(id))
+	metaErr := storage.ReadJSON(layerMetaFile(dir), &m, layerWhat(id))
 	if isMountPoint(filepath.Join(dir, "disk")) {
 		if err := unmount(filepath.Join(dir, "disk")); err != nil {
 			return fmt.Errorf("remove layer %q: %w", id, err)
@@ -223,7 +223,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (int64, error) {
 	}
 	dir := d.layerDir(id)
 	var m layerMeta
-	if err := readJSON(layerMetaFile(dir), &m, layerWhat(id)); err != nil {
+	if err := storage.ReadJSON(layerMetaFile(dir), &m, layerWhat(id)); err != nil {
 		return 0, err
 	}
 	if m.ProjectID != 0 && d.vol.ProjectQuota {

@@ -1,11 +1,9 @@
 package overlay
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -74,51 +72,6 @@ type snapMeta struct {
 type projectsMeta struct {
 	// Next is the next project id to hand out; ids are never reused.
 	Next uint32 `json:"next"`
-}
-
-// readJSON decodes the JSON file at path into v. A missing file is an
-// error wrapping errdefs.ErrNotFound that names what (e.g. `snapshot "x"`).
-func readJSON(path string, v any, what string) error {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s: %w", what, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: corrupt metadata %s: %v: %w", what, path, err, errdefs.ErrInternal)
-	}
-	return nil
-}
-
-// writeJSON writes v as JSON to path atomically (a temporary file in the
-// same directory, fsynced, then renamed over path).
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %v: %w", path, err, errdefs.ErrInternal)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // validID checks that id (a layer, snapshot or template name; what says

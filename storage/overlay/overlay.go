@@ -169,7 +169,7 @@ func layerWhat(id string) string { return fmt.Sprintf("layer %q", id) }
 // such snapshot).
 func (d *Driver) readSnap(id string) (snapMeta, error) {
 	var m snapMeta
-	err := readJSON(snapMetaFile(d.snapDir(id)), &m, snapWhat(id))
+	err := storage.ReadJSON(snapMetaFile(d.snapDir(id)), &m, snapWhat(id))
 	return m, err
 }
 
@@ -193,10 +193,10 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var old templateMeta
-	if readJSON(d.templateFile(name), &old, templateWhat(name)) == nil && old.Version == version && old.Rootfs == abs {
+	if storage.ReadJSON(d.templateFile(name), &old, templateWhat(name)) == nil && old.Version == version && old.Rootfs == abs {
 		return nil
 	}
-	return writeJSON(d.templateFile(name), templateMeta{Rootfs: abs, Version: version, CreatedAt: time.Now().UTC()})
+	return storage.WriteJSON(d.templateFile(name), templateMeta{Rootfs: abs, Version: version, CreatedAt: time.Now().UTC()}, 0o600)
 }
 
 // RemoveTemplate forgets template name (its rootfs is the caller's; layers
@@ -231,7 +231,7 @@ func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
 // project with leftovers). The caller holds d.mu.
 func (d *Driver) allocProject() (uint32, error) {
 	var p projectsMeta
-	if err := readJSON(d.projectsFile(), &p, "project ids"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := storage.ReadJSON(d.projectsFile(), &p, "project ids"); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return 0, err
 	}
 	if p.Next == 0 {
@@ -239,7 +239,7 @@ func (d *Driver) allocProject() (uint32, error) {
 	}
 	id := p.Next
 	p.Next++
-	if err := writeJSON(d.projectsFile(), p); err != nil {
+	if err := storage.WriteJSON(d.projectsFile(), p, 0o600); err != nil {
 		return 0, err
 	}
 	return id, nil

@@ -179,8 +179,8 @@ func TestRestartKeepsLayers(t *testing.T) {
 	if d2.ProjectQuotas() {
 		var m1, m2 layerMeta
 		prepare(t, d2, "second", storage.Source{Template: "t1"}, 0)
-		readJSON(layerMetaFile(d2.layerDir("live")), &m1, "")
-		readJSON(layerMetaFile(d2.layerDir("second")), &m2, "")
+		storage.ReadJSON(layerMetaFile(d2.layerDir("live")), &m1, "")
+		storage.ReadJSON(layerMetaFile(d2.layerDir("second")), &m2, "")
 		if m1.ProjectID == 0 || m2.ProjectID <= m1.ProjectID {
 			t.Fatalf("project ids %d then %d after a restart", m1.ProjectID, m2.ProjectID)
 		}

@@ -35,7 +35,7 @@ func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func(
 	}
 	dir := d.layerDir(id)
 	var m layerMeta
-	if err := readJSON(layerMetaFile(dir), &m, layerWhat(id)); err != nil {
+	if err := storage.ReadJSON(layerMetaFile(dir), &m, layerWhat(id)); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
 	if _, err := os.Lstat(d.snapDir(snapID)); err == nil {
@@ -79,7 +79,7 @@ func (d *Driver) makeSnapshot(ctx context.Context, tmp, layerDir string, m layer
 	}
 	s := snapMeta{ID: snapID, Parent: m.Snapshot, Template: m.Template, Rootfs: m.Rootfs,
 		Chain: m.Chain, SizeBytes: c.Bytes, Digest: digest, CreatedAt: time.Now().UTC()}
-	if err := writeJSON(snapMetaFile(tmp), s); err != nil {
+	if err := storage.WriteJSON(snapMetaFile(tmp), s, 0o600); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
 	d.mu.Lock()
@@ -171,7 +171,7 @@ func (d *Driver) detachSnapshot(snapID string) (string, error) {
 	}
 	for _, l := range layers {
 		var m layerMeta
-		if readJSON(layerMetaFile(d.layerDir(l)), &m, layerWhat(l)) == nil && slices.Contains(m.Chain, snapID) {
+		if storage.ReadJSON(layerMetaFile(d.layerDir(l)), &m, layerWhat(l)) == nil && slices.Contains(m.Chain, snapID) {
 			return "", fmt.Errorf("snapshot %q is a lower layer of layer %q: %w", snapID, l, errdefs.ErrConflict)
 		}
 	}
