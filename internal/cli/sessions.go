@@ -6,7 +6,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -131,21 +130,15 @@ func newLsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if g.json {
-				return printJSON(out, ss)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTEMPLATE\tSTATE\tCPU\tMEMORY\tCREATED\tEXPIRES\tLABELS")
-			for _, s := range ss {
-				state := s.State
-				if s.Reason != "" {
-					state += " (" + s.Reason + ")"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\t%s\t%s\n", s.ID, s.Template, state, s.CPU, s.MemoryMB,
-					ago(s.CreatedAt), until(s.ExpiresAt, s.State), labels(s.Metadata))
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), g.json, ss, "ID\tTEMPLATE\tSTATE\tCPU\tMEMORY\tCREATED\tEXPIRES\tLABELS",
+				func(s client.Session) string {
+					state := s.State
+					if s.Reason != "" {
+						state += " (" + s.Reason + ")"
+					}
+					return fmt.Sprintf("%s\t%s\t%s\t%g\t%dMiB\t%s\t%s\t%s", s.ID, s.Template, state, s.CPU, s.MemoryMB,
+						ago(s.CreatedAt), until(s.ExpiresAt, s.State), labels(s.Metadata))
+				})
 		},
 	}
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "include ended sessions")
@@ -196,17 +189,11 @@ func newEgressCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if g.json {
-				return printJSON(out, recs)
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIME\tKIND\tHOST\tADDRESS\tPORT\tUP\tDOWN\tDECISION\tREASON")
-			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Time.Local().Format("15:04:05.000"), r.Kind,
-					r.Host, r.Addr, r.Port, r.BytesUp, r.BytesDown, r.Decision, r.Reason)
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), g.json, recs, "TIME\tKIND\tHOST\tADDRESS\tPORT\tUP\tDOWN\tDECISION\tREASON",
+				func(r client.EgressRecord) string {
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s", r.Time.Local().Format("15:04:05.000"), r.Kind,
+						r.Host, r.Addr, r.Port, r.BytesUp, r.BytesDown, r.Decision, r.Reason)
+				})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 1000, "at most this many records (1-1000), oldest first")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,24 +48,19 @@ filesystem only: processes and memory are not part of the snapshot.`,
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), snaps)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSESSION\tPARENT\tTEMPLATE\tSIZE\tCREATED\tEXPIRES")
-			for _, sn := range snaps {
-				exp := "-"
-				if sn.ExpiresAt != nil {
-					exp = "in " + time.Until(*sn.ExpiresAt).Round(time.Second).String()
-				}
-				parent := sn.Parent
-				if parent == "" {
-					parent = "-"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sn.ID, sn.SessionID, parent, sn.Template,
-					bytesText(sn.SizeBytes), ago(&sn.CreatedAt), exp)
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), g.json, snaps, "ID\tSESSION\tPARENT\tTEMPLATE\tSIZE\tCREATED\tEXPIRES",
+				func(sn client.Snapshot) string {
+					exp := "-"
+					if sn.ExpiresAt != nil {
+						exp = "in " + time.Until(*sn.ExpiresAt).Round(time.Second).String()
+					}
+					parent := sn.Parent
+					if parent == "" {
+						parent = "-"
+					}
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", sn.ID, sn.SessionID, parent, sn.Template,
+						bytesText(sn.SizeBytes), ago(&sn.CreatedAt), exp)
+				})
 		},
 	}
 	var force bool
@@ -183,16 +177,11 @@ func newPoolCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), pools)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TEMPLATE\tSIZE\tREADY\tSTARTING\tCPU\tMEMORY\tPIDS\tDISK")
-			for _, p := range pools {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%g\t%dMiB\t%d\t%dMiB\n", p.Template, p.Size, p.Ready, p.Starting,
-					p.CPU, p.MemoryMB, p.Pids, p.DiskMB)
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), g.json, pools, "TEMPLATE\tSIZE\tREADY\tSTARTING\tCPU\tMEMORY\tPIDS\tDISK",
+				func(p client.Pool) string {
+					return fmt.Sprintf("%s\t%d\t%d\t%d\t%g\t%dMiB\t%d\t%dMiB", p.Template, p.Size, p.Ready, p.Starting,
+						p.CPU, p.MemoryMB, p.Pids, p.DiskMB)
+				})
 		},
 	}
 	var p client.Pool

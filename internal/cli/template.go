@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/tartree"
 )
 
@@ -69,15 +69,10 @@ func newTemplateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(cmd.OutOrStdout(), ts)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSOURCE\tSIZE\tDIGEST\tCREATED")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", t.Name, t.Source, t.SizeBytes, t.Digest, t.CreatedAt)
-			}
-			return tw.Flush()
+			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tSIZE\tDIGEST\tCREATED",
+				func(t client.Template) string {
+					return fmt.Sprintf("%s\t%s\t%d\t%s\t%s", t.Name, t.Source, t.SizeBytes, t.Digest, t.CreatedAt)
+				})
 		},
 	}
 	rm := &cobra.Command{
