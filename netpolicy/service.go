@@ -87,10 +87,6 @@ func (a *Attachment) Env() []string {
 	return out
 }
 
-// BytesUsed is the bytes the sandbox moved through its proxy since this
-// attachment started (sent plus received).
-func (a *Attachment) BytesUsed() int64 { return a.egress.BytesUsed() }
-
 // OpenBytes is the bytes moved so far by connections still open (ended
 // ones are in the events).
 func (a *Attachment) OpenBytes() int64 { return a.egress.meter.openBytes() }
