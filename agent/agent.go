@@ -37,6 +37,12 @@ import (
 // agent's Config as JSON. The agent removes it from its environment.
 const ConfigEnv = "FORKBOX_AGENT_CONFIG"
 
+// ListenEnv, when set, is a Unix socket path the agent binds itself (mode
+// 0600) instead of accepting on the inherited fd: for runtimes that cannot
+// hand a listening socket into the sandbox (gVisor, where the path is in a
+// directory shared with the host through --host-uds).
+const ListenEnv = "FORKBOX_AGENT_LISTEN"
+
 // Config is the agent's start-up configuration, set by the daemon per sandbox.
 type Config struct {
 	// DefaultUser runs processes and owns files when a call names no user ("user").
@@ -133,6 +139,7 @@ func Main(listenFD int) int {
 			return 2
 		}
 	}
+	listenPath := os.Getenv(ListenEnv)
 	os.Clearenv()
 	// Not dumpable: no process in the sandbox (not even root, which lacks
 	// CAP_SYS_PTRACE) may ptrace the agent or open /proc/1/fd.
@@ -141,16 +148,30 @@ func Main(listenFD int) int {
 	// bomb before the agent serves its first exec.
 	go prewarmThreads(16)
 
-	f := os.NewFile(uintptr(listenFD), "agent-listener")
-	if f == nil {
-		log.Error("no listener fd", "fd", listenFD)
-		return 2
-	}
-	l, err := net.FileListener(f)
-	_ = f.Close()
-	if err != nil {
-		log.Error("listener fd is not a socket", "fd", listenFD, "err", err)
-		return 2
+	var l net.Listener
+	if listenPath != "" {
+		_ = os.Remove(listenPath)
+		old := unix.Umask(0o177)
+		ul, err := net.Listen("unix", listenPath)
+		unix.Umask(old)
+		if err != nil {
+			log.Error("listen", "path", listenPath, "err", err)
+			return 2
+		}
+		l = ul
+	} else {
+		f := os.NewFile(uintptr(listenFD), "agent-listener")
+		if f == nil {
+			log.Error("no listener fd", "fd", listenFD)
+			return 2
+		}
+		fl, err := net.FileListener(f)
+		_ = f.Close()
+		if err != nil {
+			log.Error("listener fd is not a socket", "fd", listenFD, "err", err)
+			return 2
+		}
+		l = fl
 	}
 	a := New(cfg, log)
 	a.errorLog = stdlog.New(logOut, "http: ", stdlog.LstdFlags)

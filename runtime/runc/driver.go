@@ -89,10 +89,10 @@ func (d *Driver) Capabilities() runtime.Capabilities {
 // agent's stdout and stderr go to StateDir/agent.log. On failure the
 // container is deleted and the error carries runc's message.
 func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) {
-	if !validID(cfg.ID) {
+	if !ValidID(cfg.ID) {
 		return errdefs.InvalidField("id", "must be 1-63 characters of [a-z0-9]")
 	}
-	spec, err := buildSpec(cfg)
+	spec, err := BuildSpec(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
@@ -142,7 +142,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 // plain `runc delete`: `runc delete --force` on a live container sleeps
 // 100 ms before it looks again, which would double the cost of a destroy.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !ValidID(id) {
 		return nil
 	}
 	if err := d.killAll(ctx, id); err != nil {
@@ -200,7 +200,7 @@ func (d *Driver) killAll(ctx context.Context, id string) error {
 
 // Status asks runc for the container's state.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	if !validID(id) {
+	if !ValidID(id) {
 		return runtime.StatusUnknown, nil
 	}
 	c, err := d.runc.State(ctx, id)
@@ -237,7 +237,7 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 // memory.max_usage_in_bytes, pids.current and the oom_kill counter.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	var st runtime.Stats
-	if !validID(id) {
+	if !ValidID(id) {
 		return st, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	cpuNS, err := d.cg.readInt("cpuacct", id, "cpuacct.usage")
@@ -270,7 +270,7 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // group is being walked. Pause and Resume of the same sandbox wait for it
 // (and it for them), so a pause is never undone by the kill's thaw.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
-	if !validID(id) || pgid <= 1 {
+	if !ValidID(id) || pgid <= 1 {
 		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
 	}
 	defer d.freezer(id)()
@@ -303,7 +303,7 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 
 // Pause freezes the sandbox through the freezer cgroup.
 func (d *Driver) Pause(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.freezer(id)()
@@ -312,7 +312,7 @@ func (d *Driver) Pause(ctx context.Context, id string) error {
 
 // Resume thaws the sandbox.
 func (d *Driver) Resume(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.freezer(id)()

@@ -60,11 +60,11 @@ const cgroupParent = "forkbox"
 // cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
 func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 
-// buildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
+// BuildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
 // mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
 // maps), a read-only root, the minimal capability set, no_new_privs, the
 // default seccomp profile, masked /proc and /sys paths and cgroup v1 limits.
-func buildSpec(cfg runtime.Config) (*specs.Spec, error) {
+func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 	if cfg.Limits.CPU <= 0 || cfg.Limits.MemoryBytes <= 0 || cfg.Limits.Pids <= 0 {
 		return nil, fmt.Errorf("limits must all be positive, got %+v", cfg.Limits)
 	}
@@ -267,8 +267,8 @@ func idMappings(m []runtime.IDMap) []specs.LinuxIDMapping {
 	return out
 }
 
-// validID reports whether id is safe as a runc id, a cgroup name and a hostname.
-func validID(id string) bool {
+// ValidID reports whether id is safe as a runc id, a cgroup name and a hostname.
+func ValidID(id string) bool {
 	if id == "" || len(id) > 63 {
 		return false
 	}

@@ -35,7 +35,7 @@ func allowsIoctl(p *specs.LinuxSeccomp, request uint64) bool {
 // sign-extended requests) and refuses btrfs subvolume and snapshot
 // creation, even with high bits set to dodge a 64-bit comparison.
 func TestIoctlRules(t *testing.T) {
-	s, err := buildSpec(runtime.Config{ID: "x", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 30, Pids: 64},
+	s, err := BuildSpec(runtime.Config{ID: "x", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 30, Pids: 64},
 		AgentPath: "/agent", RootFS: "/rootfs"})
 	if err != nil {
 		t.Fatal(err)
