@@ -252,6 +252,9 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // runsc exec (the Sentry delivers it; nothing in the sandbox can block a
 // SIGKILL). It reports 1 when the signal was sent.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
+	if pgid <= 1 {
+		return 0, errdefs.InvalidField("pgid", "must be a process group other than the agent's")
+	}
 	cmd := exec.CommandContext(ctx, d.bin, append(append([]string{"--root", d.root}, d.runsc.ExtraArgs...),
 		"exec", "--user", "0:0", id, "/bin/kill", "-"+strconv.Itoa(sig), "--", "-"+strconv.Itoa(pgid))...)
 	if out, err := cmd.CombinedOutput(); err != nil {
