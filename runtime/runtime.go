@@ -27,6 +27,10 @@ type Capabilities struct {
 	MemorySnapshot bool `json:"memory_snapshot"`
 	// Fork: a memory snapshot can be restored more than once.
 	Fork bool `json:"fork"`
+	// SandboxOOM: going over the memory limit stops the whole sandbox
+	// (the runtime's own processes share its memory cgroup), where false
+	// means the kernel kills only a process inside.
+	SandboxOOM bool `json:"sandbox_oom"`
 	// UserNamespace: sandbox uids map to an unprivileged host range.
 	UserNamespace bool `json:"user_namespace"`
 }

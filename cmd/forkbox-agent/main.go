@@ -1,5 +1,8 @@
 // Command forkbox-agent is the guest agent: init of every sandbox and server
-// of the envd protocol on the listening socket inherited as fd 3.
+// of the envd protocol on the listening socket inherited as fd 3 (or bound
+// at FORKBOX_AGENT_LISTEN). Run as "forkbox-agent kill-group PGID SIGNAL" it
+// signals a process group from inside the sandbox instead (for drivers that
+// cannot reach its processes from the host).
 package main
 
 import (
@@ -9,4 +12,9 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 )
 
-func main() { os.Exit(agent.Main(runtime.AgentListenFD)) }
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == agent.KillGroupCommand {
+		os.Exit(agent.KillGroupMain(os.Args[2:]))
+	}
+	os.Exit(agent.Main(runtime.AgentListenFD))
+}

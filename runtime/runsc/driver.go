@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	gorunc "github.com/containerd/go-runc"
@@ -39,6 +40,15 @@ import (
 
 // agentRunDir is where the agent's socket directory appears in the sandbox.
 const agentRunDir = "/.forkbox/run"
+
+// runtimeHeadroom is the memory, in bytes, added to a sandbox's cgroup
+// limit for gVisor's own processes (Sentry and gofer: about 40 MiB each at
+// rest, measured here with runsc 2024-07-29).
+const runtimeHeadroom = 96 << 20
+
+// runtimePidsHeadroom is added to the host pids limit for the Sentry's
+// and gofer's own threads.
+const runtimePidsHeadroom = 256
 
 // Options configure a Driver.
 type Options struct {
@@ -55,6 +65,36 @@ type Driver struct {
 	runsc *gorunc.Runc
 	bin   string
 	root  string
+
+	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
+	mu    sync.Mutex
+	locks map[string]*idLock
+}
+
+type idLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock takes id's lifecycle lock; the returned func releases it.
+func (d *Driver) lock(id string) func() {
+	d.mu.Lock()
+	l := d.locks[id]
+	if l == nil {
+		l = &idLock{}
+		d.locks[id] = l
+	}
+	l.users++
+	d.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		d.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(d.locks, id)
+		}
+		d.mu.Unlock()
+	}
 }
 
 // New returns a driver over runsc; ErrUnavailable when it is not installed.
@@ -77,7 +117,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, root: opts.StateRoot,
+		bin:   path, root: opts.StateRoot, locks: map[string]*idLock{},
 	}, nil
 }
 
@@ -86,8 +126,12 @@ var _ runtime.Driver = (*Driver)(nil)
 // Name returns "gvisor".
 func (d *Driver) Name() string { return "gvisor" }
 
-// Capabilities: pause (the Sentry stops its tasks).
-func (d *Driver) Capabilities() runtime.Capabilities { return runtime.Capabilities{Pause: true} }
+// Capabilities: pause (the Sentry stops its tasks); the memory limit is
+// the host cgroup's, shared with the Sentry, so going over it stops the
+// whole sandbox.
+func (d *Driver) Capabilities() runtime.Capabilities {
+	return runtime.Capabilities{Pause: true, SandboxOOM: true, UserNamespace: true}
+}
 
 // Create writes the bundle and runs the sandbox detached.
 func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) {
@@ -102,7 +146,10 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return err
 	}
-	cfg.UIDMap, cfg.GIDMap = nil, nil
+	// The agent (sandbox root) creates its socket there.
+	if err := os.Chown(runDir, hostID(cfg.UIDMap, 0), hostID(cfg.GIDMap, 0)); err != nil {
+		return err
+	}
 	spec, err := runc.BuildSpec(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
@@ -151,19 +198,24 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 func adapt(s *specs.Spec, runDir string) {
 	var ns []specs.LinuxNamespace
 	for _, n := range s.Linux.Namespaces {
-		if n.Type != specs.UserNamespace && n.Type != specs.CgroupNamespace {
+		if n.Type != specs.CgroupNamespace {
 			ns = append(ns, n)
 		}
 	}
 	s.Linux.Namespaces = ns
-	s.Linux.UIDMappings, s.Linux.GIDMappings = nil, nil
 	s.Linux.Seccomp = nil
-	var mounts []specs.Mount
-	for _, m := range s.Mounts {
-		if m.Destination != "/sys/fs/cgroup" {
-			mounts = append(mounts, m)
-		}
+	// The Sentry and the gofer share the sandbox's memory cgroup: give
+	// them room of their own on top of what the sandbox may use.
+	if m := s.Linux.Resources.Memory; m != nil && m.Limit != nil {
+		limit := *m.Limit + runtimeHeadroom
+		m.Limit, m.Swap = &limit, &limit
 	}
+	// The Sentry's threads count against the host pids limit too.
+	if p := s.Linux.Resources.Pids; p != nil && p.Limit != nil {
+		limit := *p.Limit + runtimePidsHeadroom
+		p.Limit = &limit
+	}
+	mounts := append([]specs.Mount(nil), s.Mounts...)
 	mounts = append(mounts, specs.Mount{Destination: agentRunDir, Type: "bind", Source: runDir,
 		Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
 	s.Mounts = mounts
@@ -248,29 +300,65 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	return out, nil
 }
 
-// KillProcessGroup signals process group pgid inside the sandbox through
-// runsc exec (the Sentry delivers it; nothing in the sandbox can block a
-// SIGKILL). It reports 1 when the signal was sent.
+// KillProcessGroup signals process group pgid inside the sandbox: the
+// Sentry owns the sandbox's processes, so the driver runs the agent binary
+// in its kill-group mode through runsc exec (a new process the Sentry
+// starts as root; nothing in the sandbox can block its SIGKILL). It returns
+// how many processes were in the group. runsc cannot exec in a paused
+// sandbox: there the sandbox is resumed for the kill (a few tens of ms in
+// which its processes run) and paused again.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
-	if pgid <= 1 {
-		return 0, errdefs.InvalidField("pgid", "must be a process group other than the agent's")
+	if !runc.ValidID(id) || pgid <= 1 {
+		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
+	}
+	defer d.lock(id)()
+	if st, err := d.Status(ctx, id); err == nil && st == runtime.StatusPaused {
+		if err := d.runsc.Resume(ctx, id); err != nil {
+			return 0, fmt.Errorf("resume %s for a kill: %w", id, err)
+		}
+		defer func() {
+			if err := d.runsc.Pause(context.WithoutCancel(ctx), id); err != nil {
+				_ = err // the next Status shows it running; Pause again fixes it
+			}
+		}()
 	}
 	cmd := exec.CommandContext(ctx, d.bin, append(append([]string{"--root", d.root}, d.runsc.ExtraArgs...),
-		"exec", "--user", "0:0", id, "/bin/kill", "-"+strconv.Itoa(sig), "--", "-"+strconv.Itoa(pgid))...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if strings.Contains(string(out), "No such process") {
-			return 0, nil
+		"exec", "--user", "0:0", id, runtime.AgentTarget, agent.KillGroupCommand,
+		strconv.Itoa(pgid), strconv.Itoa(sig))...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		if notExist(errors.New(stderr.String())) {
+			return 0, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
 		}
-		return 0, fmt.Errorf("runsc exec kill: %v: %s", err, lastBytes(out, 512))
+		return 0, fmt.Errorf("runsc exec kill-group in %s: %v: %s", id, err, lastBytes([]byte(stderr.String()), 512))
 	}
-	return 1, nil
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return 0, fmt.Errorf("runsc exec kill-group in %s: bad answer %q", id, out)
+	}
+	return n, nil
 }
 
-// Pause stops every task of the sandbox.
-func (d *Driver) Pause(ctx context.Context, id string) error { return d.runsc.Pause(ctx, id) }
+// Pause stops every task of the sandbox (runsc pause: the Sentry stops its
+// tasks; its own threads stay).
+func (d *Driver) Pause(ctx context.Context, id string) error {
+	if !runc.ValidID(id) {
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	defer d.lock(id)()
+	return d.runsc.Pause(ctx, id)
+}
 
 // Resume continues them.
-func (d *Driver) Resume(ctx context.Context, id string) error { return d.runsc.Resume(ctx, id) }
+func (d *Driver) Resume(ctx context.Context, id string) error {
+	if !runc.ValidID(id) {
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	defer d.lock(id)()
+	return d.runsc.Resume(ctx, id)
+}
 
 func notExist(err error) bool {
 	s := err.Error()
@@ -292,3 +380,13 @@ func (f *fileIO) Stdin() io.WriteCloser { return nil }
 func (f *fileIO) Stdout() io.ReadCloser { return nil }
 func (f *fileIO) Stderr() io.ReadCloser { return nil }
 func (f *fileIO) Set(cmd *exec.Cmd)     { cmd.Stdin, cmd.Stdout, cmd.Stderr = f.stdin, f.stdout, f.stderr }
+
+// hostID returns the host id that sandbox id maps to (id itself without a map).
+func hostID(m []runtime.IDMap, id uint32) int {
+	for _, e := range m {
+		if id >= e.ContainerID && id-e.ContainerID < e.Size {
+			return int(e.HostID + id - e.ContainerID)
+		}
+	}
+	return int(id)
+}
