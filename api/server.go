@@ -210,11 +210,13 @@ func newRequestID() string {
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
-	d := s.mgr.Driver()
+	var drivers []v1.DriverInfo
+	for _, d := range s.mgr.Drivers() {
+		drivers = append(drivers, v1.DriverInfo{Name: d.Name(), Capabilities: capabilityMap(d.Capabilities())})
+	}
 	writeJSON(w, http.StatusOK, v1.Info{
 		Version: version.String(), EnvdVersion: version.EnvdVersion,
-		Drivers:       []v1.DriverInfo{{Name: d.Name(), Capabilities: capabilityMap(d.Capabilities())}},
-		DefaultDriver: d.Name(), Limits: s.mgr.Limits(),
+		Drivers: drivers, DefaultDriver: s.mgr.DefaultDriver().Name(), Limits: s.mgr.Limits(),
 	})
 }
 
@@ -222,5 +224,6 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 func capabilityMap(c runtime.Capabilities) map[string]bool {
 	return map[string]bool{
 		"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
+		"sandbox_oom": c.SandboxOOM,
 	}
 }

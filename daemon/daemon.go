@@ -23,10 +23,13 @@ import (
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/runtime"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/runtime/runc"
+	"github.com/forkbox/forkbox/runtime/runsc"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -50,6 +53,12 @@ type Options struct {
 	AgentPath string
 	// RuncPath is the runc binary; "" looks in PATH.
 	RuncPath string
+	// RunscPath is gVisor's runsc binary; "" looks in PATH. Without one
+	// the gvisor driver is not offered.
+	RunscPath string
+	// Isolation is the driver of sessions that name none: "runc" (the
+	// default) or "gvisor".
+	Isolation string
 	// Limits bound create requests; zero means sandbox.DefaultLimits().
 	Limits v1.Limits
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
@@ -146,7 +155,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("install forkbox-agent: %w", err)
 	}
-	drv, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot()})
+	drivers, err := openDrivers(opts, layout, log)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +173,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		netsvc = nil
 	}
 	mgr := sandbox.NewManager(sandbox.Options{
-		Layout: layout, Store: st, Driver: drv, Storage: sdrv, AgentPath: agentPath,
+		Layout: layout, Store: st, Drivers: drivers, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
 	})
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
@@ -205,7 +214,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	})
 	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
-	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "driver", drv.Name(),
+	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "drivers", len(drivers), "isolation", mgr.DefaultDriver().Name(),
 		"storage", sdrv.Name(), "api_key_file", d.KeyFile)
 	return d, nil
 }
@@ -342,4 +351,34 @@ func findAgent() string {
 		return p
 	}
 	return ""
+}
+
+// openDrivers returns the isolation drivers this host has: runc, which
+// must work, and gVisor when runsc is installed. Isolation must name one
+// of them.
+func openDrivers(opts Options, layout storage.Layout, log *slog.Logger) ([]runtime.Driver, error) {
+	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot()})
+	if err != nil {
+		return nil, err
+	}
+	drivers := []runtime.Driver{rc}
+	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot()})
+	switch {
+	case err == nil:
+		drivers = append(drivers, gv)
+	case opts.Isolation == runsc.DriverName || opts.RunscPath != "":
+		return nil, err
+	default:
+		log.Info("gVisor isolation unavailable (install runsc from bookworm-backports)", "err", err)
+	}
+	if opts.Isolation != "" {
+		found := false
+		for _, d := range drivers {
+			found = found || d.Name() == opts.Isolation
+		}
+		if !found {
+			return nil, fmt.Errorf("isolation %q: %w: this host has no such driver", opts.Isolation, errdefs.ErrInvalidArgument)
+		}
+	}
+	return drivers, nil
 }

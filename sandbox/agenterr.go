@@ -87,7 +87,7 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 	if sb == nil {
 		return nil
 	}
-	st, err := m.opts.Driver.Status(context.WithoutCancel(ctx), id)
+	st, err := m.driverOf(sb).Status(context.WithoutCancel(ctx), id)
 	if err != nil || st == runtime.StatusRunning || st == runtime.StatusPaused {
 		return nil
 	}

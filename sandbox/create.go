@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,6 +39,9 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 // checks once for all its sessions).
 func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
+		return nil, false, err
+	}
+	if err := m.pickDriver(&req); err != nil {
 		return nil, false, err
 	}
 	hash := requestHash(&req)
@@ -84,6 +88,23 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	return rec, err == nil, err
 }
 
+// pickDriver sets req.Isolation to the server's default when empty and
+// refuses a driver this host does not have.
+func (m *Manager) pickDriver(req *v1.CreateRequest) error {
+	if req.Isolation == "" {
+		req.Isolation = m.DefaultDriver().Name()
+		return nil
+	}
+	if m.driver(req.Isolation) == nil {
+		names := make([]string, 0, len(m.opts.Drivers))
+		for _, d := range m.opts.Drivers {
+			names = append(names, d.Name())
+		}
+		return errdefs.InvalidField("isolation", "must be one of %s (the drivers this host has)", strings.Join(names, ", "))
+	}
+	return nil
+}
+
 // launch makes a new sandbox for the normalized req: record (in state
 // initial), writable layer, runtime, agent; the record ends in state final.
 // On failure everything is torn down and the record ends terminated with
@@ -115,7 +136,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 	defer close(sb.created)
 	sb.dir = m.opts.Layout.Sandbox(sb.id)
 	sb.rec = store.Session{
-		ID: sb.id, Template: req.Template, Driver: m.opts.Driver.Name(), State: initial,
+		ID: sb.id, Template: req.Template, Driver: req.Isolation, State: initial,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutS: req.TimeoutS,
 		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
@@ -255,7 +276,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	shift := m.opts.Shift
 	idmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}}
 	gidmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}}
-	err = m.opts.Driver.Create(ctx, runtime.Config{
+	err = m.driverOf(sb).Create(ctx, runtime.Config{
 		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},

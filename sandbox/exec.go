@@ -112,7 +112,8 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 		tag := req.Tag
 		start.Tag = &tag
 	}
-	before, _ := m.opts.Driver.Stats(ctx, id)
+	drv := m.driverOf(sb)
+	before, _ := drv.Stats(ctx, id)
 
 	// The stream's context: the agent gets a deadline slightly after ours.
 	// It is not the caller's: a caller that goes away before the start
@@ -199,7 +200,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 	fillResult(res, end)
 	res.TimedOut = timedOut.Load()
 	if res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
-		if after, err := m.opts.Driver.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
+		if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
 			res.OOMKilled = true
 		}
 	}
@@ -326,7 +327,7 @@ func (m *Manager) disarmKiller(sb *Sandbox, pid int) {
 func (m *Manager) killGroup(sb *Sandbox, pid int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := m.opts.Driver.KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
+	n, err := m.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
 	if err != nil {
 		m.log.Warn("kill process group", "session", sb.id, "pgid", pid, "err", err)
 	} else {

@@ -307,7 +307,7 @@ func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
-	st, err := m.opts.Driver.Stats(ctx, id)
+	st, err := m.driverOf(sb).Stats(ctx, id)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,12 @@ import (
 type Options struct {
 	Layout storage.Layout
 	Store  *store.Store
-	Driver runtime.Driver
+	// Drivers are the isolation drivers this host has; a session picks
+	// one by name (CreateRequest.Isolation) and keeps it for its life.
+	Drivers []runtime.Driver
+	// DefaultDriver names the driver of sessions that pick none; "" is
+	// the first of Drivers.
+	DefaultDriver string
 	// Storage holds the sandboxes' writable layers and snapshots.
 	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
@@ -154,8 +159,39 @@ func NewManager(opts Options) *Manager {
 	return m
 }
 
-// Driver returns the isolation driver in use.
-func (m *Manager) Driver() runtime.Driver { return m.opts.Driver }
+// Drivers returns the isolation drivers this host has.
+func (m *Manager) Drivers() []runtime.Driver { return m.opts.Drivers }
+
+// DefaultDriver returns the driver of sessions that pick none.
+func (m *Manager) DefaultDriver() runtime.Driver {
+	if d := m.driver(m.opts.DefaultDriver); d != nil {
+		return d
+	}
+	return m.opts.Drivers[0]
+}
+
+// driver returns the driver named name, or nil.
+func (m *Manager) driver(name string) runtime.Driver {
+	for _, d := range m.opts.Drivers {
+		if d.Name() == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// driverOf returns the driver sb runs on (the default one for a record
+// that names a driver this host no longer has: its calls then fail with
+// not-found, which ends the session).
+func (m *Manager) driverOf(sb *Sandbox) runtime.Driver {
+	sb.mu.Lock()
+	name := sb.rec.Driver
+	sb.mu.Unlock()
+	if d := m.driver(name); d != nil {
+		return d
+	}
+	return m.DefaultDriver()
+}
 
 // Limits returns the bounds applied to create requests.
 func (m *Manager) Limits() v1.Limits { return m.opts.Limits }

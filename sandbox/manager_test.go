@@ -121,7 +121,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	m := NewManager(Options{Layout: layout, Store: st, Driver: drv, Storage: nopStorage{}, Limits: DefaultLimits(),
+	m := NewManager(Options{Layout: layout, Store: st, Drivers: []runtime.Driver{drv}, Storage: nopStorage{}, Limits: DefaultLimits(),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	t.Cleanup(m.Close)
 	now := time.Now().UTC()

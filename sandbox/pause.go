@@ -44,7 +44,7 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*stor
 	if st := sb.Record().State; st != store.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
-	if err := m.opts.Driver.Pause(ctx, id); err != nil {
+	if err := m.driverOf(sb).Pause(ctx, id); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -69,7 +69,7 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*stor
 		return nil
 	})
 	if err != nil {
-		_ = m.opts.Driver.Resume(context.WithoutCancel(ctx), id)
+		_ = m.driverOf(sb).Resume(context.WithoutCancel(ctx), id)
 		return nil, err
 	}
 	m.arm(sb)
@@ -89,7 +89,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error)
 	if st := sb.Record().State; st != store.StatePaused {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s, not paused", id, st)
 	}
-	if err := m.opts.Driver.Resume(ctx, id); err != nil {
+	if err := m.driverOf(sb).Resume(ctx, id); err != nil {
 		return nil, err
 	}
 	rec, err := m.save(ctx, sb, func(r *store.Session) error {

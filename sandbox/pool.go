@@ -143,6 +143,9 @@ func fits(cfg store.Pool, req v1.CreateRequest) bool {
 // a sandbox the slow way; an error only for a request the member proved
 // wrong (an unknown user or workdir).
 func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
+	if req.Isolation != m.DefaultDriver().Name() {
+		return nil, nil // members run on the default driver
+	}
 	for {
 		m.poolMu.Lock()
 		pl := m.pools[req.Template]
@@ -295,7 +298,8 @@ func (m *Manager) refill() {
 func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req := v1.CreateRequest{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB}
+	req := v1.CreateRequest{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB,
+		Isolation: m.DefaultDriver().Name()}
 	err := normalizeCreate(&req, m.opts.Limits)
 	var rec *store.Session
 	if err == nil {

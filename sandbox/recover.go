@@ -80,14 +80,15 @@ func (m *Manager) Recover(ctx context.Context) error {
 // adopt takes over a sandbox that survived a daemon restart. It reports
 // false when the sandbox is not usable.
 func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
-	st, err := m.opts.Driver.Status(ctx, sb.id)
+	drv := m.driverOf(sb)
+	st, err := drv.Status(ctx, sb.id)
 	paused := sb.rec.State == store.StatePaused
 	if err == nil && st == runtime.StatusPaused && paused {
 		st = runtime.StatusRunning // frozen on purpose: adopt as it is
 	} else if err == nil && st == runtime.StatusPaused {
 		// A running session found frozen: the previous daemon died between
 		// the freeze and the thaw of an exec kill or a snapshot.
-		if err := m.opts.Driver.Resume(ctx, sb.id); err != nil {
+		if err := drv.Resume(ctx, sb.id); err != nil {
 			m.log.Warn("adopt: thaw frozen sandbox", "session", sb.id, "err", err)
 		} else {
 			st = runtime.StatusRunning
@@ -110,8 +111,8 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	}
 	if paused && st == runtime.StatusRunning {
 		// The runtime says thawed, the record paused: freeze it again.
-		if s2, _ := m.opts.Driver.Status(ctx, sb.id); s2 != runtime.StatusPaused {
-			if err := m.opts.Driver.Pause(ctx, sb.id); err != nil {
+		if s2, _ := drv.Status(ctx, sb.id); s2 != runtime.StatusPaused {
+			if err := drv.Pause(ctx, sb.id); err != nil {
 				m.log.Warn("adopt: refreeze paused sandbox", "session", sb.id, "err", err)
 			}
 		}
@@ -177,9 +178,13 @@ func (m *Manager) register(sb *Sandbox) {
 // sweepOrphans removes runtime containers and sandbox directories that no
 // live session owns.
 func (m *Manager) sweepOrphans(ctx context.Context) {
-	ids, err := m.opts.Driver.List(ctx)
-	if err != nil {
-		m.log.Warn("list runtime sandboxes", "err", err)
+	var ids []string
+	for _, d := range m.opts.Drivers {
+		dids, err := d.List(ctx)
+		if err != nil {
+			m.log.Warn("list runtime sandboxes", "driver", d.Name(), "err", err)
+		}
+		ids = append(ids, dids...)
 	}
 	entries, err := os.ReadDir(m.opts.Layout.Sandboxes())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -194,7 +199,7 @@ func (m *Manager) sweepOrphans(ctx context.Context) {
 			continue
 		}
 		seen[id] = true
-		if err := m.cleanup(ctx, id); err != nil {
+		if err := m.cleanup(ctx, id, ""); err != nil {
 			m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
 		} else {
 			m.log.Info("removed orphaned sandbox", "id", id)

@@ -92,13 +92,13 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	snapID := newID()
 	thaw := func() {}
 	if rec.State == store.StateRunning {
-		if err := m.opts.Driver.Pause(ctx, id); err != nil {
+		if err := m.driverOf(sb).Pause(ctx, id); err != nil {
 			return nil, fmt.Errorf("freeze for snapshot: %w", err)
 		}
 		// Thawed as soon as the driver has captured the files (the digest
 		// walk over every file comes after), or when it returns.
 		thaw = sync.OnceFunc(func() {
-			if rerr := m.opts.Driver.Resume(context.WithoutCancel(ctx), id); rerr != nil {
+			if rerr := m.driverOf(sb).Resume(context.WithoutCancel(ctx), id); rerr != nil {
 				m.log.Error("thaw after snapshot", "session", id, "err", rerr)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -130,7 +131,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	// deleted cgroup). Later ones see the state and do not start.
 	sb.lifeMu.Lock()
 	sb.lifeMu.Unlock()
-	if err := m.cleanup(ctx, sb.id); err != nil {
+	if err := m.cleanup(ctx, sb.id, sb.Record().Driver); err != nil {
 		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
 		sb.mu.Lock()
 		sb.tearing = false
@@ -159,9 +160,17 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 var errTeardownRunning = errors.New("teardown in progress")
 
 // cleanup removes every host resource of sandbox id; it is idempotent.
-func (m *Manager) cleanup(ctx context.Context, id string) error {
-	if err := m.opts.Driver.Delete(ctx, id); err != nil {
-		return err
+// driver names the driver it ran on; with "" (or one this host does not
+// have) every driver is asked to delete it.
+func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
+	drivers := m.opts.Drivers
+	if d := m.driver(driver); d != nil {
+		drivers = []runtime.Driver{d}
+	}
+	for _, d := range drivers {
+		if err := d.Delete(ctx, id); err != nil {
+			return err
+		}
 	}
 	if m.opts.Net != nil {
 		if err := m.opts.Net.Detach(id); err != nil {

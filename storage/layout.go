@@ -42,6 +42,9 @@ func (l Layout) AgentBinary() string { return filepath.Join(l.Root, "bin", "fork
 // RuncRoot is runc's --root.
 func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
 
+// RunscRoot is runsc's (gVisor's) --root.
+func (l Layout) RunscRoot() string { return filepath.Join(l.Root, "runsc") }
+
 // Templates is the directory of all templates.
 func (l Layout) Templates() string { return filepath.Join(l.Root, "templates") }
 

@@ -51,6 +51,12 @@ type CreateRequest struct {
 	// Network opens egress through forkbox's proxy to an allow-list; nil
 	// (the default) leaves the sandbox with loopback only.
 	Network *Network `json:"network,omitempty"`
+	// Isolation picks the isolation driver: "runc" (namespaces, seccomp,
+	// a user namespace) or "gvisor" (gVisor's user-space kernel; memory
+	// snapshots). "" is the server's default; GET /v1/info lists the
+	// drivers this host has. A session started from a memory snapshot
+	// runs on the snapshot's driver.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Network is a session's egress policy. The sandbox gets an interface

@@ -65,6 +65,8 @@ mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
 	f.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "address of the API")
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
+	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: from PATH when installed)")
+	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
 	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")

@@ -29,6 +29,7 @@ type createFlags struct {
 	autoPause time.Duration
 	allow     []string
 	egressMB  int64
+	isolation string
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -48,6 +49,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.allow, "allow", nil,
 		"give the sandbox a network to this destination only: host:port, *.domain:port or a CIDR (repeatable)")
 	fl.Int64Var(&f.egressMB, "egress-quota", 0, "egress byte quota in MiB, sent plus received (with --allow; default 1024)")
+	fl.StringVar(&f.isolation, "isolation", "", `isolation driver: "runc" or "gvisor" (default: the server's)`)
 }
 
 // create makes a session from the flags.
@@ -86,6 +88,7 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
 		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()), Network: network,
+		Isolation: f.isolation,
 	}, nil
 }
 

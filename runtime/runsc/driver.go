@@ -11,7 +11,6 @@
 // in a directory shared with the host (--host-uds=create), and the driver
 // points the socket path the caller listens on at it.
 //
-// WORK IN PROGRESS (branch only): no memory snapshots yet.
 package runsc
 
 import (
@@ -123,8 +122,11 @@ func New(opts Options) (*Driver, error) {
 
 var _ runtime.Driver = (*Driver)(nil)
 
-// Name returns "gvisor".
-func (d *Driver) Name() string { return "gvisor" }
+// DriverName is the gVisor driver's name in the API (isolation "gvisor").
+const DriverName = "gvisor"
+
+// Name returns DriverName.
+func (d *Driver) Name() string { return DriverName }
 
 // Capabilities: pause (the Sentry stops its tasks); the memory limit is
 // the host cgroup's, shared with the Sentry, so going over it stops the
