@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
 

@@ -10,7 +10,6 @@
 // host (accept4 fails with EINVAL under gVisor), so it binds its own socket
 // in a directory shared with the host (--host-uds=create), and the driver
 // points the socket path the caller listens on at it.
-//
 package runsc
 
 import (
