@@ -69,6 +69,16 @@ type Agent struct {
 	// errorLog receives the HTTP server's own errors; nil means the
 	// standard logger.
 	errorLog *stdlog.Logger
+
+	// listenPath is the socket the agent binds itself ("" when it was
+	// handed a listener); control is the checkpoint control file
+	// (checkpoint.go). Both are set before Serve.
+	listenPath, control string
+	// srv is the HTTP server now serving; prepared is the generation of
+	// an accepted prepare (0: none). Under srvMu.
+	srvMu    sync.Mutex
+	srv      *http.Server
+	prepared uint64
 }
 
 // New returns an agent for cfg. It does not start the reaper; Serve does.
@@ -101,29 +111,58 @@ func (a *Agent) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /init", a.handleInit)
+	mux.HandleFunc("POST /snapshot/prepare", a.handlePrepare)
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
 	return mux
 }
 
 // Serve runs the reaper and serves the agent API on l until ctx ends.
+// After a checkpoint prepare it waits for the resume (checkpoint.go) and
+// serves again on a new socket at the same path.
 func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 	go a.reaper.run(ctx)
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: a.errorLog}
-	var protos http.Protocols
-	protos.SetHTTP1(true)
-	protos.SetUnencryptedHTTP2(true)
-	srv.Protocols = &protos
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
+		a.srvMu.Lock()
+		srv := a.srv
+		a.srv = nil
+		a.srvMu.Unlock()
+		if srv != nil {
+			_ = srv.Shutdown(shutdownCtx)
+		}
 	}()
-	if err := srv.Serve(retryListener{l}); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for {
+		srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second, ErrorLog: a.errorLog}
+		var protos http.Protocols
+		protos.SetHTTP1(true)
+		protos.SetUnencryptedHTTP2(true)
+		srv.Protocols = &protos
+		a.srvMu.Lock()
+		if ctx.Err() != nil {
+			a.srvMu.Unlock()
+			return nil
+		}
+		a.srv = srv
+		a.srvMu.Unlock()
+		err := srv.Serve(retryListener{l})
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		a.srvMu.Lock()
+		gen := a.prepared
+		a.prepared = 0
+		a.srvMu.Unlock()
+		if gen == 0 || ctx.Err() != nil {
+			return nil
+		}
+		a.awaitResume(ctx, gen)
+		if l, err = a.listen(); err != nil {
+			return err
+		}
 	}
-	return nil
 }
 
 // Main is forkbox-agent's entry point as the sandbox's init: it reads its
@@ -139,8 +178,12 @@ func Main(listenFD int) int {
 			return 2
 		}
 	}
-	listenPath := os.Getenv(ListenEnv)
+	listenPath, control := os.Getenv(ListenEnv), os.Getenv(ControlEnv)
 	os.Clearenv()
+	if err := dropAdminCapabilities(); err != nil {
+		log.Error("drop capabilities from the bounding set", "err", err)
+		return 2
+	}
 	// Not dumpable: no process in the sandbox (not even root, which lacks
 	// CAP_SYS_PTRACE) may ptrace the agent or open /proc/1/fd.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -148,12 +191,12 @@ func Main(listenFD int) int {
 	// bomb before the agent serves its first exec.
 	go prewarmThreads(16)
 
+	a := New(cfg, log)
+	a.errorLog = stdlog.New(logOut, "http: ", stdlog.LstdFlags)
+	a.listenPath, a.control = listenPath, control
 	var l net.Listener
 	if listenPath != "" {
-		_ = os.Remove(listenPath)
-		old := unix.Umask(0o177)
-		ul, err := net.Listen("unix", listenPath)
-		unix.Umask(old)
+		ul, err := a.listen()
 		if err != nil {
 			log.Error("listen", "path", listenPath, "err", err)
 			return 2
@@ -173,8 +216,6 @@ func Main(listenFD int) int {
 		}
 		l = fl
 	}
-	a := New(cfg, log)
-	a.errorLog = stdlog.New(logOut, "http: ", stdlog.LstdFlags)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 4)

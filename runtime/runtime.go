@@ -85,7 +85,9 @@ type Config struct {
 	// AgentEnv is the agent's environment (KEY=VALUE).
 	AgentEnv []string
 	// AgentListener is a listening Unix socket handed to the agent as fd 3.
-	// The daemon keeps the path; the sandbox never sees it.
+	// The daemon keeps the path; the sandbox never sees it. (A driver that
+	// cannot hand it in replaces the path with a link to a socket the
+	// agent binds itself.)
 	AgentListener *os.File
 	// UIDMap and GIDMap map sandbox ids to host ids; empty means no user namespace.
 	UIDMap []IDMap
@@ -95,7 +97,18 @@ type Config struct {
 	// joins instead of a new one with loopback only. Its interfaces and
 	// firewall are the caller's (netpolicy); the sandbox cannot change them.
 	NetnsPath string
+	// ControlDir, when set, is a host directory the sandbox sees read-only
+	// at ControlTarget; drivers with memory snapshots point the agent's
+	// checkpoint control file (agent.ControlEnv) at ControlFile in it.
+	ControlDir string
 }
+
+// ControlTarget is where Config.ControlDir appears inside the sandbox.
+const ControlTarget = "/.forkbox/ctl"
+
+// ControlFile is the name of the agent's checkpoint control file in
+// Config.ControlDir (an agent.ResumeFile, written by the daemon).
+const ControlFile = "resume.json"
 
 // AgentTarget is where the agent binary appears inside every sandbox.
 const AgentTarget = "/.forkbox/bin/forkbox-agent"
@@ -161,4 +174,17 @@ type Driver interface {
 	// ErrUnavailable when Capabilities().Pause is false.
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+	// Checkpoint writes the sandbox's processes, memory and kernel state
+	// into dir (an existing empty directory); the sandbox keeps its state
+	// (a paused one stays paused). The agent must have been prepared
+	// (agent.PrepareRequest) first. ErrUnavailable when
+	// Capabilities().MemorySnapshot is false.
+	Checkpoint(ctx context.Context, id, dir string) error
+	// Restore starts sandbox cfg.ID from the checkpoint in dir instead of
+	// a fresh agent: its processes continue where they were. cfg is as
+	// for Create (its RootFS and mounts must hold the files the
+	// checkpointed sandbox had); the agent's command and environment come
+	// from the checkpoint. On error nothing is left behind.
+	// ErrUnavailable when Capabilities().MemorySnapshot is false.
+	Restore(ctx context.Context, cfg Config, dir string) error
 }

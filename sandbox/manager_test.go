@@ -42,6 +42,12 @@ func (d *fakeDriver) Create(context.Context, runtime.Config) error {
 	return errors.New("fake create failure")
 }
 func (d *fakeDriver) List(context.Context) ([]string, error) { return nil, nil }
+func (d *fakeDriver) Checkpoint(context.Context, string, string) error {
+	return errdefs.ErrUnavailable
+}
+func (d *fakeDriver) Restore(context.Context, runtime.Config, string) error {
+	return errdefs.ErrUnavailable
+}
 func (d *fakeDriver) Pause(context.Context, string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -347,3 +347,14 @@ func (f *fileIO) Stdin() io.WriteCloser { return nil }
 func (f *fileIO) Stdout() io.ReadCloser { return nil }
 func (f *fileIO) Stderr() io.ReadCloser { return nil }
 func (f *fileIO) Set(cmd *exec.Cmd)     { cmd.Stdin, cmd.Stdout, cmd.Stderr = f.stdin, f.stdout, f.stderr }
+
+// Checkpoint is unavailable: CRIU does not work on this kernel (see the
+// design notes), so the runc tier has no memory snapshots.
+func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
+	return fmt.Errorf("runc memory checkpoint: %w", errdefs.ErrUnavailable)
+}
+
+// Restore is unavailable, as Checkpoint.
+func (d *Driver) Restore(ctx context.Context, cfg runtime.Config, dir string) error {
+	return fmt.Errorf("runc memory restore: %w", errdefs.ErrUnavailable)
+}

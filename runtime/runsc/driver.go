@@ -127,15 +127,32 @@ const DriverName = "gvisor"
 // Name returns DriverName.
 func (d *Driver) Name() string { return DriverName }
 
-// Capabilities: pause (the Sentry stops its tasks); the memory limit is
+// Capabilities: pause (the Sentry stops its tasks), memory snapshots that
+// restore any number of times (fork); the memory limit is
 // the host cgroup's, shared with the Sentry, so going over it stops the
 // whole sandbox.
 func (d *Driver) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Pause: true, SandboxOOM: true, UserNamespace: true}
+	return runtime.Capabilities{Pause: true, MemorySnapshot: true, Fork: true, SandboxOOM: true, UserNamespace: true}
 }
 
 // Create writes the bundle and runs the sandbox detached.
-func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) {
+func (d *Driver) Create(ctx context.Context, cfg runtime.Config) error {
+	return d.start(ctx, cfg, "")
+}
+
+// Restore writes the bundle and restores the checkpoint in dir into it
+// (runsc restore), detached. The agent, prepared before the checkpoint,
+// listens again once cfg.ControlDir holds its agent.ResumeFile.
+func (d *Driver) Restore(ctx context.Context, cfg runtime.Config, dir string) error {
+	if dir == "" {
+		return errdefs.InvalidField("image", "a checkpoint directory is required")
+	}
+	return d.start(ctx, cfg, dir)
+}
+
+// start writes cfg's bundle into cfg.StateDir and runs it: a new sandbox,
+// or the checkpoint in image when image is not "".
+func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (retErr error) {
 	if !runc.ValidID(cfg.ID) {
 		return errdefs.InvalidField("id", "must be 1-63 characters of [a-z0-9]")
 	}
@@ -155,7 +172,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	adapt(spec, runDir)
+	adapt(spec, runDir, cfg.ControlDir)
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -187,16 +204,59 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 			_ = d.Delete(context.WithoutCancel(ctx), cfg.ID)
 		}
 	}()
-	opts := &gorunc.CreateOpts{IO: &fileIO{devNull, logFile, logFile}, Detach: true}
-	if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+	if image == "" {
+		opts := &gorunc.CreateOpts{IO: &fileIO{devNull, logFile, logFile}, Detach: true}
+		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, lastBytes(b, 2048))
+		}
+		return nil
+	}
+	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, logFile, logFile
+	if err := cmd.Run(); err != nil {
 		b, _ := os.ReadFile(logPath)
-		return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, lastBytes(b, 2048))
+		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, lastBytes(b, 2048))
 	}
 	return nil
 }
 
+// command returns a runsc command with the driver's global flags.
+func (d *Driver) command(ctx context.Context, args ...string) *exec.Cmd {
+	global := append([]string{"--root", d.root}, d.runsc.ExtraArgs...)
+	cmd := exec.CommandContext(ctx, d.bin, append(global, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// Checkpoint saves the sandbox into dir (runsc checkpoint --leave-running,
+// uncompressed: the pages are encrypted afterwards and compression costs
+// more time than it saves here). A paused sandbox stays paused. It fails
+// with ErrConflict when the sandbox holds something gVisor cannot save,
+// such as a bound host socket (an agent that was not prepared).
+func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
+	if !runc.ValidID(id) {
+		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	defer d.lock(id)()
+	cmd := d.command(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path", dir, id)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if notExist(errors.New(string(out))) {
+			return errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
+		}
+		return errdefs.Newf(errdefs.ErrConflict, "runsc checkpoint %s: %v: %s", id, err, lastBytes(out, 1024))
+	}
+	return nil
+}
+
+// adminCaps are granted to the agent in gVisor so that it can set a
+// restored clone's hostname; it drops them from the bounding set at once,
+// so no process it starts can have them (agent.dropAdminCapabilities).
+var adminCaps = []string{"CAP_SYS_ADMIN", "CAP_SETPCAP"}
+
 // adapt turns runc's spec into gVisor's.
-func adapt(s *specs.Spec, runDir string) {
+func adapt(s *specs.Spec, runDir, controlDir string) {
 	var ns []specs.LinuxNamespace
 	for _, n := range s.Linux.Namespaces {
 		if n.Type != specs.CgroupNamespace {
@@ -219,8 +279,17 @@ func adapt(s *specs.Spec, runDir string) {
 	mounts := append([]specs.Mount(nil), s.Mounts...)
 	mounts = append(mounts, specs.Mount{Destination: agentRunDir, Type: "bind", Source: runDir,
 		Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	if controlDir != "" {
+		mounts = append(mounts, specs.Mount{Destination: runtime.ControlTarget, Type: "bind", Source: controlDir,
+			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		s.Process.Env = append(s.Process.Env, agent.ControlEnv+"="+runtime.ControlTarget+"/"+runtime.ControlFile)
+	}
 	s.Mounts = mounts
 	s.Process.Env = append(s.Process.Env, agent.ListenEnv+"="+agentRunDir+"/agent.sock")
+	c := s.Process.Capabilities
+	c.Bounding = append(append([]string(nil), c.Bounding...), adminCaps...)
+	c.Effective = append(append([]string(nil), c.Effective...), adminCaps...)
+	c.Permitted = append(append([]string(nil), c.Permitted...), adminCaps...)
 }
 
 // socketPath returns the filesystem path a listening Unix socket is bound to.
@@ -323,9 +392,8 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 			}
 		}()
 	}
-	cmd := exec.CommandContext(ctx, d.bin, append(append([]string{"--root", d.root}, d.runsc.ExtraArgs...),
-		"exec", "--user", "0:0", id, runtime.AgentTarget, agent.KillGroupCommand,
-		strconv.Itoa(pgid), strconv.Itoa(sig))...)
+	cmd := d.command(ctx, "exec", "--user", "0:0", id, runtime.AgentTarget, agent.KillGroupCommand,
+		strconv.Itoa(pgid), strconv.Itoa(sig))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,0 +1,350 @@
+// Package seal keeps files encrypted and authenticated at rest: memory
+// checkpoints hold everything a sandbox had in memory, so they are never
+// written to disk in the clear for longer than a checkpoint or a restore
+// takes.
+//
+// A sealed file is the magic "FBXSEAL1", a random 32-byte salt, then the
+// plaintext in chunks of ChunkSize bytes, each sealed with AES-256-GCM
+// (16-byte tag) under a per-file key, HMAC-SHA256(master key, salt). A
+// chunk's 12-byte nonce is its index (8 bytes, big-endian), three zero
+// bytes and a last-chunk flag, and its additional data is the file's name,
+// so chunks cannot be reordered, dropped, cut off at the end or moved to
+// another file without Open noticing. A directory sealed with SealDir has
+// a manifest.json listing each file's name, plaintext size and the sha256
+// of its sealed bytes; SealDir returns the manifest's own sha256, which
+// the caller stores elsewhere (the database), so that a changed manifest
+// is refused too.
+package seal
+
+import (
+	"bufio"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// ChunkSize is the plaintext bytes per sealed chunk (1 MiB).
+const ChunkSize = 1 << 20
+
+// KeyEnv, when set, holds the master key as 64 hex digits and overrides
+// the key file (for keys kept in a secret store or KMS and handed to the
+// daemon in its environment).
+const KeyEnv = "FORKBOX_SNAPSHOT_KEY"
+
+const (
+	magic        = "FBXSEAL1"
+	saltSize     = 32
+	tagSize      = 16
+	manifestName = "manifest.json"
+)
+
+// Key is a 32-byte AES-256 master key.
+type Key [32]byte
+
+// LoadKey returns the master key: from KeyEnv when it is set, else from
+// the file at path, which is created (32 random bytes, mode 0600) when
+// missing. A key file of another size, or a KeyEnv that is not 64 hex
+// digits, is an error.
+func LoadKey(path string) (*Key, error) {
+	var k Key
+	if v := os.Getenv(KeyEnv); v != "" {
+		b, err := hex.DecodeString(strings.TrimSpace(v))
+		if err != nil || len(b) != len(k) {
+			return nil, fmt.Errorf("%s: want %d hex digits", KeyEnv, 2*len(k))
+		}
+		copy(k[:], b)
+		return &k, nil
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := rand.Read(k[:]); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			return LoadKey(path) // made meanwhile by someone else
+		}
+		if err != nil {
+			return nil, err
+		}
+		if _, err := f.Write(k[:]); err != nil {
+			f.Close()
+			return nil, err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, err
+		}
+		return &k, f.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != len(k) {
+		return nil, fmt.Errorf("snapshot key %s: %d bytes, want %d", path, len(b), len(k))
+	}
+	copy(k[:], b)
+	return &k, nil
+}
+
+// Manifest lists the files of a sealed directory.
+type Manifest struct {
+	Files []File `json:"files"`
+}
+
+// File is one sealed file.
+type File struct {
+	// Name is its name in the directory (no path separators).
+	Name string `json:"name"`
+	// Size is its plaintext size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the hex sha256 of the sealed file's bytes.
+	SHA256 string `json:"sha256"`
+}
+
+// SealDir seals every regular file of src (not recursing) into dst, which
+// must not exist, and writes dst's manifest. It returns the manifest's
+// digest ("sha256:<hex>") and the total plaintext bytes. On error dst is
+// removed.
+func SealDir(key *Key, src, dst string) (digest string, bytes int64, err error) {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := os.Mkdir(dst, 0o700); err != nil {
+		return "", 0, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dst)
+		}
+	}()
+	var m Manifest
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		f, err := sealFile(key, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), e.Name())
+		if err != nil {
+			return "", 0, fmt.Errorf("seal %s: %w", e.Name(), err)
+		}
+		m.Files = append(m.Files, f)
+		bytes += f.Size
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := writeSynced(filepath.Join(dst, manifestName), data); err != nil {
+		return "", 0, err
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), bytes, nil
+}
+
+// OpenDir checks the sealed directory dir against digest (from SealDir)
+// and decrypts every file into out (created, mode 0700). Each file's
+// sha256 and every chunk's tag are checked; a missing, truncated,
+// reordered or altered file fails with ErrConflict ("failed its integrity
+// check"), and then out is removed: nothing half-decrypted is left.
+func OpenDir(key *Key, dir, digest, out string) (err error) {
+	data, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return corrupt("manifest: %v", err)
+	}
+	sum := sha256.Sum256(data)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != digest {
+		return corrupt("manifest digest %s, recorded %s", got, digest)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return corrupt("manifest: %v", err)
+	}
+	if err := os.MkdirAll(out, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(out)
+		}
+	}()
+	for _, f := range m.Files {
+		if f.Name == "" || f.Name != filepath.Base(f.Name) || f.Name == manifestName || f.Name[0] == '.' {
+			return corrupt("manifest names %q", f.Name)
+		}
+		if err := openFile(key, filepath.Join(dir, f.Name), filepath.Join(out, f.Name), f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// corrupt is an integrity failure.
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: sealed snapshot failed its integrity check: %s", errdefs.ErrConflict, fmt.Sprintf(format, args...))
+}
+
+// fileAEAD returns the AES-256-GCM of a file with salt.
+func fileAEAD(key *Key, salt []byte) (cipher.AEAD, error) {
+	mac := hmac.New(sha256.New, key[:])
+	mac.Write(salt)
+	block, err := aes.NewCipher(mac.Sum(nil))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// nonce returns chunk i's nonce.
+func nonce(i uint64, last bool) []byte {
+	n := make([]byte, 12)
+	binary.BigEndian.PutUint64(n, i)
+	if last {
+		n[11] = 1
+	}
+	return n
+}
+
+// sealFile seals src into dst (created, 0600, fsynced).
+func sealFile(key *Key, src, dst, name string) (File, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return File{}, err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return File{}, err
+	}
+	defer out.Close()
+	h := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(out, h), ChunkSize+tagSize)
+	salt := make([]byte, saltSize)
+	if _, err := rand.Read(salt); err != nil {
+		return File{}, err
+	}
+	aead, err := fileAEAD(key, salt)
+	if err != nil {
+		return File{}, err
+	}
+	w.WriteString(magic)
+	w.Write(salt)
+	r := bufio.NewReaderSize(in, ChunkSize)
+	buf := make([]byte, ChunkSize)
+	sealed := make([]byte, 0, ChunkSize+tagSize)
+	var size int64
+	for i := uint64(0); ; i++ {
+		n, err := io.ReadFull(r, buf)
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return File{}, err
+		}
+		_, perr := r.Peek(1)
+		last := perr != nil
+		sealed = aead.Seal(sealed[:0], nonce(i, last), buf[:n], []byte(name))
+		if _, err := w.Write(sealed); err != nil {
+			return File{}, err
+		}
+		size += int64(n)
+		if last {
+			break
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return File{}, err
+	}
+	if err := out.Sync(); err != nil {
+		return File{}, err
+	}
+	return File{Name: name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, out.Close()
+}
+
+// openFile decrypts the sealed src into dst, checking f's digest and size.
+func openFile(key *Key, src, dst string, f File) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return corrupt("%s: %v", f.Name, err)
+	}
+	defer in.Close()
+	h := sha256.New()
+	r := bufio.NewReaderSize(io.TeeReader(in, h), ChunkSize+tagSize)
+	head := make([]byte, len(magic)+saltSize)
+	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(magic)]) != magic {
+		return corrupt("%s: not a sealed file", f.Name)
+	}
+	aead, err := fileAEAD(key, head[len(magic):])
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w := bufio.NewWriterSize(out, ChunkSize)
+	buf := make([]byte, ChunkSize+tagSize)
+	plain := make([]byte, 0, ChunkSize)
+	var size int64
+	for i := uint64(0); ; i++ {
+		n, err := io.ReadFull(r, buf)
+		if err != nil && err != io.ErrUnexpectedEOF {
+			return corrupt("%s: cut off after %d chunks", f.Name, i)
+		}
+		_, perr := r.Peek(1)
+		last := perr != nil
+		plain, err = aead.Open(plain[:0], nonce(i, last), buf[:n], []byte(f.Name))
+		if err != nil {
+			return corrupt("%s: chunk %d does not authenticate (altered, reordered or cut off)", f.Name, i)
+		}
+		if _, err := w.Write(plain); err != nil {
+			return err
+		}
+		size += int64(len(plain))
+		if last {
+			break
+		}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return corrupt("%s: sha256 %s, recorded %s", f.Name, got, f.SHA256)
+	}
+	if size != f.Size {
+		return corrupt("%s: %d bytes, recorded %d", f.Name, size, f.Size)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+// writeSynced writes data to a new file at path and fsyncs it.
+func writeSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
