@@ -347,4 +347,3 @@ func writeSynced(path string, data []byte) error {
 	}
 	return f.Close()
 }
-
