@@ -41,7 +41,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name})
+	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name, Memory: req.Memory})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -58,7 +58,7 @@ func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest, sandbox.SnapshotOptions{})
+	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest, sandbox.SnapshotOptions{Memory: req.Memory})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -11,9 +11,14 @@ import (
 // Snapshot captures session id's files as a snapshot; expiresInS > 0
 // deletes it after that many seconds. The session keeps running.
 func (c *Client) Snapshot(ctx context.Context, id string, expiresInS int64) (*Snapshot, error) {
+	return c.SnapshotWith(ctx, id, v1.SnapshotRequest{ExpiresInS: expiresInS})
+}
+
+// SnapshotWith snapshots session id as req asks (req.Memory: processes and
+// memory too, gVisor tier).
+func (c *Client) SnapshotWith(ctx context.Context, id string, req SnapshotRequest) (*Snapshot, error) {
 	sn := &Snapshot{}
-	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/snapshot", nil, nil,
-		v1.SnapshotRequest{ExpiresInS: expiresInS}, sn)
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/snapshot", nil, nil, req, sn)
 	return sn, err
 }
 

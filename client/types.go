@@ -5,20 +5,21 @@ import v1 "github.com/forkbox/forkbox/api/v1"
 // The wire types, named in this package so that callers need not import
 // api/v1; see that package for their fields and units.
 type (
-	CreateRequest = v1.CreateRequest
-	Session       = v1.Session
-	ExecRequest   = v1.ExecRequest
-	ExecResult    = v1.ExecResult
-	ExecOutput    = v1.ExecOutput
-	Process       = v1.Process
-	Entry         = v1.Entry
-	Usage         = v1.Usage
-	Network       = v1.Network
-	EgressRecord  = v1.EgressRecord
-	Template      = v1.Template
-	Info          = v1.Info
-	Snapshot      = v1.Snapshot
-	ForkRequest   = v1.ForkRequest
-	ForkResult    = v1.ForkResult
-	Pool          = v1.Pool
+	CreateRequest   = v1.CreateRequest
+	Session         = v1.Session
+	ExecRequest     = v1.ExecRequest
+	ExecResult      = v1.ExecResult
+	ExecOutput      = v1.ExecOutput
+	Process         = v1.Process
+	Entry           = v1.Entry
+	Usage           = v1.Usage
+	Network         = v1.Network
+	EgressRecord    = v1.EgressRecord
+	Template        = v1.Template
+	Info            = v1.Info
+	Snapshot        = v1.Snapshot
+	SnapshotRequest = v1.SnapshotRequest
+	ForkRequest     = v1.ForkRequest
+	ForkResult      = v1.ForkResult
+	Pool            = v1.Pool
 )

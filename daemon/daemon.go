@@ -26,6 +26,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage/seal"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/runtime/runc"
@@ -155,6 +156,15 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("install forkbox-agent: %w", err)
 	}
+	snapKey, err := seal.LoadKey(layout.SnapshotKey())
+	if err != nil {
+		return nil, fmt.Errorf("snapshot key: %w", err)
+	}
+	// Checkpoints decrypted for restores that a previous run did not
+	// finish are plaintext memory: remove them.
+	if err := os.RemoveAll(layout.Restores()); err != nil {
+		return nil, err
+	}
 	drivers, err := openDrivers(opts, layout, log)
 	if err != nil {
 		return nil, err
@@ -173,7 +183,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		netsvc = nil
 	}
 	mgr := sandbox.NewManager(sandbox.Options{
-		Layout: layout, Store: st, Drivers: drivers, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
+		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
 	})
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

@@ -31,6 +31,9 @@ type Capabilities struct {
 	// (the runtime's own processes share its memory cgroup), where false
 	// means the kernel kills only a process inside.
 	SandboxOOM bool `json:"sandbox_oom"`
+	// Network: the sandbox can join a network namespace the host made
+	// (Config.NetnsPath), which is how it gets egress.
+	Network bool `json:"network"`
 	// UserNamespace: sandbox uids map to an unprivileged host range.
 	UserNamespace bool `json:"user_namespace"`
 }

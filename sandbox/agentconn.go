@@ -98,7 +98,7 @@ func (c *agentConn) waitReady(ctx context.Context) error {
 			return fmt.Errorf("agent not ready: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(delay):
 		}
-		delay = min(delay*2, 50*time.Millisecond)
+		delay = min(delay*2, 10*time.Millisecond)
 	}
 }
 

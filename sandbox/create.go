@@ -41,6 +41,12 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
+	if req.Snapshot != "" && req.Isolation == "" {
+		// A memory snapshot runs on the driver that took it.
+		if sn, err := m.resolveSnapshot(ctx, req.Snapshot); err == nil && sn.MemoryDriver != "" {
+			req.Isolation = sn.MemoryDriver
+		}
+	}
 	if err := m.pickDriver(&req); err != nil {
 		return nil, false, err
 	}
@@ -74,6 +80,10 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 			return nil, false, err
 		}
 		req.Snapshot, req.Template = snap.ID, snap.Template
+		if snap.MemoryDriver != "" && snap.MemoryDriver != req.Isolation {
+			return nil, false, errdefs.InvalidField("isolation", "snapshot %s holds memory that only isolation %q can restore",
+				snap.ID, snap.MemoryDriver)
+		}
 		if verify {
 			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
 				return nil, false, err
@@ -93,7 +103,6 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 func (m *Manager) pickDriver(req *v1.CreateRequest) error {
 	if req.Isolation == "" {
 		req.Isolation = m.DefaultDriver().Name()
-		return nil
 	}
 	if m.driver(req.Isolation) == nil {
 		names := make([]string, 0, len(m.opts.Drivers))
@@ -101,6 +110,9 @@ func (m *Manager) pickDriver(req *v1.CreateRequest) error {
 			names = append(names, d.Name())
 		}
 		return errdefs.InvalidField("isolation", "must be one of %s (the drivers this host has)", strings.Join(names, ", "))
+	}
+	if req.Network != nil && !m.driver(req.Isolation).Capabilities().Network {
+		return errdefs.InvalidField("network", "isolation %q cannot have a network yet", req.Isolation)
 	}
 	return nil
 }
@@ -191,6 +203,24 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	if err := os.MkdirAll(sb.dir, 0o711); err != nil {
 		return err
 	}
+	// A memory snapshot's checkpoint is verified and decrypted first: a
+	// tampered one stops the create before anything starts.
+	var image string
+	var gen uint64
+	if req.Snapshot != "" {
+		sn, err := m.opts.Store.GetSnapshot(ctx, req.Snapshot)
+		if err != nil {
+			return err
+		}
+		if sn.MemoryDriver != "" {
+			dir, release, err := m.openMemory(sn)
+			if err != nil {
+				return err
+			}
+			defer release()
+			image, gen = dir, generationOf(sn.ID)
+		}
+	}
 	rootfs, err := m.opts.Storage.Prepare(ctx, sb.id,
 		storage.Source{Template: req.Template, Snapshot: req.Snapshot}, req.DiskMB<<20)
 	if err != nil {
@@ -209,9 +239,25 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	for _, d := range []string{"/home/user", "/root", "/tmp"} {
 		mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, d), Target: d})
 	}
+	// Every sandbox has its own machine id (a clone of a memory snapshot
+	// too: the file is read from its own state directory).
+	machineID := filepath.Join(sb.dir, "machine-id")
+	if err := os.WriteFile(machineID, []byte(newToken()[:32]+"\n"), 0o644); err != nil {
+		return err
+	}
+	ctlDir := filepath.Join(sb.dir, "ctl")
+	if err := os.Mkdir(ctlDir, 0o755); err != nil {
+		return err
+	}
+	if image != "" {
+		if err := writeResume(ctlDir, agent.ResumeFile{Generation: gen, Hostname: sb.id}); err != nil {
+			return err
+		}
+	}
 	mounts = append(mounts,
 		runtime.Mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true},
 		runtime.Mount{Source: hostname, Target: "/etc/hostname", ReadOnly: true},
+		runtime.Mount{Source: machineID, Target: "/etc/machine-id", ReadOnly: true},
 	)
 	att, err := m.attachNetwork(sb, false)
 	if err != nil {
@@ -276,12 +322,17 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	shift := m.opts.Shift
 	idmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}}
 	gidmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}}
-	err = m.driverOf(sb).Create(ctx, runtime.Config{
+	rcfg := runtime.Config{
 		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
-		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath,
-	})
+		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath, ControlDir: ctlDir,
+	}
+	if image != "" {
+		err = m.driverOf(sb).Restore(ctx, rcfg, image)
+	} else {
+		err = m.driverOf(sb).Create(ctx, rcfg)
+	}
 	if err != nil {
 		return err
 	}
@@ -298,6 +349,13 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	}
 	if err := sb.agent.waitReady(readyCtx); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if image != "" {
+		// The restored agent has the snapshot's settings: give it this
+		// session's.
+		if err := m.initAgent(ctx, sb, req); err != nil {
+			return err
+		}
 	}
 	if err := m.checkDefaults(ctx, sb, req); err != nil {
 		return err

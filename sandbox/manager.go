@@ -23,6 +23,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	// DefaultDriver names the driver of sessions that pick none; "" is
 	// the first of Drivers.
 	DefaultDriver string
+	// SnapshotKey seals memory checkpoints at rest (storage/seal); nil:
+	// no memory snapshots.
+	SnapshotKey *seal.Key
 	// Storage holds the sandboxes' writable layers and snapshots.
 	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
@@ -75,6 +79,10 @@ type Manager struct {
 	// because it was full.
 	egressQueue   chan store.EgressRecord
 	egressDropped atomic.Int64
+	// images are memory checkpoints decrypted for restores in progress,
+	// by snapshot id (memory.go).
+	imgMu  sync.Mutex
+	images map[string]*openImage
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -153,7 +161,7 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096)}
+		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096)}
 	m.wg.Add(1)
 	go m.recordEgress()
 	return m

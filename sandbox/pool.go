@@ -172,19 +172,8 @@ func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKe
 
 // adoptMember configures member sb for req and makes it a running session.
 func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
-	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
-	if err != nil {
+	if err := m.initAgent(ctx, sb, req); err != nil {
 		return nil, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := sb.agent.http.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("agent init: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return nil, fmt.Errorf("agent init: HTTP %d", resp.StatusCode)
 	}
 	if err := m.checkDefaults(ctx, sb, req); err != nil {
 		return nil, err
@@ -210,6 +199,26 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 	m.armIdle(sb)
 	m.log.Info("session from warm pool", "session", sb.id, "template", req.Template)
 	return &rec, nil
+}
+
+// initAgent gives sb's running agent req's environment, default user and
+// working directory (POST /init).
+func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
+	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := sb.agent.http.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("agent init: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("agent init: HTTP %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // discard tears members down in the background; Close waits for it.

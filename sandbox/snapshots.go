@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,8 @@ type SnapshotOptions struct {
 	ExpiresIn time.Duration
 	// Name names the snapshot ("" for none); see validSnapshotName.
 	Name string
+	// Memory checkpoints the session's processes and memory too (memory.go).
+	Memory bool
 }
 
 // maxSnapshotName is the longest snapshot name, in bytes.
@@ -90,33 +93,65 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	snapID := newID()
+	var mem *memoryCapture
+	if opts.Memory {
+		if mem, err = m.prepareMemory(ctx, sb, rec, snapID); err != nil {
+			return nil, err
+		}
+	}
 	thaw := func() {}
 	if rec.State == store.StateRunning {
 		if err := m.driverOf(sb).Pause(ctx, id); err != nil {
+			if mem != nil {
+				mem.resume(ctx, m)
+				os.RemoveAll(mem.dir)
+			}
 			return nil, fmt.Errorf("freeze for snapshot: %w", err)
 		}
 		// Thawed as soon as the driver has captured the files (the digest
-		// walk over every file comes after), or when it returns.
+		// walk over every file comes after), or when it returns. A memory
+		// checkpoint is taken while the sandbox is still frozen, so that
+		// it and the files agree.
 		thaw = sync.OnceFunc(func() {
+			if mem != nil {
+				mem.checkpoint(ctx)
+			}
 			if rerr := m.driverOf(sb).Resume(context.WithoutCancel(ctx), id); rerr != nil {
 				m.log.Error("thaw after snapshot", "session", id, "err", rerr)
+			}
+			if mem != nil {
+				mem.resume(ctx, m)
 			}
 		})
 	}
 	info, err := m.opts.Storage.Snapshot(ctx, id, snapID, thaw)
 	thaw()
+	if err == nil && mem != nil && mem.err != nil {
+		_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+		err = mem.err
+	}
 	if err != nil {
+		if mem != nil {
+			os.RemoveAll(mem.dir)
+		}
 		return nil, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
 	sn := &store.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
 	}
+	if mem != nil {
+		if err := m.sealMemory(mem, sn); err != nil {
+			_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+			return nil, err
+		}
+	}
 	if opts.ExpiresIn > 0 {
 		sn.ExpiresAt = sn.CreatedAt.Add(opts.ExpiresIn)
 	}
 	if err := m.opts.Store.CreateSnapshot(ctx, sn); err != nil {
 		_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
+		os.RemoveAll(m.memoryDir(snapID))
 		return nil, err
 	}
 	m.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes)
@@ -272,6 +307,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string, force bool) err
 		}
 	}
 	if err := m.opts.Storage.RemoveSnapshot(ctx, id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.memoryDir(id)); err != nil {
 		return err
 	}
 	return m.opts.Store.DeleteSnapshot(ctx, id)

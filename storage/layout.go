@@ -42,6 +42,15 @@ func (l Layout) AgentBinary() string { return filepath.Join(l.Root, "bin", "fork
 // RuncRoot is runc's --root.
 func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
 
+// MemorySnapshots holds the sealed memory checkpoints, one directory per snapshot id.
+func (l Layout) MemorySnapshots() string { return filepath.Join(l.Root, "memory") }
+
+// Restores holds memory checkpoints decrypted for a restore, only while it runs.
+func (l Layout) Restores() string { return filepath.Join(l.Root, "restore") }
+
+// SnapshotKey is the file of the key that seals memory checkpoints.
+func (l Layout) SnapshotKey() string { return filepath.Join(l.Root, "keys", "snapshot.key") }
+
 // RunscRoot is runsc's (gVisor's) --root.
 func (l Layout) RunscRoot() string { return filepath.Join(l.Root, "runsc") }
 

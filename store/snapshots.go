@@ -29,14 +29,23 @@ type Snapshot struct {
 	// Name is a caller's name for it ("" for none). Names need not be
 	// unique; a lookup by name finds the newest snapshot with it.
 	Name string
+	// MemoryDriver is the isolation driver that checkpointed the
+	// session's processes and memory with its files ("" for a snapshot of
+	// files only); sessions restored from it run on that driver.
+	MemoryDriver string
+	// MemoryDigest is "sha256:..." of the sealed checkpoint's manifest.
+	MemoryDigest string
+	// MemoryBytes is the checkpoint's size before sealing, in bytes.
+	MemoryBytes int64
 }
 
-const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name`
+const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes`
 
 // CreateSnapshot inserts sn; ErrConflict when the id exists.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name,
+		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s exists", sn.ID)
 	}
@@ -112,7 +121,7 @@ func scanSnapshot(r scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, expires int64
 	if err := r.Scan(&sn.ID, &sn.SessionID, &sn.Parent, &sn.Template, &sn.Storage, &sn.SizeBytes, &sn.Digest,
-		&created, &expires, &sn.Name); err != nil {
+		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt, sn.ExpiresAt = fromMS(created), fromMS(expires)

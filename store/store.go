@@ -127,6 +127,11 @@ var migrations = []string{
 	CREATE INDEX egress_by_session ON egress (session_id, seq);`,
 	// 6: egress records by age, for pruning.
 	`CREATE INDEX egress_by_time ON egress (time);`,
+	// 7: memory snapshots (gVisor checkpoints): the driver that took one
+	// ('' for a files-only snapshot), its sealed image's digest and size.
+	`ALTER TABLE snapshots ADD COLUMN memory_driver TEXT NOT NULL DEFAULT '';
+	ALTER TABLE snapshots ADD COLUMN memory_digest TEXT NOT NULL DEFAULT '';
+	ALTER TABLE snapshots ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

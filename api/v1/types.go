@@ -368,8 +368,8 @@ type Problem struct {
 }
 
 // Snapshot is a saved copy of a session's files (POST
-// /v1/sessions/{id}/snapshot, GET /v1/snapshots). In the runc tier it holds
-// the filesystem only: processes and memory are not captured.
+// /v1/sessions/{id}/snapshot, GET /v1/snapshots) and, for a memory
+// snapshot (gVisor tier), of its processes and memory too.
 type Snapshot struct {
 	ID string `json:"snapshot_id"`
 	// SessionID is the session it was taken from.
@@ -388,6 +388,13 @@ type Snapshot struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Name is the name it was given, if any.
 	Name string `json:"name,omitempty"`
+	// Memory: the snapshot holds the session's processes and memory;
+	// sessions started from it continue them, on MemoryDriver.
+	Memory       bool   `json:"memory"`
+	MemoryDriver string `json:"memory_driver,omitempty"`
+	// MemoryBytes is the size of the checkpoint image in bytes (stored
+	// encrypted, AES-256-GCM).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
 }
 
 // SnapshotRequest is the optional body of POST /v1/sessions/{id}/snapshot.
@@ -402,6 +409,14 @@ type SnapshotRequest struct {
 	// may then give the name instead of the id (the newest snapshot with
 	// the name is used).
 	Name string `json:"name,omitempty"`
+	// Memory checkpoints the session's processes and memory with its
+	// files (a running session of a driver with the memory_snapshot
+	// capability: isolation "gvisor"). The session keeps running; open
+	// exec streams are closed (their processes keep running and can be
+	// reconnected). Sessions started or forked from the snapshot continue
+	// every process from the moment of the snapshot, each with its own
+	// hostname and machine id.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.
@@ -417,6 +432,9 @@ type SnapshotList struct {
 type ForkRequest struct {
 	// Count is how many sessions to start, 1..64.
 	Count int `json:"count"`
+	// Memory (POST /v1/sessions/{id}/fork only) takes a memory snapshot,
+	// so that the forks continue the session's processes.
+	Memory bool `json:"memory,omitempty"`
 	CreateRequest
 }
 

@@ -11,6 +11,7 @@ import (
 
 func newSnapshotCmd(g *globals) *cobra.Command {
 	var expires time.Duration
+	var memory bool
 	cmd := &cobra.Command{
 		Use:   "snapshot SESSION",
 		Short: "Snapshot a session's files (it keeps running); ls and rm manage snapshots",
@@ -23,7 +24,8 @@ filesystem only: processes and memory are not part of the snapshot.`,
 			if err != nil {
 				return err
 			}
-			sn, err := c.Snapshot(cmd.Context(), args[0], int64(expires.Seconds()))
+			sn, err := c.SnapshotWith(cmd.Context(), args[0],
+				client.SnapshotRequest{ExpiresInS: int64(expires.Seconds()), Memory: memory})
 			if err != nil {
 				return err
 			}
@@ -35,6 +37,7 @@ filesystem only: processes and memory are not part of the snapshot.`,
 		},
 	}
 	cmd.Flags().DurationVar(&expires, "expires", 0, "delete the snapshot after this long (e.g. 24h; default: keep)")
+	cmd.Flags().BoolVar(&memory, "with-memory", false, "also checkpoint processes and memory (isolation gvisor)")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List snapshots",
@@ -90,7 +93,7 @@ filesystem only: processes and memory are not part of the snapshot.`,
 func newForkCmd(g *globals) *cobra.Command {
 	var cf createFlags
 	var n int
-	var fromSnapshot bool
+	var fromSnapshot, memory bool
 	cmd := &cobra.Command{
 		Use:   "fork SESSION | --from-snapshot SNAPSHOT",
 		Short: "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
@@ -106,7 +109,7 @@ func newForkCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			freq := client.ForkRequest{Count: n, CreateRequest: req}
+			freq := client.ForkRequest{Count: n, CreateRequest: req, Memory: memory}
 			var res *client.ForkResult
 			if fromSnapshot {
 				res, err = c.ForkSnapshot(cmd.Context(), args[0], freq)
@@ -127,6 +130,7 @@ func newForkCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVarP(&n, "count", "n", 1, "how many sessions to start (1-64)")
 	cmd.Flags().BoolVar(&fromSnapshot, "from-snapshot", false, "the argument is a snapshot id, not a session id")
+	cmd.Flags().BoolVar(&memory, "with-memory", false, "snapshot processes and memory too, so the forks continue them (isolation gvisor)")
 	cf.register(cmd)
 	return cmd
 }

@@ -81,7 +81,7 @@ func (d *Driver) Name() string { return "runc" }
 // snapshots (runc needs CRIU for those, which does not work on the hosts
 // forkbox targets).
 func (d *Driver) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Pause: true, UserNamespace: true}
+	return runtime.Capabilities{Pause: true, Network: true, UserNamespace: true}
 }
 
 // Create writes the OCI bundle into cfg.StateDir and runs `runc run
