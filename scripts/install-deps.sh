@@ -2,6 +2,9 @@
 # Installs the system packages forkbox needs on Debian 12 (bookworm), as root.
 # Idempotent: packages already present are skipped quickly.
 #   runc            the container runtime of the runc isolation tier
+#   runsc           gVisor, the gvisor isolation tier, from bookworm-backports
+#                   (0.0~20240729: bookworm's own 2022 runsc lacks systrap and
+#                   the checkpoint features memory snapshots use)
 #   iproute2        ip(8), used by tests to build network namespaces
 #   podman          peer baseline in `forkbox bench` (run side by side)
 #   busybox-static  a static busybox for the benchmark's peer root filesystem
@@ -38,6 +41,32 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# gVisor: the backports suite is added when missing; an older runsc (from
+# bookworm itself) is replaced.
+runsc_ok() {
+  command -v runsc >/dev/null 2>&1 || return 1
+  local v
+  v=$(runsc --version 2>/dev/null | sed -n 's/^runsc version 0\.0~\([0-9]\{8\}\).*/\1/p')
+  [ -n "$v" ] && [ "$v" -ge 20240729 ]
+}
+if ! runsc_ok; then
+  if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "install-deps: adding the bookworm-backports suite for runsc"
+    cat >/etc/apt/sources.list.d/bookworm-backports.sources <<'SOURCES'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+  fi
+  echo "install-deps: installing runsc from bookworm-backports"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends -t bookworm-backports runsc >/dev/null
+  runsc_ok || { echo "install-deps: runsc from bookworm-backports is missing or too old" >&2; exit 1; }
+fi
+
 if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   echo "install-deps: Go is missing; install Go 1.26 into /usr/local/go" >&2
   exit 1
@@ -46,4 +75,4 @@ if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.
   echo "install-deps: Node.js $(node --version) is too old for the e2b SDK suite (compat/e2b); install Node.js 20.18+" >&2
   exit 1
 fi
-echo "install-deps: ok ($(runc --version | head -1); node $(node --version))"
+echo "install-deps: ok ($(runc --version | head -1); $(runsc --version | head -1); node $(node --version))"
