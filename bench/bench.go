@@ -136,6 +136,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 	if !opts.SkipPeers && ctx.Err() == nil {
 		rows, cerr := measurePeers(ctx, opts, rep.Versions)
 		rep.Results = append(rep.Results, rows...)
+		rep.Results = append(rep.Results, measureRunsc(ctx, opts, rep.Versions)...)
 		if cerr != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("clean up peers: %w", cerr))
 		}

@@ -199,7 +199,8 @@ func (f *forkbox) measure(ctx context.Context) []Result {
 
 	rows = append(rows, f.measurePauseResume(ctx)...)
 	rows = append(rows, f.measureSnapshots(ctx)...)
-	return append(rows, f.measurePool(ctx))
+	rows = append(rows, f.measurePool(ctx))
+	return append(rows, f.measureGVisor(ctx)...)
 }
 
 // execSeries creates one session (untimed), measures exec of `true` in it

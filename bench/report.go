@@ -38,6 +38,21 @@ const (
 	// OpFork is forkbox's POST /v1/snapshots/{id}/fork of forkCount
 	// sessions from such a snapshot, the whole call.
 	OpFork = "fork 8 from a snapshot"
+	// OpGVisorExec is one exec of `true` in a gVisor sandbox: through
+	// forkbox's agent, or `runsc exec`.
+	OpGVisorExec = "gVisor: exec true"
+	// OpMemSnapshot is a memory snapshot of a gVisor sandbox in which a
+	// process holds Result.DataMB MB: forkbox's POST
+	// /v1/sessions/{id}/snapshot {memory: true} (checkpoint, files, sealing),
+	// `runsc checkpoint --leave-running`.
+	OpMemSnapshot = "gVisor: memory snapshot"
+	// OpMemRestore is a session started from such a snapshot until its
+	// agent answers (forkbox: verify, decrypt, restore, new hostname), or
+	// `runsc restore --detach`.
+	OpMemRestore = "gVisor: restore a memory snapshot"
+	// OpMemFork is forkbox's POST /v1/snapshots/{id}/fork of
+	// gvisorForkCount sessions from a memory snapshot, the whole call.
+	OpMemFork = "gVisor: fork 5 from a memory snapshot"
 )
 
 // Systems measured.
@@ -45,29 +60,37 @@ const (
 	SystemForkbox = "forkbox"
 	SystemRunc    = "runc"
 	SystemPodman  = "podman"
+	// SystemRunsc is the runsc (gVisor) CLI.
+	SystemRunsc = "runsc"
 	// SystemCopy is a plain copy of a file (cp), a reference for snapshots.
 	SystemCopy = "plain cp"
 )
 
 // opOrder is the order in which operations appear in the table.
-var opOrder = []string{OpRun, OpCreate, OpPoolCreate, OpExec, OpDestroy, OpPause, OpResume, OpSnapshot, OpFork}
+var opOrder = []string{OpRun, OpCreate, OpPoolCreate, OpExec, OpDestroy, OpPause, OpResume, OpSnapshot, OpFork,
+	OpGVisorExec, OpMemSnapshot, OpMemRestore, OpMemFork}
 
 // systemOrder is the order of systems within one operation.
-var systemOrder = []string{SystemForkbox, SystemRunc, SystemPodman, SystemCopy}
+var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy}
 
 // comparable lists the operations whose peer rows get a ratio to forkbox.
-var comparable = map[string]bool{OpRun: true, OpExec: true, OpPause: true, OpResume: true, OpSnapshot: true}
+var comparable = map[string]bool{OpRun: true, OpExec: true, OpPause: true, OpResume: true, OpSnapshot: true,
+	OpGVisorExec: true, OpMemSnapshot: true, OpMemRestore: true}
 
 // targets are the p50 targets of DESIGN.md section 6 for forkbox rows, in
 // milliseconds, by operation.
 var targets = map[string]float64{
-	OpCreate:     60,  // cold create, runc tier
-	OpPoolCreate: 5,   // sandbox ready from a warm pool
-	OpExec:       3,   // exec round trip of `true` through the agent, runc tier
-	OpPause:      10,  // freezer
-	OpResume:     10,  // freezer
-	OpSnapshot:   50,  // filesystem snapshot with 500 MB written, on btrfs
-	OpFork:       100, // fork of 8 children from it, in all, on btrfs
+	OpCreate:      60,  // cold create, runc tier
+	OpPoolCreate:  5,   // sandbox ready from a warm pool
+	OpExec:        3,   // exec round trip of `true` through the agent, runc tier
+	OpPause:       10,  // freezer
+	OpResume:      10,  // freezer
+	OpSnapshot:    50,  // filesystem snapshot with 500 MB written, on btrfs
+	OpFork:        100, // fork of 8 children from it, in all, on btrfs
+	OpGVisorExec:  25,  // exec round trip of `true` through the agent, gVisor
+	OpMemSnapshot: 500, // gVisor memory snapshot of a 100 MB sandbox
+	OpMemRestore:  500, // and its restore
+	OpMemFork:     600, // fork of 5 children from it, in all (the issue's target)
 }
 
 // btrfsTargets are the targets DESIGN.md gives for btrfs storage only;

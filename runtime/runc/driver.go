@@ -103,17 +103,11 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 	if err := os.WriteFile(filepath.Join(cfg.StateDir, "config.json"), data, 0o600); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
-	logPath := filepath.Join(cfg.StateDir, "agent.log")
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	stdio, err := OpenAgentStdio(cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devNull.Close()
+	defer stdio.Close()
 
 	defer func() {
 		if retErr != nil {
@@ -123,13 +117,13 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 		}
 	}()
 	opts := &gorunc.CreateOpts{
-		IO:         &fileIO{stdin: devNull, stdout: logFile, stderr: logFile},
+		IO:         stdio,
 		Detach:     true,
 		ExtraFiles: []*os.File{cfg.AgentListener},
 		PidFile:    filepath.Join(cfg.StateDir, "init.pid"),
 	}
 	if _, err := d.runc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
-		return fmt.Errorf("runc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, tail(logPath, 2048))
+		return fmt.Errorf("runc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
 	}
 	return nil
 }
@@ -325,9 +319,44 @@ func isNotExist(err error) bool {
 	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
 }
 
-// tail returns up to n bytes from the end of the file at path, for error messages.
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
+// AgentStdio is the stdio of a sandbox's agent: /dev/null in, the log file
+// StateDir/agent.log (appended) out. It is a go-runc IO; Close closes both.
+type AgentStdio struct {
+	path         string
+	devNull, log *os.File
+}
+
+// OpenAgentStdio opens the agent's stdio for a sandbox whose state
+// directory is stateDir.
+func OpenAgentStdio(stateDir string) (*AgentStdio, error) {
+	path := filepath.Join(stateDir, "agent.log")
+	log, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
+	return &AgentStdio{path: path, devNull: devNull, log: log}, nil
+}
+
+// Close closes both files.
+func (s *AgentStdio) Close() error { return errors.Join(s.devNull.Close(), s.log.Close()) }
+
+// Stdin, Stdout and Stderr are nil: the files are set directly (Set).
+func (s *AgentStdio) Stdin() io.WriteCloser { return nil }
+func (s *AgentStdio) Stdout() io.ReadCloser { return nil }
+func (s *AgentStdio) Stderr() io.ReadCloser { return nil }
+
+// Set makes cmd's stdin /dev/null and its stdout and stderr the log.
+func (s *AgentStdio) Set(cmd *exec.Cmd) { cmd.Stdin, cmd.Stdout, cmd.Stderr = s.devNull, s.log, s.log }
+
+// Tail returns the last n bytes of the log (where the runtime writes why a
+// start failed), trimmed; "" when it cannot be read.
+func (s *AgentStdio) Tail(n int64) string {
+	f, err := os.Open(s.path)
 	if err != nil {
 		return ""
 	}
@@ -338,15 +367,6 @@ func tail(path string, n int64) string {
 	b, _ := io.ReadAll(io.LimitReader(f, n))
 	return strings.TrimSpace(string(b))
 }
-
-// fileIO hands fixed files to runc as the container's stdio.
-type fileIO struct{ stdin, stdout, stderr *os.File }
-
-func (f *fileIO) Close() error          { return nil }
-func (f *fileIO) Stdin() io.WriteCloser { return nil }
-func (f *fileIO) Stdout() io.ReadCloser { return nil }
-func (f *fileIO) Stderr() io.ReadCloser { return nil }
-func (f *fileIO) Set(cmd *exec.Cmd)     { cmd.Stdin, cmd.Stdout, cmd.Stderr = f.stdin, f.stdout, f.stderr }
 
 // Checkpoint is unavailable: CRIU does not work on this kernel (see the
 // design notes), so the runc tier has no memory snapshots.

@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,35 +187,27 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err := os.Symlink(filepath.Join(runDir, "agent.sock"), hostSock); err != nil {
 		return err
 	}
-	logPath := filepath.Join(cfg.StateDir, "agent.log")
-	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	stdio, err := runc.OpenAgentStdio(cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		return err
-	}
-	defer devNull.Close()
+	defer stdio.Close()
 	defer func() {
 		if retErr != nil {
 			_ = d.Delete(context.WithoutCancel(ctx), cfg.ID)
 		}
 	}()
 	if image == "" {
-		opts := &gorunc.CreateOpts{IO: &fileIO{devNull, logFile, logFile}, Detach: true}
+		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
 		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, lastBytes(b, 2048))
+			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
 		}
 		return nil
 	}
 	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devNull, logFile, logFile
+	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
-		b, _ := os.ReadFile(logPath)
-		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, lastBytes(b, 2048))
+		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
 	}
 	return nil
 }
@@ -465,14 +456,6 @@ func lastBytes(b []byte, n int) string {
 	}
 	return strings.TrimSpace(string(b))
 }
-
-type fileIO struct{ stdin, stdout, stderr *os.File }
-
-func (f *fileIO) Close() error          { return nil }
-func (f *fileIO) Stdin() io.WriteCloser { return nil }
-func (f *fileIO) Stdout() io.ReadCloser { return nil }
-func (f *fileIO) Stderr() io.ReadCloser { return nil }
-func (f *fileIO) Set(cmd *exec.Cmd)     { cmd.Stdin, cmd.Stdout, cmd.Stderr = f.stdin, f.stdout, f.stderr }
 
 // hostID returns the host id that sandbox id maps to (id itself without a map).
 func hostID(m []runtime.IDMap, id uint32) int {
