@@ -3,6 +3,7 @@ package runc
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -204,6 +205,24 @@ func (c *cgroupV1) remove(id string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sharedCgroups serves RemoveSandboxCgroups.
+var sharedCgroups cgroupV1
+
+// RemoveSandboxCgroups SIGKILLs every process left in sandbox id's cgroups
+// (forkbox/ID in each cgroup v1 hierarchy), waits until they are gone (up
+// to 10 s, or ctx) and removes the cgroup directories. For other drivers
+// that use the same cgroup layout (gVisor), after their own delete: a
+// runtime whose state was lost must not leave its processes running.
+func RemoveSandboxCgroups(ctx context.Context, id string) error {
+	if !ValidID(id) {
+		return nil
+	}
+	if err := killCgroup(ctx, &sharedCgroups, id); err != nil {
+		return err
+	}
+	return sharedCgroups.remove(id)
 }
 
 // nsPgid returns the innermost-namespace process group id of host pid, read

@@ -160,14 +160,18 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 
 // killAll SIGKILLs every process in the sandbox's cgroup and waits (up to
 // 10 s, or ctx) until none is left. A missing cgroup means nothing runs.
-func (d *Driver) killAll(ctx context.Context, id string) error {
+func (d *Driver) killAll(ctx context.Context, id string) error { return killCgroup(ctx, &d.cg, id) }
+
+// killCgroup is killAll for the cgroups cg reads (a frozen cgroup is thawed
+// after the signals, so that they are delivered).
+func killCgroup(ctx context.Context, cg *cgroupV1, id string) error {
 	frozen := false
-	if st, err := d.cg.freezerState(id); err == nil && st != "THAWED" {
+	if st, err := cg.freezerState(id); err == nil && st != "THAWED" {
 		frozen = true
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for delay := 200 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		pids, err := d.cg.procs(id)
+		pids, err := cg.procs(id)
 		if errors.Is(err, os.ErrNotExist) || err == nil && len(pids) == 0 {
 			return nil
 		}
@@ -178,7 +182,7 @@ func (d *Driver) killAll(ctx context.Context, id string) error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if frozen {
-			_ = d.cg.setFreezer(id, "THAWED")
+			_ = cg.setFreezer(id, "THAWED")
 			frozen = false
 		}
 		if time.Now().After(deadline) {

@@ -299,13 +299,20 @@ func socketPath(f *os.File) (string, error) {
 	return un.Name, nil
 }
 
-// Delete kills the sandbox and removes its state; an unknown id is fine.
+// Delete kills the sandbox and removes its state and cgroups; an unknown
+// id is fine.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	if !runc.ValidID(id) {
 		return nil
 	}
 	err := d.runsc.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
 	if err != nil && !notExist(err) {
+		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
+	// A sandbox whose Sentry died (an OOM kill) can leave its gofer and
+	// stub processes behind after runsc forgets it: kill what is left in
+	// its cgroups and remove them.
+	if err := runc.RemoveSandboxCgroups(ctx, id); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	return nil
