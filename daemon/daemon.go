@@ -160,9 +160,9 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot key: %w", err)
 	}
-	// Checkpoints decrypted for restores that a previous run did not
-	// finish are plaintext memory: remove them.
-	if err := os.RemoveAll(layout.Restores()); err != nil {
+	// Checkpoints in the clear that a previous run did not finish with
+	// are process memory: remove them.
+	if err := os.RemoveAll(layout.Scratch()); err != nil {
 		return nil, err
 	}
 	drivers, err := openDrivers(opts, layout, log)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/runtime"
 
 	"connectrpc.com/connect"
 
@@ -112,8 +113,16 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 		tag := req.Tag
 		start.Tag = &tag
 	}
+	// The OOM-kill count before and after tells a process the kernel killed
+	// for memory; where going over the limit stops the whole sandbox
+	// (gVisor), there is no such process, and reading it costs a runtime
+	// call per exec.
 	drv := m.driverOf(sb)
-	before, _ := drv.Stats(ctx, id)
+	processOOM := !drv.Capabilities().SandboxOOM
+	var before runtime.Stats
+	if processOOM {
+		before, _ = drv.Stats(ctx, id)
+	}
 
 	// The stream's context: the agent gets a deadline slightly after ours.
 	// It is not the caller's: a caller that goes away before the start
@@ -199,7 +208,7 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 	res.DurationMS = time.Since(began).Milliseconds()
 	fillResult(res, end)
 	res.TimedOut = timedOut.Load()
-	if res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
+	if processOOM && res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
 		if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
 			res.OOMKilled = true
 		}

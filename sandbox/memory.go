@@ -47,6 +47,9 @@ type memoryCapture struct {
 	err  error // the checkpoint's error
 	sb   *Sandbox
 	host string
+	// checkpointTime and resumeTime are how long the driver's checkpoint
+	// and the agent's return took, for the log.
+	checkpointTime, resumeTime time.Duration
 }
 
 // generationOf is the handshake generation of snapshot snapID: its clones'
@@ -71,7 +74,10 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s: a memory snapshot needs it running", sb.id, rec.State)
 	}
 	mc := &memoryCapture{drv: drv, gen: generationOf(snapID), sb: sb, host: sb.id,
-		dir: filepath.Join(sb.dir, "checkpoint-"+snapID)}
+		dir: filepath.Join(m.opts.Layout.Scratch(), "checkpoint-"+snapID)}
+	if err := os.MkdirAll(m.opts.Layout.Scratch(), 0o700); err != nil {
+		return nil, err
+	}
 	if err := os.Mkdir(mc.dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -109,6 +115,7 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 // checkpoint runs the driver's checkpoint into mc.dir; a connection the
 // agent is still closing makes it fail, so it is tried a few times.
 func (mc *memoryCapture) checkpoint(ctx context.Context) {
+	defer func(t time.Time) { mc.checkpointTime = time.Since(t) }(time.Now())
 	for i := 0; i < 3; i++ {
 		if i > 0 {
 			os.RemoveAll(mc.dir)
@@ -123,6 +130,7 @@ func (mc *memoryCapture) checkpoint(ctx context.Context) {
 
 // resume lets the agent listen again and waits until it answers.
 func (mc *memoryCapture) resume(ctx context.Context, m *Manager) {
+	defer func(t time.Time) { mc.resumeTime = time.Since(t) }(time.Now())
 	if err := writeResume(filepath.Join(mc.sb.dir, "ctl"), agent.ResumeFile{Generation: mc.gen, Hostname: mc.host}); err != nil {
 		m.log.Error("write resume file", "session", mc.sb.id, "err", err)
 		return
@@ -202,8 +210,8 @@ func (m *Manager) openMemory(sn *store.Snapshot) (string, func(), error) {
 		}
 	}
 	if first {
-		im.dir = filepath.Join(m.opts.Layout.Restores(), sn.ID+"-"+newID()[:8])
-		if err := os.MkdirAll(m.opts.Layout.Restores(), 0o700); err != nil {
+		im.dir = filepath.Join(m.opts.Layout.Scratch(), "restore-"+sn.ID+"-"+newID()[:8])
+		if err := os.MkdirAll(m.opts.Layout.Scratch(), 0o700); err != nil {
 			im.err = err
 		} else if m.opts.SnapshotKey == nil {
 			im.err = fmt.Errorf("memory snapshots: %w: no snapshot key", errdefs.ErrUnavailable)

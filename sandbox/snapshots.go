@@ -93,6 +93,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	snapID := newID()
+	began := time.Now()
 	var mem *memoryCapture
 	if opts.Memory {
 		if mem, err = m.prepareMemory(ctx, sb, rec, snapID); err != nil {
@@ -124,8 +125,10 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 			}
 		})
 	}
+	prepared := time.Now()
 	info, err := m.opts.Storage.Snapshot(ctx, id, snapID, thaw)
 	thaw()
+	captured := time.Now()
 	if err == nil && mem != nil && mem.err != nil {
 		_ = m.opts.Storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
 		err = mem.err
@@ -154,7 +157,12 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		os.RemoveAll(m.memoryDir(snapID))
 		return nil, err
 	}
-	m.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes)
+	m.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes,
+		"memory_bytes", sn.MemoryBytes, "prepare_ms", ms(prepared.Sub(began)), "capture_ms", ms(captured.Sub(prepared)),
+		"store_ms", ms(time.Since(captured)))
+	if mem != nil {
+		m.log.Debug("memory snapshot", "snapshot", snapID, "checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))
+	}
 	return sn, nil
 }
 
@@ -264,6 +272,9 @@ func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
 	}
 	if req.OnTimeout == "" {
 		req.OnTimeout, req.AutoResume = rec.OnTimeout, rec.AutoResume
+	}
+	if req.Isolation == "" {
+		req.Isolation = rec.Driver
 	}
 	return req
 }

@@ -4,7 +4,11 @@
 package storage
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"path/filepath"
+
+	"golang.org/x/sys/unix"
 )
 
 // Layout names every path under the data directory. The zero value is not
@@ -45,8 +49,18 @@ func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
 // MemorySnapshots holds the sealed memory checkpoints, one directory per snapshot id.
 func (l Layout) MemorySnapshots() string { return filepath.Join(l.Root, "memory") }
 
-// Restores holds memory checkpoints decrypted for a restore, only while it runs.
-func (l Layout) Restores() string { return filepath.Join(l.Root, "restore") }
+// Scratch holds memory checkpoints in the clear while one is taken or
+// restored: a directory in /dev/shm (tmpfs, so process memory never lands
+// on a disk unencrypted) named after the data directory, or DATA/scratch
+// when /dev/shm is not a tmpfs. The daemon empties it at start-up.
+func (l Layout) Scratch() string {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err == nil && st.Type == unix.TMPFS_MAGIC {
+		sum := sha256.Sum256([]byte(l.Root))
+		return filepath.Join("/dev/shm", "forkbox-"+hex.EncodeToString(sum[:6]))
+	}
+	return filepath.Join(l.Root, "scratch")
+}
 
 // SnapshotKey is the file of the key that seals memory checkpoints.
 func (l Layout) SnapshotKey() string { return filepath.Join(l.Root, "keys", "snapshot.key") }
