@@ -42,7 +42,8 @@ type PrepareRequest struct {
 }
 
 // ResumeFile is the JSON the daemon writes to the control file to end a
-// prepare: the agent takes it when its Generation is the prepared one.
+// prepare: the agent takes it when its Generation is the prepared one, or
+// 0 (a daemon restarted mid-snapshot that no longer knows it).
 type ResumeFile struct {
 	Generation uint64 `json:"generation"`
 	// Hostname, when set, becomes the sandbox's hostname (a clone's own).
@@ -87,12 +88,15 @@ func (a *Agent) listen() (net.Listener, error) {
 }
 
 // awaitResume polls the control file until it holds a ResumeFile for gen
-// (or resumeWait passes, or ctx ends) and applies it.
+// (or generation 0, which a daemon that lost track of gen writes), or
+// resumeWait's worth of polls pass, or ctx ends, and applies it. Polls are
+// counted rather than timed: a clone restored long after the snapshot has
+// a clock that moved on, and must still read its file.
 func (a *Agent) awaitResume(ctx context.Context, gen uint64) {
-	deadline := time.Now().Add(resumeWait)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for i := 0; i < int(resumeWait/resumePoll) && ctx.Err() == nil; i++ {
 		var rf ResumeFile
-		if b, err := os.ReadFile(a.control); err == nil && json.Unmarshal(b, &rf) == nil && rf.Generation == gen {
+		if b, err := os.ReadFile(a.control); err == nil && json.Unmarshal(b, &rf) == nil &&
+			(rf.Generation == gen || rf.Generation == 0) {
 			if rf.Hostname != "" {
 				if err := unix.Sethostname([]byte(rf.Hostname)); err != nil {
 					a.log.Warn("set hostname after restore", "err", err)

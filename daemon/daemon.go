@@ -162,8 +162,10 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	// Checkpoints in the clear that a previous run did not finish with
 	// are process memory: remove them.
-	if err := os.RemoveAll(layout.Scratch()); err != nil {
-		return nil, err
+	for _, dir := range []string{layout.Scratch(), layout.CheckpointScratch()} {
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
 	}
 	drivers, err := openDrivers(opts, layout, log)
 	if err != nil {

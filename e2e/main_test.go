@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // env is the shared daemon of the package's tests.
@@ -118,6 +119,7 @@ func teardown() {
 	}
 	_ = env.d.Shutdown(ctx)
 	_ = daemon.ReleaseStorage(env.dataDir)
+	os.RemoveAll(storage.Layout{Root: env.dataDir}.Scratch())
 	os.RemoveAll(filepath.Dir(env.dataDir))
 }
 

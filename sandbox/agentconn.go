@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
@@ -38,8 +42,7 @@ type agentConn struct {
 func newAgentConn(socket string) *agentConn {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return dialAgent(ctx, socket)
 		},
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
@@ -52,6 +55,41 @@ func newAgentConn(socket string) *agentConn {
 		process: processpbconnect.NewProcessClient(hc, agentBaseURL, connect.WithReadMaxBytes(maxAgentMessage)),
 		fs:      filesystempbconnect.NewFilesystemClient(hc, agentBaseURL, connect.WithReadMaxBytes(maxAgentMessage)),
 	}
+}
+
+// dialAgent connects to the agent's socket at path without following a
+// link the sandbox controls. In the runc tier path is the daemon's own
+// socket; a driver whose agent binds its socket itself (gVisor) makes path
+// a symlink (which the host made) to a file in a directory the sandbox's
+// root can write. Sandbox root could replace that file with a symlink to
+// any socket on the host (another sandbox's agent): so the link the host
+// made is read once, the file it names is opened with O_NOFOLLOW and must
+// be a socket, and the connection goes through that descriptor.
+func dialAgent(ctx context.Context, path string) (net.Conn, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		target, err := os.Readlink(path)
+		if err != nil {
+			return nil, err
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("agent socket %s is not a socket", path)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
 }
 
 // health calls GET /health once; nil when the agent answers 2xx.
@@ -75,8 +113,7 @@ func (c *agentConn) health(ctx context.Context) error {
 // agent's socket. The kernel completes a Unix stream connection into the
 // listener's backlog, so this does not need the agent to be scheduled.
 func (c *agentConn) listening(ctx context.Context) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.socket)
+	conn, err := dialAgent(ctx, c.socket)
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,10 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 			return nil, false, errdefs.InvalidField("isolation", "snapshot %s holds memory that only isolation %q can restore",
 				snap.ID, snap.MemoryDriver)
 		}
+		if need := (snap.MemoryBytes + 1<<20 - 1) >> 20; snap.MemoryDriver != "" && req.MemoryMB < need {
+			return nil, false, errdefs.InvalidField("memory_mb", "snapshot %s holds %d MiB of memory: give at least that",
+				snap.ID, need)
+		}
 		if verify {
 			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
 				return nil, false, err

@@ -334,6 +334,11 @@ func (m *Manager) disarmKiller(sb *Sandbox, pid int) {
 
 // killGroup SIGKILLs the process group pid from the host.
 func (m *Manager) killGroup(sb *Sandbox, pid int) {
+	// Not in the middle of a pause or a snapshot: a driver may have to
+	// thaw the sandbox for the kill (gVisor), which would let processes
+	// run while a snapshot captures them.
+	sb.lifeMu.Lock()
+	defer sb.lifeMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	n, err := m.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))

@@ -74,11 +74,17 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s: a memory snapshot needs it running", sb.id, rec.State)
 	}
 	mc := &memoryCapture{drv: drv, gen: generationOf(snapID), sb: sb, host: sb.id,
-		dir: filepath.Join(m.opts.Layout.Scratch(), "checkpoint-"+snapID)}
-	if err := os.MkdirAll(m.opts.Layout.Scratch(), 0o700); err != nil {
+		dir: filepath.Join(m.opts.Layout.CheckpointScratch(), snapID)}
+	if err := os.MkdirAll(m.opts.Layout.CheckpointScratch(), 0o700); err != nil {
 		return nil, err
 	}
 	if err := os.Mkdir(mc.dir, 0o700); err != nil {
+		return nil, err
+	}
+	// A resume file left from before (generation 0, written when a
+	// restarted daemon adopted the sandbox) would end the prepare at once.
+	if err := os.Remove(filepath.Join(sb.dir, "ctl", runtime.ControlFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		os.RemoveAll(mc.dir)
 		return nil, err
 	}
 	body, _ := json.Marshal(agent.PrepareRequest{Generation: mc.gen})

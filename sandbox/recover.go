@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/store"
@@ -105,7 +106,18 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	// /health, and must not be destroyed, with its files, for that.
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := sb.agent.listening(hctx); err != nil {
+	err = sb.agent.listening(hctx)
+	if err != nil && drv.Capabilities().MemorySnapshot {
+		// The previous daemon may have died during a memory snapshot,
+		// leaving the agent prepared and waiting for a resume file whose
+		// generation only it knew: generation 0 resumes any.
+		if werr := writeResume(filepath.Join(sb.dir, "ctl"), agent.ResumeFile{Hostname: sb.id}); werr == nil {
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			err = sb.agent.waitReady(rctx)
+			rcancel()
+		}
+	}
+	if err != nil {
 		m.log.Warn("adopt: agent socket does not accept connections", "session", sb.id, "err", err)
 		return false
 	}
@@ -164,6 +176,16 @@ func (m *Manager) sweepStorage(ctx context.Context) {
 		if _, err := m.opts.Store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 			if err := m.opts.Storage.RemoveSnapshot(ctx, id); err != nil {
 				m.log.Warn("remove orphaned snapshot", "id", id, "err", err)
+			}
+		}
+	}
+	// Sealed checkpoints whose snapshot was never recorded (a daemon that
+	// died while sealing) or is gone.
+	mems, _ := os.ReadDir(m.opts.Layout.MemorySnapshots())
+	for _, e := range mems {
+		if _, err := m.opts.Store.GetSnapshot(ctx, e.Name()); errors.Is(err, errdefs.ErrNotFound) {
+			if err := os.RemoveAll(m.memoryDir(e.Name())); err != nil {
+				m.log.Warn("remove orphaned memory checkpoint", "id", e.Name(), "err", err)
 			}
 		}
 	}

@@ -230,6 +230,17 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 	if err != nil {
 		return nil, nil, err
 	}
+	// Refuse a request the forks would refuse before taking the snapshot.
+	check := inherit(*src, req)
+	if err := normalizeCreate(&check, m.opts.Limits); err != nil {
+		return nil, nil, err
+	}
+	if err := m.pickDriver(&check); err != nil {
+		return nil, nil, err
+	}
+	if opts.Memory && check.Isolation != src.Driver {
+		return nil, nil, errdefs.InvalidField("isolation", "forks of a memory snapshot run on the session's own driver, %q", src.Driver)
+	}
 	sn, err := m.Snapshot(ctx, id, opts)
 	if err != nil {
 		return nil, nil, err

@@ -50,7 +50,7 @@ runsc_ok() {
   [ -n "$v" ] && [ "$v" -ge 20240729 ]
 }
 if ! runsc_ok; then
-  if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  if ! grep -rqsE '^[^#]*bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     echo "install-deps: adding the bookworm-backports suite for runsc"
     cat >/etc/apt/sources.list.d/bookworm-backports.sources <<'SOURCES'
 Types: deb

@@ -49,18 +49,25 @@ func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
 // MemorySnapshots holds the sealed memory checkpoints, one directory per snapshot id.
 func (l Layout) MemorySnapshots() string { return filepath.Join(l.Root, "memory") }
 
-// Scratch holds memory checkpoints in the clear while one is taken or
-// restored: a directory in /dev/shm (tmpfs, so process memory never lands
-// on a disk unencrypted) named after the data directory, or DATA/scratch
-// when /dev/shm is not a tmpfs. The daemon empties it at start-up.
+// Scratch holds memory checkpoints decrypted for a restore while it runs:
+// a directory in /dev/shm (tmpfs, so they never land on a disk in the
+// clear) named after the data directory, or CheckpointScratch when
+// /dev/shm is not a tmpfs. The daemon empties it at start-up.
 func (l Layout) Scratch() string {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/dev/shm", &st); err == nil && st.Type == unix.TMPFS_MAGIC {
 		sum := sha256.Sum256([]byte(l.Root))
 		return filepath.Join("/dev/shm", "forkbox-"+hex.EncodeToString(sum[:6]))
 	}
-	return filepath.Join(l.Root, "scratch")
+	return l.CheckpointScratch()
 }
+
+// CheckpointScratch is where the runtime writes a checkpoint before it is
+// sealed (and removed): on the data directory's disk, not in tmpfs, since
+// the runtime's writes are charged to the sandbox's memory cgroup and tmpfs
+// pages cannot be reclaimed (a sandbox using more than half its memory
+// would be killed by its own checkpoint). The daemon empties it at start-up.
+func (l Layout) CheckpointScratch() string { return filepath.Join(l.Root, "scratch") }
 
 // SnapshotKey is the file of the key that seals memory checkpoints.
 func (l Layout) SnapshotKey() string { return filepath.Join(l.Root, "keys", "snapshot.key") }

@@ -43,6 +43,13 @@ const agentRunDir = "/.forkbox/run"
 // rest, measured here with runsc 2024-07-29).
 const runtimeHeadroom = 96 << 20
 
+// runDirBytes and runDirInodes bound the tmpfs of the agent's socket
+// directory (it holds one socket).
+const (
+	runDirBytes  = 64 << 10
+	runDirInodes = 16
+)
+
 // runtimePidsHeadroom is added to the host pids limit for the Sentry's
 // and gofer's own threads.
 const runtimePidsHeadroom = 256
@@ -163,10 +170,19 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return err
 	}
-	// The agent (sandbox root) creates its socket there.
-	if err := os.Chown(runDir, hostID(cfg.UIDMap, 0), hostID(cfg.GIDMap, 0)); err != nil {
-		return err
+	// The agent (sandbox root) creates its socket there. Root in the
+	// sandbox can write there too: a tiny tmpfs keeps that off the host's
+	// disk (the writable layer has a quota; this directory would not).
+	if err := unix.Mount("tmpfs", runDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
+		fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", runDirBytes, runDirInodes,
+			hostID(cfg.UIDMap, 0), hostID(cfg.GIDMap, 0))); err != nil {
+		return fmt.Errorf("agent socket directory: %w", err)
 	}
+	defer func() {
+		if retErr != nil {
+			_ = unix.Unmount(runDir, unix.MNT_DETACH)
+		}
+	}()
 	spec, err := runc.BuildSpec(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
@@ -200,14 +216,14 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if image == "" {
 		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
 		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
-			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
+			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, summary([]byte(stdio.Tail(8192))))
 		}
 		return nil
 	}
 	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
+		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, summary([]byte(stdio.Tail(8192))))
 	}
 	return nil
 }
@@ -305,9 +321,19 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if !runc.ValidID(id) {
 		return nil
 	}
+	bundle := ""
+	if c, err := d.runsc.State(ctx, id); err == nil {
+		bundle = c.Bundle
+	}
 	err := d.runsc.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
 	if err != nil && !notExist(err) {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
+	if bundle != "" {
+		if err := unix.Unmount(filepath.Join(bundle, "run"), unix.MNT_DETACH); err != nil &&
+			!errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount the agent socket directory of %s: %w", id, err)
+		}
 	}
 	// A sandbox whose Sentry died (an OOM kill) can leave its gofer and
 	// stub processes behind after runsc forgets it: kill what is left in
@@ -326,6 +352,11 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 			return runtime.StatusUnknown, nil
 		}
 		return runtime.StatusUnknown, err
+	}
+	// runsc keeps reporting a sandbox whose Sentry died (an OOM kill) as
+	// it last saw it: its process must still be there.
+	if c.Pid <= 0 || unix.Kill(c.Pid, 0) == unix.ESRCH {
+		return runtime.StatusStopped, nil
 	}
 	switch c.Status {
 	case "running":
