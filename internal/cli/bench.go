@@ -14,7 +14,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	var storageGiB int64
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Benchmark forkbox beside the runc CLI and podman (as root)",
+		Short: "Benchmark forkbox beside the runc and runsc CLIs and podman (as root)",
 		Long: `Measure forkbox through its REST API (create, exec true, destroy, a whole
 create + exec + destroy run, pause, resume, a snapshot of a session that wrote
 500 MB, a fork of 8 sessions from that snapshot, and a create from a warm pool)
