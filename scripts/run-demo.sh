@@ -53,6 +53,30 @@ bin/forkbox snapshot rm "$snap" >/dev/null
 bin/forkbox rm "$id" >/dev/null
 rm -f /tmp/forkbox-demo.py
 
+if command -v runsc >/dev/null 2>&1; then
+  echo
+  echo "== gVisor: a memory snapshot forks a running program"
+  g=$(bin/forkbox create --isolation gvisor)
+  bin/forkbox exec "$g" -- sh -c 'nohup python3 -c "
+import os, time
+n = 0
+while True:
+    n += 1
+    open(\"/tmp/n.tmp\", \"w\").write(str(n))
+    os.replace(\"/tmp/n.tmp\", \"/tmp/n\")
+    time.sleep(0.1)
+" >/dev/null 2>&1 &'
+  sleep 1
+  echo "counter in $g: $(bin/forkbox exec "$g" -- cat /tmp/n)"
+  gsnap=$(bin/forkbox snapshot --with-memory "$g")
+  gforks=$(bin/forkbox fork --from-snapshot "$gsnap" -n 2)
+  for f in $gforks; do
+    bin/forkbox exec "$f" -- sh -c 'echo "$(hostname): counter $(cat /tmp/n) (it kept counting), machine id $(cat /etc/machine-id)"'
+  done
+  bin/forkbox rm $gforks "$g" >/dev/null
+  bin/forkbox snapshot rm "$gsnap" >/dev/null
+fi
+
 echo
 echo "forkbox is serving at $FORKBOX_URL (API key in $DATA_DIR/api-key). Ctrl-C stops it."
 echo "Try:  export FORKBOX_API_KEY=\$(cat $DATA_DIR/api-key); bin/forkbox run -- python3 -c 'print(42)'"
