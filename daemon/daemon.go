@@ -86,14 +86,17 @@ type Daemon struct {
 	// KeyFile is where the generated API key is stored.
 	KeyFile string
 
-	log    *slog.Logger
-	st     *store.Store
-	sdrv   storage.Driver
-	net    *netpolicy.Service // nil when the host cannot give sandboxes networks
-	mgr    *sandbox.Manager
-	srv    *http.Server
-	served chan error
-	active sync.WaitGroup // requests being handled
+	log *slog.Logger
+	// scratch is the tmpfs directory of restores in progress (removed at
+	// shutdown: it lives outside the data directory).
+	scratch string
+	st      *store.Store
+	sdrv    storage.Driver
+	net     *netpolicy.Service // nil when the host cannot give sandboxes networks
+	mgr     *sandbox.Manager
+	srv     *http.Server
+	served  chan error
+	active  sync.WaitGroup // requests being handled
 }
 
 // Start prepares everything and starts serving. It returns once the API
@@ -217,7 +220,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	apiServer := api.New(mgr, st, catalog, layout.Templates(), log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1),
+		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -266,6 +269,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
+	_ = os.RemoveAll(d.scratch)
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
 	}
