@@ -64,9 +64,9 @@ func measurePeers(ctx context.Context, opts Options, versions map[string]string)
 
 // failAll returns an error row for every operation of system.
 func failAll(opts Options, system string, err error) []Result {
-	var rows []Result
-	for _, op := range opsOf(system) {
-		rows = append(rows, withData(opts, newResult(op, system, nil, err)))
+	rows := failOps(opsOf(system), system, err)
+	for i := range rows {
+		rows[i] = withData(opts, rows[i])
 	}
 	return rows
 }

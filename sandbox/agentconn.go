@@ -66,15 +66,9 @@ func newAgentConn(socket string) *agentConn {
 // made is read once, the file it names is opened with O_NOFOLLOW and must
 // be a socket, and the connection goes through that descriptor.
 func dialAgent(ctx context.Context, path string) (net.Conn, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
-		target, err := os.Readlink(path)
-		if err != nil {
-			return nil, err
-		}
-		if !filepath.IsAbs(target) {
-			target = filepath.Join(filepath.Dir(path), target)
-		}
-		path = target
+	path, err := agentSocketFile(path)
+	if err != nil {
+		return nil, err
 	}
 	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -90,6 +84,24 @@ func dialAgent(ctx context.Context, path string) (net.Conn, error) {
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+}
+
+// agentSocketFile returns the file the agent's socket is at: path itself,
+// or the target of path when path is a symlink (which the host made; the
+// target, which the sandbox may control, is not followed further).
+func agentSocketFile(path string) (string, error) {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return path, nil
+	}
+	target, err := os.Readlink(path)
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(target) {
+		target = filepath.Join(filepath.Dir(path), target)
+	}
+	return target, nil
 }
 
 // health calls GET /health once; nil when the agent answers 2xx.

@@ -41,10 +41,15 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
-	if req.Snapshot != "" && req.Isolation == "" {
-		// A memory snapshot runs on the driver that took it.
-		if sn, err := m.resolveSnapshot(ctx, req.Snapshot); err == nil && sn.MemoryDriver != "" {
-			req.Isolation = sn.MemoryDriver
+	// Resolved once, here: a memory snapshot decides the driver (before
+	// the request hash); its errors are reported after the idempotency
+	// check below, as for any snapshot.
+	var snap *store.Snapshot
+	var snapErr error
+	if req.Snapshot != "" {
+		snap, snapErr = m.resolveSnapshot(ctx, req.Snapshot)
+		if snapErr == nil && req.Isolation == "" && snap.MemoryDriver != "" {
+			req.Isolation = snap.MemoryDriver
 		}
 	}
 	if err := m.pickDriver(&req); err != nil {
@@ -72,12 +77,11 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	}
 
 	if req.Snapshot != "" {
-		snap, err := m.resolveSnapshot(ctx, req.Snapshot)
-		if errors.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(snapErr, errdefs.ErrNotFound) {
 			return nil, false, errdefs.InvalidField("snapshot", "snapshot %q does not exist", req.Snapshot)
 		}
-		if err != nil {
-			return nil, false, err
+		if snapErr != nil {
+			return nil, false, snapErr
 		}
 		req.Snapshot, req.Template = snap.ID, snap.Template
 		if snap.MemoryDriver != "" && snap.MemoryDriver != req.Isolation {

@@ -103,10 +103,16 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 		return nil, fmt.Errorf("prepare agent for a checkpoint: %w: HTTP %d", errdefs.ErrUnavailable, resp.StatusCode)
 	}
 	sb.agent.close()
-	// The agent unlinks its socket when it has closed it.
+	// The agent unlinks its socket when it has closed it (looked at
+	// without following a link the sandbox may have put there).
+	sockFile, err := agentSocketFile(sb.agent.socket)
+	if err != nil {
+		os.RemoveAll(mc.dir)
+		return nil, err
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := os.Stat(sb.agent.socket); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Lstat(sockFile); errors.Is(err, os.ErrNotExist) {
 			break
 		}
 		if time.Now().After(deadline) {
