@@ -76,7 +76,13 @@ func (a *Agent) handlePrepare(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 	_ = http.NewResponseController(w).Flush()
 	a.log.Info("prepared for a checkpoint", "generation", req.Generation)
-	go srv.Close()
+	go func() {
+		// The socket file goes only once the listener is closed: the daemon
+		// checkpoints as soon as it is gone, and a still-bound socket
+		// cannot be saved. (Go's own unlink-on-close unlinks first.)
+		_ = srv.Close()
+		_ = os.Remove(a.listenPath)
+	}()
 }
 
 // listen binds the agent's own socket at a.listenPath, mode 0600.
@@ -84,7 +90,12 @@ func (a *Agent) listen() (net.Listener, error) {
 	_ = os.Remove(a.listenPath)
 	old := unix.Umask(0o177)
 	defer unix.Umask(old)
-	return net.Listen("unix", a.listenPath)
+	l, err := net.Listen("unix", a.listenPath)
+	if err != nil {
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l, nil
 }
 
 // awaitResume polls the control file until it holds a ResumeFile for gen
