@@ -302,7 +302,7 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 				readers <- struct{}{}
 			}()
 		}
-		ws := <-statusCh
+		st := <-statusCh
 		if killTimer != nil {
 			killTimer.Stop()
 		}
@@ -316,7 +316,8 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 			}
 		}
 		p.closeStdin()
-		p.finish(endFromStatus(ws))
+		p.cpu.Store(int64(st.cpu))
+		p.finish(endFromStatus(st.ws))
 		a.procs.forgetLater(p)
 	}()
 	return p, nil

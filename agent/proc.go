@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,10 @@ type proc struct {
 	stdinMu sync.Mutex
 	stdin   *os.File // write end of the stdin pipe; nil when /dev/null or closed
 	pty     *os.File // PTY master; nil without a PTY
+
+	// cpu is the CPU time the process used (time.Duration), set before
+	// it is marked ended.
+	cpu atomic.Int64
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}

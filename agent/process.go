@@ -57,10 +57,21 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		return err
 	}
 	defer p.unsubscribe(sub)
-	return s.follow(ctx, p, sub, req.Header(), func(ev *processpb.ProcessEvent) error {
+	err = s.follow(ctx, p, sub, req.Header(), func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
+	if err == nil && p.ended() {
+		// A forkbox extension: the CPU the command used, for the audit
+		// record. E2B clients ignore trailers they do not know.
+		stream.ResponseTrailer().Set(CPUTrailer, strconv.FormatInt(time.Duration(p.cpu.Load()).Milliseconds(), 10))
+	}
+	return err
 }
+
+// CPUTrailer is the response trailer of a Start stream that ends with the
+// process: the CPU time (user plus system) it and the children it waited
+// for used, in milliseconds.
+const CPUTrailer = "Forkbox-Cpu-Ms"
 
 // Connect re-attaches to a process by pid or tag: start, then its events
 // from now on. A process that ended within the last minute yields start and end.

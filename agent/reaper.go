@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // reaper is init's zombie reaper. It waits for any child on SIGCHLD and
@@ -17,12 +18,19 @@ import (
 // fork to registration, and the reaper takes it before calling wait4.
 type reaper struct {
 	mu      sync.Mutex
-	waiters map[int]chan syscall.WaitStatus
+	waiters map[int]chan exitStatus
 	wake    chan os.Signal
 }
 
+// exitStatus is how a child ended and the CPU time (user plus system) it
+// and the descendants it waited for used.
+type exitStatus struct {
+	ws  syscall.WaitStatus
+	cpu time.Duration
+}
+
 func newReaper() *reaper {
-	r := &reaper{waiters: map[int]chan syscall.WaitStatus{}, wake: make(chan os.Signal, 1)}
+	r := &reaper{waiters: map[int]chan exitStatus{}, wake: make(chan os.Signal, 1)}
 	signal.Notify(r.wake, syscall.SIGCHLD)
 	return r
 }
@@ -30,14 +38,14 @@ func newReaper() *reaper {
 // start runs startFn (which forks a child and returns its pid) with the
 // reaper locked, registers the pid and returns a channel that receives the
 // child's wait status once.
-func (r *reaper) start(startFn func() (int, error)) (int, <-chan syscall.WaitStatus, error) {
+func (r *reaper) start(startFn func() (int, error)) (int, <-chan exitStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pid, err := startFn()
 	if err != nil {
 		return 0, nil, err
 	}
-	ch := make(chan syscall.WaitStatus, 1)
+	ch := make(chan exitStatus, 1)
 	r.waiters[pid] = ch
 	return pid, ch, nil
 }
@@ -59,7 +67,8 @@ func (r *reaper) reapAll() {
 	defer r.mu.Unlock()
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -68,7 +77,7 @@ func (r *reaper) reapAll() {
 		}
 		if ch, ok := r.waiters[pid]; ok {
 			delete(r.waiters, pid)
-			ch <- ws
+			ch <- exitStatus{ws: ws, cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
 		}
 	}
 }

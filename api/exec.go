@@ -4,11 +4,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/sandbox"
@@ -108,17 +112,43 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
+	note := access.NoteFrom(r.Context())
+	if req.Cmd != "" {
+		note.Set("command_sha256", audit.CommandHash("/bin/sh", "-c", req.Cmd))
+	} else {
+		note.Set("command_sha256", audit.CommandHash(req.Argv...))
+	}
+	if req.User != "" {
+		note.Set("user", req.User)
+	}
 	if req.Background {
 		res, err := s.mgr.Exec(r.Context(), id, req, sandbox.OutputFuncs(nil, nil, nil))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
+		note.Set("background", true)
+		note.Set("pid", res.Pid)
 		writeJSON(w, http.StatusAccepted, v1.BackgroundStarted{Pid: res.Pid, Tag: req.Tag})
 		return
 	}
+	began := time.Now()
 	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
-		return s.mgr.Exec(r.Context(), id, req, out)
+		res, err := s.mgr.Exec(r.Context(), id, req, out)
+		if err == nil {
+			s.metrics.ObserveExec(time.Since(began))
+			note.Set("pid", res.Pid)
+			note.Set("exit_code", res.ExitCode)
+			note.Set("cpu_ms", res.CPUMS)
+			note.Set("duration_ms", res.DurationMS)
+			if res.TimedOut {
+				note.Set("timed_out", true)
+			}
+			if res.OOMKilled {
+				note.Set("oom_killed", true)
+			}
+		}
+		return res, err
 	})
 }
 

@@ -1,10 +1,12 @@
 package api
 
 import (
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"strconv"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -27,11 +29,14 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	note := access.NoteFrom(r.Context())
+	note.Set("path", p)
 	e, err := s.mgr.Upload(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"), r.Body, r.ContentLength)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	note.Set("bytes", e.Size)
 	writeJSON(w, http.StatusCreated, e)
 }
 
@@ -43,11 +48,14 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	note := access.NoteFrom(r.Context())
+	note.Set("path", p)
 	rc, size, err := s.mgr.Download(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	note.Set("bytes", size)
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if size >= 0 {
@@ -65,6 +73,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	access.NoteFrom(r.Context()).Set("path", p)
 	if err := s.mgr.Remove(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user")); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -75,6 +84,7 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 // handleStat: GET /v1/sessions/{id}/fs/stat?path=P[&user=NAME].
 func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	access.NoteFrom(r.Context()).Set("path", q.Get("path"))
 	e, err := s.mgr.Stat(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"))
 	if err != nil {
 		s.writeError(w, r, err)
@@ -86,6 +96,7 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 // handleListDir: GET /v1/sessions/{id}/fs/list?path=P[&depth=N][&user=NAME].
 func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	access.NoteFrom(r.Context()).Set("path", q.Get("path"))
 	depth := 1
 	if d := q.Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
@@ -111,6 +122,7 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	access.NoteFrom(r.Context()).Set("path", req.Path)
 	e, err := s.mgr.MakeDir(r.Context(), r.PathValue("id"), req.Path, req.User)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -126,6 +138,9 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	note := access.NoteFrom(r.Context())
+	note.Set("path", req.Source)
+	note.Set("destination", req.Destination)
 	e, err := s.mgr.Move(r.Context(), r.PathValue("id"), req.Source, req.Destination, req.User)
 	if err != nil {
 		s.writeError(w, r, err)

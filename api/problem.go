@@ -4,10 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/sandbox"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -46,6 +51,22 @@ var problemClasses = []problemClass{
 		"forkbox failed unexpectedly; the daemon log has the request id."},
 }
 
+// typedProblems are the problem types more precise than their class
+// (errdefs.TypedError): the system design's section 4.3, and the daily
+// CPU budget.
+var typedProblems = []problemClass{
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, sandbox.ProblemImageNotApproved, "Image not approved",
+		"The template (or the snapshot's template) is not on the tenant's approved list."},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, sandbox.ProblemEgressNotAllowed, "Egress not allowed",
+		"A requested egress destination is outside the tenant's egress policy; `field` names it."},
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemTenantConcurrency, "Tenant concurrency exceeded",
+		"The tenant is at its limit of concurrent sessions; retry after Retry-After seconds, or end one."},
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemCPUBudgetExhausted, "CPU budget exhausted",
+		"The tenant used its CPU-seconds for the day (UTC); Retry-After says when the next day begins."},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemCapacity, "Capacity unavailable",
+		"The host runs as many sessions (or as much memory) as it may; retry after Retry-After seconds."},
+}
+
 // problemPath is the path prefix of problem type URIs.
 const problemPath = "/problems/"
 
@@ -54,6 +75,15 @@ const problemPath = "/problems/"
 // message is not shown.
 func ProblemFor(err error) v1.Problem {
 	class := errdefs.Class(err)
+	var te *errdefs.TypedError
+	if errors.As(err, &te) {
+		for _, pc := range typedProblems {
+			if pc.slug == te.Type && pc.class == class {
+				return v1.Problem{Type: problemPath + pc.slug, Title: pc.title, Status: pc.status, Field: te.Field,
+					Detail: te.Msg}
+			}
+		}
+	}
 	for _, pc := range problemClasses {
 		if pc.class != class {
 			continue
@@ -90,6 +120,11 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p v1.Problem) {
 // writeError maps err to a problem and writes it.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := ProblemFor(err)
+	var te *errdefs.TypedError
+	if errors.As(err, &te) && te.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((te.RetryAfter+time.Second-1)/time.Second)))
+	}
+	access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
 	switch {
 	case p.Status >= 500 && r.Context().Err() != nil:
 		// The client went away (its context ended the call); nobody reads
@@ -106,7 +141,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // handleProblemDoc serves the description of a problem type (no auth).
 func handleProblemDoc(w http.ResponseWriter, r *http.Request) {
 	slug := r.PathValue("slug")
-	for _, pc := range problemClasses {
+	for _, pc := range append(problemClasses, typedProblems...) {
 		if pc.slug == slug {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			fmt.Fprintf(w, "%s (HTTP %d)\n\n%s\n", pc.title, pc.status, pc.about)
@@ -120,7 +155,7 @@ func handleProblemDoc(w http.ResponseWriter, r *http.Request) {
 // ProblemTypes lists the problem type URIs this API can return, sorted.
 func ProblemTypes() []string {
 	var out []string
-	for _, pc := range problemClasses {
+	for _, pc := range append(problemClasses, typedProblems...) {
 		out = append(out, problemPath+pc.slug)
 	}
 	sort.Strings(out)

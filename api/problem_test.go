@@ -79,18 +79,43 @@ func TestProblemForFieldError(t *testing.T) {
 	}
 }
 
-// TestProblemTypes proves ProblemTypes lists every class's type once, sorted.
+// TestProblemTypes proves ProblemTypes lists every class's type and every
+// typed problem's once, sorted.
 func TestProblemTypes(t *testing.T) {
 	types := ProblemTypes()
-	if len(types) != len(problemClasses) || !slices.IsSorted(types) {
+	all := append(slices.Clone(problemClasses), typedProblems...)
+	if len(types) != len(all) || !slices.IsSorted(types) {
 		t.Fatalf("ProblemTypes() = %v", types)
 	}
-	for _, pc := range problemClasses {
+	for _, pc := range all {
 		if !slices.Contains(types, "/problems/"+pc.slug) {
 			t.Errorf("%s missing from %v", pc.slug, types)
 		}
 	}
 	if len(slices.Compact(slices.Clone(types))) != len(types) {
 		t.Errorf("duplicate problem types: %v", types)
+	}
+}
+
+// TestProblemForTypedError proves a policy error keeps its own problem
+// type, status, field and detail, wrapped or not, and that a typed error
+// whose type is unknown falls back to its class.
+func TestProblemForTypedError(t *testing.T) {
+	te := errdefs.Typed(errdefs.ErrResourceExhausted, "tenant-concurrency-exceeded", "tenant acme is at its limit of 2 concurrent sessions")
+	for _, err := range []error{te, fmt.Errorf("create: %w", te)} {
+		p := ProblemFor(err)
+		if p.Status != http.StatusTooManyRequests || p.Type != "/problems/tenant-concurrency-exceeded" ||
+			p.Detail != "tenant acme is at its limit of 2 concurrent sessions" {
+			t.Errorf("%v: problem %+v", err, p)
+		}
+	}
+	img := errdefs.Typed(errdefs.ErrInvalidArgument, "image-not-approved", "template %q is not approved", "x")
+	img.Field = "template"
+	if p := ProblemFor(img); p.Status != http.StatusBadRequest || p.Type != "/problems/image-not-approved" || p.Field != "template" {
+		t.Errorf("image-not-approved: %+v", p)
+	}
+	odd := errdefs.Typed(errdefs.ErrConflict, "no-such-type", "odd")
+	if p := ProblemFor(odd); p.Status != http.StatusConflict || p.Type != "/problems/conflict" {
+		t.Errorf("unknown type: %+v", p)
 	}
 }

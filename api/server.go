@@ -6,7 +6,6 @@
 package api
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -17,17 +16,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/api/access"
 	"github.com/forkbox/forkbox/api/e2b"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/version"
+	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/template"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
-const requestIDHeader = "X-Request-Id"
+const requestIDHeader = access.RequestIDHeader
 
 // Server serves the REST API. Build it with New.
 type Server struct {
@@ -40,13 +43,18 @@ type Server struct {
 	spoolDir string
 	// e2b serves the E2B-compatible API on the same port.
 	e2b *e2b.Handler
+	// audit records requests; metrics serves GET /metrics.
+	audit   *audit.Recorder
+	metrics *metrics.Set
 }
 
 // New returns the API server over the given manager, store and catalog.
-// spoolDir is where uploads are staged (on the data directory's filesystem).
-func New(mgr *sandbox.Manager, st *store.Store, catalog *template.Catalog, spoolDir string, log *slog.Logger) *Server {
+// spoolDir is where uploads are staged (on the data directory's
+// filesystem); rec records audited requests; ms serves GET /metrics.
+func New(mgr *sandbox.Manager, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
+	ms *metrics.Set, log *slog.Logger) *Server {
 	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir,
-		e2b: e2b.New(mgr, st, log)}
+		e2b: e2b.New(mgr, st, rec, log), audit: rec, metrics: ms}
 	s.routes()
 	return s
 }
@@ -58,47 +66,81 @@ func (s *Server) routes() {
 	})
 	s.mux.HandleFunc("GET /problems/{slug}", handleProblemDoc)
 
-	auth := s.authenticated
-	s.mux.Handle("GET /v1/info", auth(s.handleInfo))
-	s.mux.Handle("POST /v1/sessions", auth(s.handleCreate))
-	s.mux.Handle("GET /v1/sessions", auth(s.handleList))
-	s.mux.Handle("GET /v1/sessions/{id}", auth(s.handleGet))
-	s.mux.Handle("DELETE /v1/sessions/{id}", auth(s.handleDelete))
-	s.mux.Handle("POST /v1/sessions/{id}/timeout", auth(s.handleTimeout))
-	s.mux.Handle("GET /v1/sessions/{id}/usage", auth(s.handleUsage))
-	s.mux.Handle("GET /v1/sessions/{id}/egress", auth(s.handleEgress))
-	s.mux.Handle("POST /v1/sessions/{id}/pause", auth(s.handlePause))
-	s.mux.Handle("POST /v1/sessions/{id}/resume", auth(s.handleResume))
-	s.mux.Handle("POST /v1/sessions/{id}/snapshot", auth(s.handleSnapshot))
-	s.mux.Handle("POST /v1/sessions/{id}/fork", auth(s.handleSessionFork))
+	// Routes for any key. A kind makes each request an audit record;
+	// target says what the path's {id} is.
+	type route struct {
+		pattern, kind, target string
+		h                     http.HandlerFunc
+	}
+	for _, rt := range []route{
+		{"GET /v1/info", "", "", s.handleInfo},
+		{"POST /v1/sessions", "session.create", "", s.handleCreate},
+		{"GET /v1/sessions", "", "", s.handleList},
+		{"GET /v1/sessions/{id}", "", "", s.handleGet},
+		{"DELETE /v1/sessions/{id}", "session.destroy", "session", s.handleDelete},
+		{"POST /v1/sessions/{id}/timeout", "session.timeout", "session", s.handleTimeout},
+		{"GET /v1/sessions/{id}/usage", "", "", s.handleUsage},
+		{"GET /v1/sessions/{id}/egress", "", "", s.handleEgress},
+		{"POST /v1/sessions/{id}/pause", "session.pause", "session", s.handlePause},
+		{"POST /v1/sessions/{id}/resume", "session.resume", "session", s.handleResume},
+		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", s.handleSnapshot},
+		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", s.handleSessionFork},
 
-	s.mux.Handle("GET /v1/snapshots", auth(s.handleSnapshots))
-	s.mux.Handle("GET /v1/snapshots/{id}", auth(s.handleGetSnapshot))
-	s.mux.Handle("DELETE /v1/snapshots/{id}", auth(s.handleDeleteSnapshot))
-	s.mux.Handle("POST /v1/snapshots/{id}/fork", auth(s.handleSnapshotFork))
+		{"GET /v1/snapshots", "", "", s.handleSnapshots},
+		{"GET /v1/snapshots/{id}", "", "", s.handleGetSnapshot},
+		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", s.handleDeleteSnapshot},
+		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", s.handleSnapshotFork},
 
-	s.mux.Handle("GET /v1/pools", auth(s.handlePools))
-	s.mux.Handle("PUT /v1/pools/{template}", auth(s.handleSetPool))
+		{"GET /v1/pools", "", "", s.handlePools},
 
-	s.mux.Handle("POST /v1/sessions/{id}/exec", auth(s.handleExec))
-	s.mux.Handle("GET /v1/sessions/{id}/processes", auth(s.handleProcesses))
-	s.mux.Handle("GET /v1/sessions/{id}/processes/{pid}/stream", auth(s.handleAttach))
-	s.mux.Handle("POST /v1/sessions/{id}/processes/{pid}/signal", auth(s.handleSignal))
-	s.mux.Handle("DELETE /v1/sessions/{id}/processes/{pid}", auth(s.handleKill))
-	s.mux.Handle("POST /v1/sessions/{id}/processes/{pid}/stdin", auth(s.handleStdin))
+		{"POST /v1/sessions/{id}/exec", "exec", "session", s.handleExec},
+		{"GET /v1/sessions/{id}/processes", "", "", s.handleProcesses},
+		{"GET /v1/sessions/{id}/processes/{pid}/stream", "", "", s.handleAttach},
+		{"POST /v1/sessions/{id}/processes/{pid}/signal", "process.signal", "session", s.handleSignal},
+		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", s.handleKill},
+		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", s.handleStdin},
 
-	s.mux.Handle("PUT /v1/sessions/{id}/files/{path...}", auth(s.handleUpload))
-	s.mux.Handle("GET /v1/sessions/{id}/files/{path...}", auth(s.handleDownload))
-	s.mux.Handle("DELETE /v1/sessions/{id}/files/{path...}", auth(s.handleRemove))
-	s.mux.Handle("GET /v1/sessions/{id}/fs/stat", auth(s.handleStat))
-	s.mux.Handle("GET /v1/sessions/{id}/fs/list", auth(s.handleListDir))
-	s.mux.Handle("POST /v1/sessions/{id}/fs/mkdir", auth(s.handleMkdir))
-	s.mux.Handle("POST /v1/sessions/{id}/fs/move", auth(s.handleMove))
+		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", s.handleUpload},
+		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", s.handleDownload},
+		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", s.handleRemove},
+		{"GET /v1/sessions/{id}/fs/stat", "file.stat", "session", s.handleStat},
+		{"GET /v1/sessions/{id}/fs/list", "file.list", "session", s.handleListDir},
+		{"POST /v1/sessions/{id}/fs/mkdir", "file.mkdir", "session", s.handleMkdir},
+		{"POST /v1/sessions/{id}/fs/move", "file.move", "session", s.handleMove},
 
-	s.mux.Handle("GET /v1/templates", auth(s.handleTemplates))
-	s.mux.Handle("GET /v1/templates/{name}", auth(s.handleTemplate))
-	s.mux.Handle("PUT /v1/templates/{name}", auth(s.handleTemplateImport))
-	s.mux.Handle("DELETE /v1/templates/{name}", auth(s.handleTemplateDelete))
+		{"GET /v1/templates", "", "", s.handleTemplates},
+		{"GET /v1/templates/{name}", "", "", s.handleTemplate},
+		{"PUT /v1/templates/{name}", "template.import", "", s.handleTemplateImport},
+		{"DELETE /v1/templates/{name}", "template.delete", "", s.handleTemplateDelete},
+
+		{"GET /v1/audit", "", "", s.handleAudit},
+	} {
+		var h http.Handler = rt.h
+		if rt.kind != "" {
+			h = access.Audited(s.audit, rt.kind, rt.target, h)
+		}
+		s.mux.Handle(rt.pattern, s.authenticated(h, false))
+	}
+
+	// Admin routes: tenants, keys, warm pools (host-wide), metrics.
+	for _, rt := range []route{
+		{"PUT /v1/pools/{template}", "pool.set", "", s.handleSetPool},
+		{"POST /v1/tenants", "tenant.create", "", s.handleCreateTenant},
+		{"GET /v1/tenants", "", "", s.handleTenants},
+		{"GET /v1/tenants/{name}", "", "", s.handleTenant},
+		{"PUT /v1/tenants/{name}", "tenant.update", "", s.handleUpdateTenant},
+		{"DELETE /v1/tenants/{name}", "tenant.delete", "", s.handleDeleteTenant},
+		{"POST /v1/tenants/{name}/keys", "key.create", "", s.handleCreateKey},
+		{"GET /v1/keys", "", "", s.handleKeys},
+		{"DELETE /v1/keys/{id}", "key.revoke", "", s.handleRevokeKey},
+		{"GET /metrics", "", "", s.handleMetrics},
+	} {
+		var h http.Handler = rt.h
+		if rt.kind != "" {
+			h = access.Audited(s.audit, rt.kind, rt.target, h)
+		}
+		s.mux.Handle(rt.pattern, s.authenticated(h, true))
+	}
 }
 
 // ServeHTTP adds the request id, recovers from handler panics (one bad
@@ -174,16 +216,13 @@ func (s *statusRecorder) Header() http.Header         { return s.header }
 func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
-type keyContextKey struct{}
-
-// authenticated wraps h so that it runs only with a valid API key, given as
-// "Authorization: Bearer <key>" or "X-API-Key: <key>".
-func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request)) http.Handler {
+// authenticated wraps h so that it runs only with a valid, unrevoked API
+// key, given as "Authorization: Bearer <key>" or "X-API-Key: <key>", and
+// with the caller (tenant, key, request id, Idempotency-Key) in its
+// context. admin: only admin keys (403 for others).
+func (s *Server) authenticated(h http.Handler, admin bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret := r.Header.Get("X-API-Key")
-		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			secret = strings.TrimSpace(v)
-		}
+		secret := access.Secret(r, false)
 		if secret == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrUnauthenticated, "missing API key"))
@@ -199,7 +238,11 @@ func (s *Server) authenticated(h func(http.ResponseWriter, *http.Request)) http.
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrUnauthenticated, "invalid API key"))
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), keyContextKey{}, key)))
+		if admin && !key.Admin {
+			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "this needs an admin key"))
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(tenancy.With(r.Context(), access.Caller(w, r, key))))
 	})
 }
 

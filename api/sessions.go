@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/sandbox"
 
@@ -71,11 +72,19 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.InvalidField("Idempotency-Key", "longer than %d bytes", maxIdempotencyKey))
 		return
 	}
+	note := access.NoteFrom(r.Context())
+	note.Set("template", req.Template)
+	if req.Snapshot != "" {
+		note.Set("snapshot", req.Snapshot)
+	}
 	rec, created, err := s.mgr.Create(r.Context(), req, key)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	note.Session(rec.ID)
+	note.Set("template", rec.Template)
+	note.Set("replayed", !created)
 	w.Header().Set("Location", "/v1/sessions/"+rec.ID)
 	if !created {
 		w.Header().Set("Idempotent-Replayed", "true")

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/sandbox"
@@ -46,6 +47,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	noteSnapshot(r, sn)
 	w.Header().Set("Location", "/v1/snapshots/"+sn.ID)
 	writeJSON(w, http.StatusCreated, snapshotView(sn))
 }
@@ -63,6 +65,8 @@ func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	noteSnapshot(r, sn)
+	noteForks(r, sessions)
 	writeJSON(w, http.StatusCreated, forkView(sn, sessions))
 }
 
@@ -80,12 +84,32 @@ func (s *Server) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	noteForks(r, sessions)
 	sn, err := s.mgr.GetSnapshot(r.Context(), id)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, forkView(sn, sessions))
+}
+
+// noteSnapshot adds snapshot sn to the request's audit record.
+func noteSnapshot(r *http.Request, sn *store.Snapshot) {
+	note := access.NoteFrom(r.Context())
+	note.Set("snapshot", sn.ID)
+	note.Set("bytes", sn.SizeBytes)
+	if sn.MemoryDriver != "" {
+		note.Set("memory_bytes", sn.MemoryBytes)
+	}
+}
+
+// noteForks adds the sessions a fork started to the request's audit record.
+func noteForks(r *http.Request, sessions []*store.Session) {
+	ids := make([]string, len(sessions))
+	for i, rec := range sessions {
+		ids[i] = rec.ID
+	}
+	access.NoteFrom(r.Context()).Set("sessions", ids)
 }
 
 func forkView(sn *store.Snapshot, sessions []*store.Session) v1.ForkResult {

@@ -1,10 +1,13 @@
 package api
 
 import (
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"os"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/tenancy"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
@@ -47,6 +50,12 @@ func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
 // body is spooled to the data directory, then unpacked safely. 201.
 func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
+	access.NoteFrom(r.Context()).Set("template", name)
+	shared := r.URL.Query().Get("shared") == "true"
+	if caller, _ := tenancy.From(r.Context()); shared && !caller.Admin {
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
+		return
+	}
 	// Refuse before receiving what may be gigabytes.
 	if err := s.catalog.CheckImportName(name); err != nil {
 		s.writeError(w, r, err)
@@ -66,7 +75,7 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.InvalidField("body", "upload failed: %v", err))
 		return
 	}
-	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"))
+	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), shared)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -76,6 +85,7 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
+	access.NoteFrom(r.Context()).Set("template", r.PathValue("name"))
 	if err := s.catalog.Delete(r.Context(), r.PathValue("name")); err != nil {
 		s.writeError(w, r, err)
 		return

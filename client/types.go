@@ -22,4 +22,12 @@ type (
 	ForkRequest     = v1.ForkRequest
 	ForkResult      = v1.ForkResult
 	Pool            = v1.Pool
+	TenantPolicy    = v1.TenantPolicy
+	Tenant          = v1.Tenant
+	TenantRequest   = v1.TenantRequest
+	APIKey          = v1.APIKey
+	KeyRequest      = v1.KeyRequest
+	NewKey          = v1.NewKey
+	AuditRecord     = v1.AuditRecord
+	AuditList       = v1.AuditList
 )

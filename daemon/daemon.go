@@ -20,10 +20,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/abuse"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -74,7 +78,12 @@ type Options struct {
 	// EgressResolver resolves the names sandboxes with a network ask for;
 	// nil is the host's resolver. (Tests map names to their test hosts.)
 	EgressResolver netpolicy.Resolver
-	Log            *slog.Logger
+	// Capacity bounds the sessions this host runs at once; zero fields
+	// take DefaultCapacity's.
+	Capacity sandbox.Capacity
+	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
+	Abuse abuse.Config
+	Log   *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -187,10 +196,14 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil
 	}
+	rec := audit.New(st, log)
+	ms := metrics.New()
 	mgr := sandbox.NewManager(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
+		Capacity: withDefaultCapacity(opts.Capacity), Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 	})
+	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
 	if err := catalog.Register(ctx); err != nil {
@@ -217,7 +230,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		mgr.Close()
 		return nil, err
 	}
-	apiServer := api.New(mgr, st, catalog, layout.Templates(), log)
+	apiServer := api.New(mgr, st, catalog, layout.Templates(), rec, ms, log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
@@ -291,7 +304,7 @@ func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.L
 			return nil
 		}
 		if key != "" {
-			return st.AddAPIKey(ctx, "default-"+key[len(key)-6:], "default", key)
+			return st.AddAPIKey(ctx, installKey(key), key)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -301,7 +314,7 @@ func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.L
 		return err
 	}
 	key := "e2b_" + hex.EncodeToString(raw)
-	if err := st.AddAPIKey(ctx, "default-"+key[len(key)-6:], "default", key); err != nil {
+	if err := st.AddAPIKey(ctx, installKey(key), key); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -397,4 +410,33 @@ func openDrivers(opts Options, layout storage.Layout, log *slog.Logger) ([]runti
 		}
 	}
 	return drivers, nil
+}
+
+// installKey is the record of the install's own key (secret key): the
+// default tenant's, and an admin key.
+func installKey(secret string) store.APIKey {
+	return store.APIKey{ID: "default-" + secret[len(secret)-6:], Name: "default", Tenant: store.DefaultTenant, Admin: true}
+}
+
+// DefaultCapacity is this host's: at most 1000 sessions, whose memory
+// limits add up to at most four times the host's memory (limits are
+// ceilings; most sandboxes use a fraction of theirs).
+func DefaultCapacity() sandbox.Capacity {
+	c := sandbox.Capacity{MaxSessions: 1000}
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err == nil {
+		c.MaxMemoryMB = int64(si.Totalram) * int64(si.Unit) >> 20 * 4
+	}
+	return c
+}
+
+func withDefaultCapacity(c sandbox.Capacity) sandbox.Capacity {
+	d := DefaultCapacity()
+	if c.MaxSessions == 0 {
+		c.MaxSessions = d.MaxSessions
+	}
+	if c.MaxMemoryMB == 0 {
+		c.MaxMemoryMB = d.MaxMemoryMB
+	}
+	return c
 }

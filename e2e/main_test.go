@@ -97,6 +97,9 @@ func startDaemon(dataDir string) (*daemon.Daemon, error) {
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
 		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
 		EgressResolver: egressNames,
+		// Small enough that one session can be over it (TestTenantPolicyErrors),
+		// large enough for every other test's sessions at once.
+		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},
 	})
 }
 

@@ -8,6 +8,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The error classes. Each is a sentinel to be wrapped, never returned bare
@@ -80,4 +81,34 @@ func Class(err error) error {
 // "session %q", id) reads `session "x": not found`.
 func Newf(class error, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), class)
+}
+
+// TypedError is an error of a class with a problem type more precise than
+// the class's own: the system design's policy errors (image-not-approved,
+// egress-not-allowed, tenant-concurrency-exceeded, capacity-unavailable).
+// The HTTP edge reports Type as the problem type and RetryAfter as the
+// Retry-After header.
+type TypedError struct {
+	// Class is one of the class sentinels above.
+	Class error
+	// Type is the problem type's slug ("image-not-approved").
+	Type string
+	// Msg is the detail, lower case.
+	Msg string
+	// Field names the request field at fault, if any.
+	Field string
+	// RetryAfter, when positive, is when a retry may succeed.
+	RetryAfter time.Duration
+}
+
+// Error returns the detail.
+func (e *TypedError) Error() string { return e.Msg }
+
+// Unwrap makes errors.Is(err, e.Class) true.
+func (e *TypedError) Unwrap() error { return e.Class }
+
+// Typed returns a *TypedError of class with problem type typ and a
+// formatted detail.
+func Typed(class error, typ string, format string, args ...any) *TypedError {
+	return &TypedError{Class: class, Type: typ, Msg: fmt.Sprintf(format, args...)}
 }

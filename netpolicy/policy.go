@@ -217,3 +217,24 @@ func (r Rule) matchesName(n string) bool {
 	}
 	return n == r.Name
 }
+
+// Covers reports whether every destination o allows is also allowed by r:
+// a name rule covers the same name (a wildcard: any name under its domain,
+// or a narrower wildcard) on the same port; an address rule covers an
+// address rule inside its range on its port (or on any, when r has none).
+// Tenants' egress ceilings are checked this way.
+func (r Rule) Covers(o Rule) bool {
+	if r.Name != "" {
+		if o.Name == "" || o.Port != r.Port {
+			return false
+		}
+		if !r.Wildcard {
+			return !o.Wildcard && o.Name == r.Name
+		}
+		return strings.HasSuffix(o.Name, "."+r.Name) || (o.Wildcard && o.Name == r.Name)
+	}
+	if o.Name != "" || !o.Prefix.IsValid() || o.Prefix.Addr().Is4() != r.Prefix.Addr().Is4() {
+		return false
+	}
+	return r.Prefix.Bits() <= o.Prefix.Bits() && r.Prefix.Contains(o.Prefix.Addr()) && (r.Port == 0 || r.Port == o.Port)
+}

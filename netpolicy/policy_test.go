@@ -147,3 +147,44 @@ func TestBlocklistHostNetworks(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleCovers proves the ceiling check: a rule covers exactly the
+// destinations it allows itself.
+func TestRuleCovers(t *testing.T) {
+	for _, c := range []struct {
+		ceiling, rule string
+		want          bool
+	}{
+		{"api.example.com:443", "api.example.com:443", true},
+		{"api.example.com:443", "API.example.com.:443", true},
+		{"api.example.com:443", "api.example.com:80", false},
+		{"api.example.com:443", "*.api.example.com:443", false},
+		{"*.example.com:443", "api.example.com:443", true},
+		{"*.example.com:443", "a.b.example.com:443", true},
+		{"*.example.com:443", "*.b.example.com:443", true},
+		{"*.example.com:443", "*.example.com:443", true},
+		{"*.example.com:443", "example.com:443", false},
+		{"*.example.com:443", "evilexample.com:443", false},
+		{"*.example.com:443", "203.0.113.7:443", false},
+		{"203.0.113.0/24", "203.0.113.7:443", true},
+		{"203.0.113.0/24", "203.0.113.0/25:22", true},
+		{"203.0.113.0/24", "203.0.112.0/23", false},
+		{"203.0.113.0/24:443", "203.0.113.7:443", true},
+		{"203.0.113.0/24:443", "203.0.113.7:80", false},
+		{"203.0.113.0/24:443", "203.0.113.0/24", false},
+		{"203.0.113.0/24", "api.example.com:443", false},
+		{"::/0", "203.0.113.7:443", false},
+	} {
+		r, err := ParseRule(c.ceiling)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := ParseRule(c.rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Covers(o); got != c.want {
+			t.Errorf("%s covers %s = %v, want %v", c.ceiling, c.rule, got, c.want)
+		}
+	}
+}

@@ -143,6 +143,9 @@ type Stats struct {
 	Pids int64 `json:"pids"`
 	// OOMKills counts processes killed by the out-of-memory killer so far.
 	OOMKills int64 `json:"oom_kills"`
+	// PidsLimitHits counts forks refused at the pids limit so far (0 when
+	// the driver cannot tell).
+	PidsLimitHits int64 `json:"pids_limit_hits"`
 	// ReadAt is when the reading was taken.
 	ReadAt time.Time `json:"read_at"`
 }
@@ -190,4 +193,23 @@ type Driver interface {
 	// from the checkpoint. On error nothing is left behind.
 	// ErrUnavailable when Capabilities().MemorySnapshot is false.
 	Restore(ctx context.Context, cfg Config, dir string) error
+}
+
+// Process is one process of a sandbox as the host sees it.
+type Process struct {
+	// Pid is the process id (the host's for runc, the sandbox's for gVisor).
+	Pid int
+	// Name is the command name (the kernel's comm, at most 15 bytes).
+	Name string
+	// Cmdline is its arguments joined by spaces, at most 4 KiB ("" when
+	// the driver cannot tell).
+	Cmdline string
+}
+
+// ProcessLister is implemented by drivers that can list a sandbox's
+// processes from outside it (the abuse detector reads their names).
+type ProcessLister interface {
+	// Processes lists the sandbox's processes. ErrNotFound for an unknown
+	// sandbox.
+	Processes(ctx context.Context, id string) ([]Process, error)
 }

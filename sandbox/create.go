@@ -15,11 +15,13 @@ import (
 
 	"github.com/forkbox/forkbox/agent"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // Create starts a new sandbox for req. With a non-empty idempotencyKey, a
@@ -38,9 +40,11 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 // create is Create; verify=false skips the snapshot integrity check (Fork
 // checks once for all its sessions).
 func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
+	began := time.Now()
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
+	tenant := callerTenant(ctx)
 	// Resolved once, here: a memory snapshot decides the driver (before
 	// the request hash); its errors are reported after the idempotency
 	// check below, as for any snapshot.
@@ -57,13 +61,15 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	}
 	hash := requestHash(&req)
 	if idempotencyKey != "" {
+		// Keys are per tenant: stored as "tenant/key".
+		idempotencyKey = tenant + "/" + idempotencyKey
 		m.createMu.Lock()
 		defer m.createMu.Unlock()
 		prev, err := m.opts.Store.GetSessionByIdempotencyKey(ctx, idempotencyKey)
 		if err == nil {
 			if prev.RequestHash != hash {
 				return nil, false, errdefs.Newf(errdefs.ErrConflict,
-					"Idempotency-Key %q was used for a different request", idempotencyKey)
+					"Idempotency-Key %q was used for a different request", strings.TrimPrefix(idempotencyKey, tenant+"/"))
 			}
 			if sb := m.lookup(prev.ID); sb != nil {
 				r := sb.Record()
@@ -92,6 +98,28 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 			return nil, false, errdefs.InvalidField("memory_mb", "snapshot %s holds %d MiB of memory: give at least that",
 				snap.ID, need)
 		}
+	}
+	if !m.templateVisible(ctx, req.Template) {
+		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+	}
+	policy, err := m.TenantPolicy(ctx, tenant)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, false, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s no longer exists", tenant)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if err := m.checkPolicy(ctx, tenant, policy, &req); err != nil {
+		return nil, false, err
+	}
+	release, err := m.admit(ctx, tenant, policy, req.MemoryMB)
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
+	path := "cold"
+	if req.Snapshot != "" {
+		path = "snapshot"
 		if verify {
 			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
 				return nil, false, err
@@ -100,10 +128,42 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	} else if req.Network != nil {
 		// Warm-pool members have no network; a network is made per sandbox.
 	} else if rec, err := m.claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
+		if rec != nil {
+			m.started(ctx, rec, "pool", began)
+		}
 		return rec, rec != nil, err
 	}
 	rec, err = m.launch(ctx, req, idempotencyKey, hash, store.StateCreating, store.StateRunning)
+	if err == nil {
+		m.started(ctx, rec, path, began)
+	}
 	return rec, err == nil, err
+}
+
+// started records a session that a create started by path (pool, cold or
+// snapshot): its latency, and a "session.start" audit record (whatever
+// API or fork asked for it).
+func (m *Manager) started(ctx context.Context, rec *store.Session, path string, began time.Time) {
+	d := time.Since(began)
+	m.opts.Metrics.ObserveCreate(path, d)
+	detail := map[string]any{"path": path, "template": rec.Template, "driver": rec.Driver, "cpu": rec.CPU,
+		"memory_mb": rec.MemoryMB, "disk_mb": rec.DiskMB, "ms": d.Milliseconds()}
+	if rec.Snapshot != "" {
+		detail["snapshot"] = rec.Snapshot
+	}
+	if rec.Network != nil {
+		detail["egress_allow"] = rec.Network.Allow
+	}
+	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: rec.ID, Kind: "session.start", Detail: detail})
+	m.log.Info("session started", "session", rec.ID, "tenant", rec.Tenant, "path", path, "ms", d.Milliseconds())
+}
+
+// templateVisible reports whether ctx's caller may use template name: a
+// built-in or shared one, or its tenant's own. (A template that does not
+// exist is reported by launch.)
+func (m *Manager) templateVisible(ctx context.Context, name string) bool {
+	rec, err := m.opts.Store.GetTemplate(ctx, name)
+	return err != nil || tenancy.Visible(ctx, rec.Tenant)
 }
 
 // pickDriver sets req.Isolation to the server's default when empty and
@@ -162,7 +222,10 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
-		Network: storeNetwork(req.Network),
+		Network: storeNetwork(req.Network), Tenant: callerTenant(ctx),
+	}
+	if initial == store.StatePooled {
+		sb.rec.Tenant = "" // a warm-pool member belongs to whoever claims it
 	}
 	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
 		return nil, err

@@ -65,7 +65,7 @@ func (m *Manager) OpenEnvd(ctx context.Context, id string) (*EnvdConn, error) {
 // health check, without resuming or otherwise touching the session.
 // ErrConflict when the session is not running (paused, for one).
 func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
-	sb := m.lookup(id)
+	sb := m.find(ctx, id)
 	if sb == nil {
 		rec, err := m.Get(ctx, id)
 		if err != nil {

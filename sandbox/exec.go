@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +14,8 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 
 	"connectrpc.com/connect"
+
+	"github.com/forkbox/forkbox/agent"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
@@ -207,6 +210,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 	}
 	res.DurationMS = time.Since(began).Milliseconds()
 	fillResult(res, end)
+	// The agent ends the stream right after the end event; its trailer
+	// carries the command's CPU time.
+	for stream.Receive() {
+	}
+	res.CPUMS, _ = strconv.ParseInt(stream.ResponseTrailer().Get(agent.CPUTrailer), 10, 64)
 	res.TimedOut = timedOut.Load()
 	if processOOM && res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
 		if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {

@@ -302,7 +302,7 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 // Usage reads the session's CPU seconds, memory (now and peak, bytes),
 // tasks, OOM kills and the bytes its writable layer holds.
 func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
-	sb := m.lookup(id)
+	sb := m.find(ctx, id)
 	if sb == nil || !isLive(sb.Record().State) {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err

@@ -24,7 +24,11 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
+	"github.com/forkbox/forkbox/abuse"
+	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // Options configure a Manager.
@@ -51,7 +55,17 @@ type Options struct {
 	// Net gives sessions that ask for one a network through the egress
 	// proxy; nil: such creates are refused.
 	Net *netpolicy.Service
-	Log *slog.Logger
+	// Capacity bounds what the host runs at once (503
+	// capacity-unavailable past it).
+	Capacity Capacity
+	// Audit records lifecycle events, policy decisions and abuse kills;
+	// nil records nothing.
+	Audit *audit.Recorder
+	// Metrics counts events; nil counts nothing.
+	Metrics *metrics.Set
+	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
+	Abuse abuse.Config
+	Log   *slog.Logger
 }
 
 // Manager owns every sandbox of this host. It is safe for concurrent use.
@@ -61,6 +75,13 @@ type Manager struct {
 
 	mu   sync.Mutex
 	live map[string]*Sandbox // sandboxes in creating, running or terminating state
+	// pending counts admitted creates not yet in live, by tenant; with
+	// pendingAll and pendingMemory (MiB) over all tenants (policy.go).
+	pending       map[string]int
+	pendingAll    int
+	pendingMemory int64
+	// detector decides abuse from the monitor's samples (monitor.go).
+	detector *abuse.Detector
 
 	// createMu serialises creates that carry the same idempotency key.
 	createMu sync.Mutex
@@ -161,9 +182,11 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096)}
-	m.wg.Add(1)
+		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
+		pending: map[string]int{}, detector: abuse.New(opts.Abuse)}
+	m.wg.Add(2)
 	go m.recordEgress()
+	go m.monitor()
 	return m
 }
 
@@ -255,17 +278,37 @@ func (m *Manager) lookup(id string) *Sandbox {
 	return m.live[id]
 }
 
+// find is lookup for a caller: nil also when the sandbox is another
+// tenant's (tenancy.Visible), so that it reads as unknown.
+func (m *Manager) find(ctx context.Context, id string) *Sandbox {
+	sb := m.lookup(id)
+	if sb == nil || !tenancy.Visible(ctx, sb.Record().Tenant) {
+		return nil
+	}
+	return sb
+}
+
+// record returns session id's stored record for a caller: ErrNotFound
+// also when it is another tenant's.
+func (m *Manager) record(ctx context.Context, id string) (*store.Session, error) {
+	rec, err := m.opts.Store.GetSession(ctx, id)
+	if err == nil && !tenancy.Visible(ctx, rec.Tenant) {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
+	}
+	return rec, err
+}
+
 // Get returns the session's record; ErrNotFound for an unknown id (and
 // for warm-pool members, which are not sessions yet).
 func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
-	if sb := m.lookup(id); sb != nil {
+	if sb := m.find(ctx, id); sb != nil {
 		r := sb.Record()
 		if r.State == store.StatePooled {
 			return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 		}
 		return &r, nil
 	}
-	rec, err := m.opts.Store.GetSession(ctx, id)
+	rec, err := m.record(ctx, id)
 	if err == nil && rec.State == store.StatePooled {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 	}
@@ -279,6 +322,9 @@ func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]*store.Ses
 		if err := validMetadataKey(k); err != nil {
 			return nil, err
 		}
+	}
+	if c, ok := tenancy.From(ctx); ok {
+		f.Tenant = c.Tenant // a caller lists its own tenant's sessions only
 	}
 	recs, err := m.opts.Store.ListSessions(ctx, f)
 	if err != nil {
@@ -301,7 +347,7 @@ func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]*store.Ses
 // ErrConflict while it is being created or torn down.
 func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) {
 	for attempt := 0; ; attempt++ {
-		sb := m.lookup(id)
+		sb := m.find(ctx, id)
 		if sb == nil {
 			break
 		}
@@ -328,7 +374,7 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 		}
 		return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, state)
 	}
-	rec, err := m.opts.Store.GetSession(ctx, id)
+	rec, err := m.record(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -364,7 +410,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*st
 	if seconds < 1 || seconds > m.opts.Limits.MaxTimeoutS {
 		return nil, errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", m.opts.Limits.MaxTimeoutS)
 	}
-	sb := m.lookup(id)
+	sb := m.find(ctx, id)
 	if sb == nil || sb.Record().State == store.StatePooled {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err

@@ -94,7 +94,7 @@ func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment,
 	if err != nil {
 		return nil, err
 	}
-	sink := m.egressSink(sb.id)
+	sink := m.egressSink(sb.id, sb.Record().Tenant)
 	if adopt {
 		used, err := m.opts.Store.EgressBytes(context.Background(), sb.id)
 		if err != nil {
@@ -153,7 +153,7 @@ func (m *Manager) retryNetwork(sb *Sandbox) {
 // recorder (see recordEgress). Records that carry bytes wait up to 2 s for
 // room in the queue; the others are dropped when it is full, and past
 // MaxEgressRecords for the session.
-func (m *Manager) egressSink(id string) netpolicy.Sink {
+func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
 	stored, err := m.opts.Store.CountEgress(context.Background(), id)
 	if err != nil {
 		m.log.Warn("count egress records", "session", id, "err", err)
@@ -161,6 +161,11 @@ func (m *Manager) egressSink(id string) netpolicy.Sink {
 	var count atomic.Int64
 	count.Store(stored)
 	return func(ev netpolicy.Event) {
+		denied := ev.Decision == netpolicy.DecisionDeny
+		m.detector.Egress(id, ev.Time, ev.Host, int(ev.Port), denied && ev.Kind != "dns", 1)
+		if denied {
+			m.opts.Metrics.EgressDenied(tenant, 1)
+		}
 		rec := store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
 			Port: int(ev.Port), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Decision: ev.Decision, Reason: ev.Reason}
 		carriesBytes := ev.BytesUp+ev.BytesDown > 0

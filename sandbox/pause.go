@@ -116,7 +116,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error)
 // pausable returns the live sandbox of session id for pause or resume, or
 // the error use would give for an unknown or ended one.
 func (m *Manager) pausable(ctx context.Context, id string) (*Sandbox, error) {
-	sb := m.lookup(id)
+	sb := m.find(ctx, id)
 	if sb == nil || !isLive(sb.Record().State) {
 		if sb != nil && sb.Record().State != store.StatePooled {
 			return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, sb.Record().State)

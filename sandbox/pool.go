@@ -188,6 +188,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
 		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume
 		r.IdempotencyKey, r.RequestHash = idempotencyKey, hash
+		r.Tenant = callerTenant(ctx)
 		r.StartedAt, r.ExpiresAt = now, now.Add(time.Duration(req.TimeoutS)*time.Second)
 		sb.lastUse = now
 		return nil

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // Snapshots capture a session's files (the writable layer, not processes
@@ -56,12 +57,16 @@ func validSnapshotName(name string) bool {
 // newest snapshot with it). ErrNotFound when there is none.
 func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
 	if validID(ref) {
-		return m.opts.Store.GetSnapshot(ctx, ref)
+		sn, err := m.opts.Store.GetSnapshot(ctx, ref)
+		if err == nil && !tenancy.Visible(ctx, sn.Tenant) {
+			return nil, errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", ref)
+		}
+		return sn, err
 	}
 	if !validSnapshotName(ref) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", ref)
 	}
-	return m.opts.Store.GetSnapshotByName(ctx, ref)
+	return m.opts.Store.GetSnapshotByName(ctx, tenancy.TenantOf(ctx, store.DefaultTenant), ref)
 }
 
 // Snapshot captures session id's files. The sandbox is frozen only until
@@ -142,6 +147,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	sn := &store.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
+		Tenant: rec.Tenant,
 	}
 	if mem != nil {
 		if err := m.sealMemory(mem, sn); err != nil {
@@ -296,9 +302,20 @@ func (m *Manager) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, 
 	return m.resolveSnapshot(ctx, id)
 }
 
-// ListSnapshots returns every snapshot, newest first.
+// ListSnapshots returns every snapshot the caller can see (its tenant's),
+// newest first.
 func (m *Manager) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
-	return m.opts.Store.ListSnapshots(ctx)
+	all, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, sn := range all {
+		if tenancy.Visible(ctx, sn.Tenant) {
+			out = append(out, sn)
+		}
+	}
+	return out, nil
 }
 
 // DeleteSnapshot deletes snapshot id. While child snapshots or live
@@ -307,8 +324,12 @@ func (m *Manager) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) 
 // (recursively, with force) first. Deleting a missing snapshot is
 // ErrNotFound.
 func (m *Manager) DeleteSnapshot(ctx context.Context, id string, force bool) error {
-	if _, err := m.opts.Store.GetSnapshot(ctx, id); err != nil {
+	sn, err := m.opts.Store.GetSnapshot(ctx, id)
+	if err != nil {
 		return err
+	}
+	if !tenancy.Visible(ctx, sn.Tenant) {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
 	}
 	children, sessions, err := m.opts.Store.SnapshotDependents(ctx, id)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
@@ -17,9 +18,9 @@ import (
 // still being created is not torn down under its creator's feet: the
 // create is told to stop and tear down itself, and Destroy waits for that.
 func (m *Manager) Destroy(ctx context.Context, id string) error {
-	sb := m.lookup(id)
+	sb := m.find(ctx, id)
 	if sb == nil {
-		rec, err := m.opts.Store.GetSession(ctx, id)
+		rec, err := m.record(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -152,7 +153,14 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	delete(m.live, sb.id)
 	m.mu.Unlock()
 	close(sb.done)
-	m.log.Info("session ended", "session", sb.id, "reason", reason)
+	m.detector.Forget(sb.id)
+	rec := sb.Record()
+	if rec.Tenant != "" { // (warm-pool members belong to nobody)
+		m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: sb.id, Kind: "session.end",
+			Detail: map[string]any{"reason": rec.Reason, "detail": rec.Detail}})
+		m.opts.Metrics.Ended(rec.Reason)
+	}
+	m.log.Info("session ended", "session", sb.id, "tenant", rec.Tenant, "reason", rec.Reason)
 	return nil
 }
 

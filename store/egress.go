@@ -18,7 +18,9 @@ type EgressRecord struct {
 	Decision, Reason   string
 }
 
-// AddEgress appends records (of any sessions) in one transaction.
+// AddEgress appends records (of any sessions) in one transaction, each
+// also as an audit record (kind "egress", outcome its decision, under its
+// session's tenant).
 func (s *Store) AddEgress(ctx context.Context, records []EgressRecord) error {
 	if len(records) == 0 {
 		return nil
@@ -34,10 +36,34 @@ func (s *Store) AddEgress(ctx context.Context, records []EgressRecord) error {
 		return err
 	}
 	defer stmt.Close()
+	tenants := map[string]string{}
 	for _, r := range records {
 		if _, err := stmt.ExecContext(ctx, r.SessionID, ms(r.Time), r.Kind, sanitizeText(r.Host, 255),
 			sanitizeText(r.Addr, 64), r.Port, r.BytesUp, r.BytesDown, r.Decision, sanitizeText(r.Reason, 512)); err != nil {
 			return fmt.Errorf("egress record: %w", err)
+		}
+		tenant, ok := tenants[r.SessionID]
+		if !ok {
+			if err := tx.QueryRowContext(ctx, `SELECT tenant FROM sessions WHERE id = ?`, r.SessionID).Scan(&tenant); err != nil {
+				tenant = DefaultTenant
+			}
+			tenants[r.SessionID] = tenant
+		}
+		detail := map[string]any{"kind": r.Kind, "host": sanitizeText(r.Host, 255), "addr": sanitizeText(r.Addr, 64),
+			"port": r.Port}
+		if r.BytesUp+r.BytesDown > 0 {
+			detail["bytes_up"], detail["bytes_down"] = r.BytesUp, r.BytesDown
+		}
+		if r.Reason != "" {
+			detail["reason"] = sanitizeText(r.Reason, 512)
+		}
+		outcome := "ok"
+		if r.Decision != "allow" {
+			outcome = "denied"
+		}
+		if err := appendAudit(ctx, tx, &AuditRecord{Time: r.Time, Tenant: tenant, Session: r.SessionID,
+			Kind: "egress", Outcome: outcome, Detail: detail}); err != nil {
+			return err
 		}
 	}
 	return tx.Commit()

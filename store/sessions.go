@@ -32,6 +32,10 @@ const (
 	ReasonDeleted = "deleted"
 	ReasonTimeout = "timeout"
 	ReasonError   = "error"
+	// ReasonAbuse: the abuse detector killed it (Detail says why).
+	ReasonAbuse = "abuse"
+	// ReasonQuota: its tenant's CPU budget for the day ran out.
+	ReasonQuota = "quota"
 )
 
 // Session is one sandbox session's durable record. Times are UTC; a zero
@@ -85,6 +89,8 @@ type Session struct {
 	AutoResume bool
 	// Network is the session's egress policy; nil for none (loopback only).
 	Network *Network
+	// Tenant owns the session; it never changes.
+	Tenant string
 }
 
 // Network is a session's egress policy as stored (see api/v1.Network).
@@ -112,7 +118,7 @@ const (
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
 	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused,
-	envd_token, on_timeout, auto_resume, network`
+	envd_token, on_timeout, auto_resume, network, tenant`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -124,12 +130,12 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network))
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -166,6 +172,8 @@ type SessionFilter struct {
 	Metadata map[string]string
 	// Template, when set, keeps only sessions of that template.
 	Template string
+	// Tenant, when set, keeps only that tenant's sessions.
+	Tenant string
 	// CreatedAfter, when not zero, keeps only sessions created after it.
 	CreatedAfter time.Time
 	// Ascending lists oldest first (the default is newest first).
@@ -202,6 +210,10 @@ func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, 
 	if f.Template != "" {
 		where = append(where, "template = ?")
 		args = append(args, f.Template)
+	}
+	if f.Tenant != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, f.Tenant)
 	}
 	if !f.CreatedAfter.IsZero() {
 		where = append(where, "created_at > ?")
@@ -245,7 +257,8 @@ func jsonPathKey(k string) string {
 }
 
 // UpdateSession writes every field of se but its id, template, driver and
-// creation time, which never change.
+// creation time, which never change (the tenant changes once: a warm-pool
+// member gets its claimer's).
 // ErrNotFound for an unknown id; ErrConflict when the idempotency key is
 // another session's.
 func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
@@ -259,12 +272,12 @@ func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
 		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ?,
-		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ? WHERE id = ?`,
+		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ?, tenant = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.ID)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -287,7 +300,7 @@ func scanSession(r scanner) (*Session, error) {
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
 		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused,
-		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network)
+		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network, &se.Tenant)
 	if err != nil {
 		return nil, err
 	}

@@ -37,15 +37,17 @@ type Snapshot struct {
 	MemoryDigest string
 	// MemoryBytes is the checkpoint's size before sealing, in bytes.
 	MemoryBytes int64
+	// Tenant owns the snapshot (its session's tenant).
+	Tenant string
 }
 
-const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes`
+const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes, tenant`
 
 // CreateSnapshot inserts sn; ErrConflict when the id exists.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name,
-		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes)
+		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes, sn.Tenant)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s exists", sn.ID)
 	}
@@ -58,11 +60,11 @@ func (s *Store) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
 	return sn, notFound(err, fmt.Sprintf("snapshot %q", id))
 }
 
-// GetSnapshotByName returns the newest snapshot named name; ErrNotFound
-// when none is.
-func (s *Store) GetSnapshotByName(ctx context.Context, name string) (*Snapshot, error) {
+// GetSnapshotByName returns tenant's newest snapshot named name (names
+// are per tenant); ErrNotFound when none is.
+func (s *Store) GetSnapshotByName(ctx context.Context, tenant, name string) (*Snapshot, error) {
 	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotColumns+
-		` FROM snapshots WHERE name = ? AND name != '' ORDER BY created_at DESC, id LIMIT 1`, name))
+		` FROM snapshots WHERE name = ? AND name != '' AND tenant = ? ORDER BY created_at DESC, id LIMIT 1`, name, tenant))
 	return sn, notFound(err, fmt.Sprintf("snapshot named %q", name))
 }
 
@@ -121,7 +123,7 @@ func scanSnapshot(r scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, expires int64
 	if err := r.Scan(&sn.ID, &sn.SessionID, &sn.Parent, &sn.Template, &sn.Storage, &sn.SizeBytes, &sn.Digest,
-		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes); err != nil {
+		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes, &sn.Tenant); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt, sn.ExpiresAt = fromMS(created), fromMS(expires)

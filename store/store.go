@@ -27,6 +27,7 @@ type Store struct {
 
 	keyMu    sync.Mutex
 	keyCache map[string]APIKey // by key hash: keys that authenticated recently
+	keyGen   uint64            // counts cache clears (forgetKeys)
 }
 
 // migrations are applied in order; migration i brings the schema to
@@ -132,6 +133,59 @@ var migrations = []string{
 	`ALTER TABLE snapshots ADD COLUMN memory_driver TEXT NOT NULL DEFAULT '';
 	ALTER TABLE snapshots ADD COLUMN memory_digest TEXT NOT NULL DEFAULT '';
 	ALTER TABLE snapshots ADD COLUMN memory_bytes INTEGER NOT NULL DEFAULT 0;`,
+	// 8: tenants. Every key, session, snapshot and imported template
+	// belongs to one (the base template to all: tenant ''); what was there
+	// before belongs to "default", whose
+	// key (the install's own) is an admin key and whose egress ceiling is
+	// open, so a one-user install works as before. Idempotency keys are
+	// scoped by tenant ("tenant/key"). The audit trail is append-only
+	// (triggers refuse updates and deletes); tenant_usage counts CPU per
+	// UTC day; sessions.cpu_ms is the CPU already counted for a session.
+	`CREATE TABLE tenants (
+		name        TEXT PRIMARY KEY,
+		policy      TEXT NOT NULL DEFAULT '{}',
+		created_at  INTEGER NOT NULL,
+		flagged_at  INTEGER NOT NULL DEFAULT 0,
+		flag_reason TEXT NOT NULL DEFAULT ''
+	);
+	INSERT INTO tenants (name, policy, created_at)
+		VALUES ('default', '{"egress_allow":["*"]}', CAST(strftime('%s','now') AS INTEGER) * 1000);
+	ALTER TABLE api_keys ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE api_keys ADD COLUMN revoked_at INTEGER NOT NULL DEFAULT 0;
+	UPDATE api_keys SET admin = 1;
+	CREATE INDEX api_keys_by_tenant ON api_keys (tenant);
+	ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	ALTER TABLE sessions ADD COLUMN cpu_ms INTEGER NOT NULL DEFAULT 0;
+	UPDATE sessions SET idempotency_key = 'default/' || idempotency_key WHERE idempotency_key IS NOT NULL;
+	CREATE INDEX sessions_by_tenant ON sessions (tenant, state);
+	ALTER TABLE snapshots ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	ALTER TABLE templates ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+	UPDATE templates SET tenant = 'default' WHERE name != 'base';
+	CREATE TABLE tenant_usage (
+		tenant TEXT NOT NULL,
+		day    TEXT NOT NULL,
+		cpu_ms INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant, day)
+	);
+	CREATE TABLE audit (
+		seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+		time            INTEGER NOT NULL,
+		tenant          TEXT NOT NULL,
+		session         TEXT NOT NULL DEFAULT '',
+		kind            TEXT NOT NULL,
+		outcome         TEXT NOT NULL,
+		key_id          TEXT NOT NULL DEFAULT '',
+		request_id      TEXT NOT NULL DEFAULT '',
+		idempotency_key TEXT NOT NULL DEFAULT '',
+		detail          TEXT NOT NULL DEFAULT '{}'
+	);
+	CREATE INDEX audit_by_tenant ON audit (tenant, seq);
+	CREATE INDEX audit_by_session ON audit (session, seq);
+	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+		BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
+	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+		BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

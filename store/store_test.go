@@ -57,7 +57,7 @@ func TestMigrateFromEmptyAndReopen(t *testing.T) {
 	if err := s.CreateSession(ctx, session("s1", created)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddAPIKey(ctx, "k1", "ci", "secret"); err != nil {
+	if err := s.AddAPIKey(ctx, APIKey{ID: "k1", Name: "ci", Tenant: DefaultTenant}, "secret"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutTemplate(ctx, &TemplateRecord{Name: "base", Source: "docker.io/library/alpine", CreatedAt: created}); err != nil {
@@ -288,11 +288,11 @@ func TestAPIKeys(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTemp(t)
 	before := time.Now().Add(-time.Second)
-	if err := s.AddAPIKey(ctx, "k1", "laptop", "s3cret"); err != nil {
+	if err := s.AddAPIKey(ctx, APIKey{ID: "k1", Name: "laptop", Tenant: DefaultTenant}, "s3cret"); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, s.AddAPIKey(ctx, "k1", "other", "different"), errdefs.ErrConflict)
-	wantClass(t, s.AddAPIKey(ctx, "k2", "copy", "s3cret"), errdefs.ErrConflict)
+	wantClass(t, s.AddAPIKey(ctx, APIKey{ID: "k1", Name: "other", Tenant: DefaultTenant}, "different"), errdefs.ErrConflict)
+	wantClass(t, s.AddAPIKey(ctx, APIKey{ID: "k2", Name: "copy", Tenant: DefaultTenant}, "s3cret"), errdefs.ErrConflict)
 	if n, err := s.CountAPIKeys(ctx); err != nil || n != 1 {
 		t.Fatalf("%d keys, %v", n, err)
 	}

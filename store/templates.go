@@ -17,14 +17,17 @@ type TemplateRecord struct {
 	Digest    string
 	SizeBytes int64
 	CreatedAt time.Time
+	// Tenant owns the template; "" for a shared one every tenant sees.
+	Tenant string
 }
 
 // PutTemplate inserts or replaces the record for t.Name.
 func (s *Store) PutTemplate(ctx context.Context, t *TemplateRecord) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, source, digest, size_bytes, created_at)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET source = excluded.source,
-		digest = excluded.digest, size_bytes = excluded.size_bytes, created_at = excluded.created_at`,
-		t.Name, t.Source, t.Digest, t.SizeBytes, ms(t.CreatedAt))
+	_, err := s.db.ExecContext(ctx, `INSERT INTO templates (name, source, digest, size_bytes, created_at, tenant)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET source = excluded.source,
+		digest = excluded.digest, size_bytes = excluded.size_bytes, created_at = excluded.created_at,
+		tenant = excluded.tenant`,
+		t.Name, t.Source, t.Digest, t.SizeBytes, ms(t.CreatedAt), t.Tenant)
 	return err
 }
 
@@ -32,8 +35,8 @@ func (s *Store) PutTemplate(ctx context.Context, t *TemplateRecord) error {
 func (s *Store) GetTemplate(ctx context.Context, name string) (*TemplateRecord, error) {
 	var t TemplateRecord
 	var created int64
-	err := s.db.QueryRowContext(ctx, `SELECT name, source, digest, size_bytes, created_at FROM templates WHERE name = ?`, name).
-		Scan(&t.Name, &t.Source, &t.Digest, &t.SizeBytes, &created)
+	err := s.db.QueryRowContext(ctx, `SELECT name, source, digest, size_bytes, created_at, tenant FROM templates WHERE name = ?`, name).
+		Scan(&t.Name, &t.Source, &t.Digest, &t.SizeBytes, &created, &t.Tenant)
 	if err != nil {
 		return nil, notFound(err, fmt.Sprintf("template %q", name))
 	}
@@ -43,7 +46,7 @@ func (s *Store) GetTemplate(ctx context.Context, name string) (*TemplateRecord, 
 
 // ListTemplates returns every template record by name.
 func (s *Store) ListTemplates(ctx context.Context) ([]*TemplateRecord, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, source, digest, size_bytes, created_at FROM templates ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, source, digest, size_bytes, created_at, tenant FROM templates ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +55,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]*TemplateRecord, error) {
 	for rows.Next() {
 		var t TemplateRecord
 		var created int64
-		if err := rows.Scan(&t.Name, &t.Source, &t.Digest, &t.SizeBytes, &created); err != nil {
+		if err := rows.Scan(&t.Name, &t.Source, &t.Digest, &t.SizeBytes, &created, &t.Tenant); err != nil {
 			return nil, err
 		}
 		t.CreatedAt = fromMS(created)

@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/image"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // Catalog manages templates. It is safe for concurrent use.
@@ -96,14 +97,16 @@ func (c *Catalog) EnsureBase(ctx context.Context) error {
 	if err := c.swapIn(tmp, dir); err != nil {
 		return err
 	}
-	return c.record(ctx, t, storage.RootFS(dir))
+	return c.record(ctx, t, storage.RootFS(dir), "")
 }
 
 // Import unpacks the image at src (an OCI layout directory, or a tarball
-// from `docker save` or of an OCI layout) as template name. ref picks one
-// image when src holds several. ErrConflict when name exists;
-// ErrInvalidArgument for a bad name or image.
-func (c *Catalog) Import(ctx context.Context, name, src, ref string) (*storage.Template, error) {
+// from `docker save` or of an OCI layout) as template name, owned by
+// ctx's caller's tenant (shared: by nobody, visible to every tenant; for
+// admin keys). ref picks one image when src holds several. ErrConflict
+// when name exists (names are global: another tenant's template holds the
+// name too); ErrInvalidArgument for a bad name or image.
+func (c *Catalog) Import(ctx context.Context, name, src, ref string, shared bool) (*storage.Template, error) {
 	if err := c.CheckImportName(name); err != nil {
 		return nil, err
 	}
@@ -142,7 +145,11 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref string) (*storage.T
 		return nil, err
 	}
 	ok = true
-	return t, c.record(ctx, t, storage.RootFS(dir))
+	owner := tenancy.TenantOf(ctx, "")
+	if shared {
+		owner = ""
+	}
+	return t, c.record(ctx, t, storage.RootFS(dir), owner)
 }
 
 // CheckImportName says whether Import could take name now: ErrInvalidArgument
@@ -161,15 +168,20 @@ func (c *Catalog) CheckImportName(name string) error {
 	return nil
 }
 
-// Get returns template name's metadata; ErrNotFound when absent.
+// Get returns template name's metadata; ErrNotFound when absent or
+// another tenant's.
 func (c *Catalog) Get(ctx context.Context, name string) (*storage.Template, error) {
 	if !storage.ValidTemplateName(name) {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", name)
+	}
+	if rec, err := c.store.GetTemplate(ctx, name); err == nil && !tenancy.Visible(ctx, rec.Tenant) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", name)
 	}
 	return storage.LoadTemplate(c.layout.Template(name))
 }
 
-// List returns every template, by name.
+// List returns every template ctx's caller can see (shared ones and its
+// tenant's), by name.
 func (c *Catalog) List(ctx context.Context) ([]*storage.Template, error) {
 	recs, err := c.store.ListTemplates(ctx)
 	if err != nil {
@@ -177,6 +189,9 @@ func (c *Catalog) List(ctx context.Context) ([]*storage.Template, error) {
 	}
 	out := make([]*storage.Template, 0, len(recs))
 	for _, r := range recs {
+		if !tenancy.Visible(ctx, r.Tenant) {
+			continue
+		}
 		t, err := storage.LoadTemplate(c.layout.Template(r.Name))
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue // its directory is gone; Delete or a re-import fixes the row
@@ -190,7 +205,8 @@ func (c *Catalog) List(ctx context.Context) ([]*storage.Template, error) {
 }
 
 // Delete removes template name. The base template cannot be deleted, and
-// a template that live sessions use is ErrConflict.
+// a template that live sessions use is ErrConflict. Another tenant's is
+// ErrNotFound; a shared one needs an admin caller (ErrPermissionDenied).
 func (c *Catalog) Delete(ctx context.Context, name string) error {
 	if name == storage.BaseTemplate {
 		return errdefs.Newf(errdefs.ErrConflict, "the built-in template %q cannot be deleted", name)
@@ -199,6 +215,11 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 	defer c.mu.Unlock()
 	if _, err := c.Get(ctx, name); err != nil {
 		return err
+	}
+	if rec, err := c.store.GetTemplate(ctx, name); err == nil && rec.Tenant == "" {
+		if caller, ok := tenancy.From(ctx); ok && !caller.Admin {
+			return errdefs.Newf(errdefs.ErrPermissionDenied, "template %q is shared: only an admin key can delete it", name)
+		}
 	}
 	trash, err := c.tempDir()
 	if err != nil {
@@ -249,13 +270,13 @@ func (c *Catalog) swapIn(tmp, dir string) error {
 
 // record adds template t (whose rootfs is now in place) to the storage
 // driver and the store.
-func (c *Catalog) record(ctx context.Context, t *storage.Template, rootfs string) error {
+func (c *Catalog) record(ctx context.Context, t *storage.Template, rootfs, tenant string) error {
 	if err := c.storage.AddTemplate(ctx, t.Name, rootfs, version(t)); err != nil {
 		return fmt.Errorf("template %s: %w", t.Name, err)
 	}
 	created, _ := time.Parse(time.RFC3339, t.CreatedAt)
 	return c.store.PutTemplate(ctx, &store.TemplateRecord{
-		Name: t.Name, Source: t.Source, Digest: t.Digest, SizeBytes: t.SizeBytes, CreatedAt: created,
+		Name: t.Name, Source: t.Source, Digest: t.Digest, SizeBytes: t.SizeBytes, CreatedAt: created, Tenant: tenant,
 	})
 }
 

@@ -23,12 +23,17 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/forkbox/forkbox/api/access"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // SandboxIDHeader names the sandbox an envd request is for (E2B SDK
@@ -47,15 +52,17 @@ const maxBody = 1 << 20
 type Handler struct {
 	mgr     *sandbox.Manager
 	keys    *store.Store
+	audit   *audit.Recorder
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *cpuSampler
 }
 
 // New returns the E2B handler over the sandbox manager; keys authenticates
-// API keys (the same keys as the forkbox API).
-func New(mgr *sandbox.Manager, keys *store.Store, log *slog.Logger) *Handler {
-	h := &Handler{mgr: mgr, keys: keys, log: log, mux: http.NewServeMux(), metrics: newCPUSampler()}
+// API keys (the same keys as the forkbox API); rec records audited
+// requests.
+func New(mgr *sandbox.Manager, keys *store.Store, rec *audit.Recorder, log *slog.Logger) *Handler {
+	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler()}
 	h.routes()
 	return h
 }
@@ -74,23 +81,31 @@ func Handles(r *http.Request) bool {
 }
 
 func (h *Handler) routes() {
-	auth := h.authenticated
+	// auth authenticates; with a kind, each request is also an audit
+	// record (target: what the path's {id} is).
+	auth := func(kind, target string, fn http.HandlerFunc) http.Handler {
+		var next http.Handler = fn
+		if kind != "" {
+			next = access.Audited(h.audit, kind, target, next)
+		}
+		return h.authenticated(next)
+	}
 	for _, prefix := range []string{"", "/v2"} {
 		// SDK 2.51 creates and connects through /v2; earlier ones without.
-		h.mux.Handle("POST "+prefix+"/sandboxes", auth(h.handleCreate))
-		h.mux.Handle("POST "+prefix+"/sandboxes/{id}/connect", auth(h.handleConnect))
-		h.mux.Handle("GET "+prefix+"/sandboxes", auth(h.handleList))
+		h.mux.Handle("POST "+prefix+"/sandboxes", auth("session.create", "", h.handleCreate))
+		h.mux.Handle("POST "+prefix+"/sandboxes/{id}/connect", auth("session.connect", "session", h.handleConnect))
+		h.mux.Handle("GET "+prefix+"/sandboxes", auth("", "", h.handleList))
 	}
-	h.mux.Handle("GET /sandboxes/{id}", auth(h.handleGet))
-	h.mux.Handle("DELETE /sandboxes/{id}", auth(h.handleKill))
-	h.mux.Handle("POST /sandboxes/{id}/timeout", auth(h.handleTimeout))
-	h.mux.Handle("POST /sandboxes/{id}/pause", auth(h.handlePause))
-	h.mux.Handle("POST /sandboxes/{id}/resume", auth(h.handleResume))
-	h.mux.Handle("GET /sandboxes/{id}/metrics", auth(h.handleMetrics))
-	h.mux.Handle("POST /sandboxes/{id}/snapshots", auth(h.handleSnapshot))
-	h.mux.Handle("POST /sandboxes/{id}/fork", auth(h.handleFork))
-	h.mux.Handle("GET /snapshots", auth(h.handleSnapshots))
-	h.mux.Handle("DELETE /templates/{id}", auth(h.handleDeleteSnapshot))
+	h.mux.Handle("GET /sandboxes/{id}", auth("", "", h.handleGet))
+	h.mux.Handle("DELETE /sandboxes/{id}", auth("session.destroy", "session", h.handleKill))
+	h.mux.Handle("POST /sandboxes/{id}/timeout", auth("session.timeout", "session", h.handleTimeout))
+	h.mux.Handle("POST /sandboxes/{id}/pause", auth("session.pause", "session", h.handlePause))
+	h.mux.Handle("POST /sandboxes/{id}/resume", auth("session.resume", "session", h.handleResume))
+	h.mux.Handle("GET /sandboxes/{id}/metrics", auth("", "", h.handleMetrics))
+	h.mux.Handle("POST /sandboxes/{id}/snapshots", auth("snapshot.create", "session", h.handleSnapshot))
+	h.mux.Handle("POST /sandboxes/{id}/fork", auth("snapshot.fork", "session", h.handleFork))
+	h.mux.Handle("GET /snapshots", auth("", "", h.handleSnapshots))
+	h.mux.Handle("DELETE /templates/{id}", auth("snapshot.delete", "snapshot", h.handleDeleteSnapshot))
 }
 
 // ServeHTTP serves one E2B request (Handles(r) must be true).
@@ -114,17 +129,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // X-API-KEY (what the SDKs send; it wins when both are present, since E2B
 // clients may also send a user's access token as Bearer) or
 // "Authorization: Bearer <key>".
-func (h *Handler) authenticated(next func(http.ResponseWriter, *http.Request)) http.Handler {
+func (h *Handler) authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		secret := strings.TrimSpace(r.Header.Get("X-API-Key"))
-		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && secret == "" {
-			secret = strings.TrimSpace(v)
-		}
+		secret := access.Secret(r, true)
 		if secret == "" {
 			writeError(w, http.StatusUnauthorized, "missing API key: send it as X-API-KEY")
 			return
 		}
-		if _, err := h.keys.AuthenticateKey(r.Context(), secret); err != nil {
+		key, err := h.keys.AuthenticateKey(r.Context(), secret)
+		if err != nil {
 			if errors.Is(err, errdefs.ErrUnauthenticated) {
 				writeError(w, http.StatusUnauthorized, "invalid API key")
 				return
@@ -132,7 +145,7 @@ func (h *Handler) authenticated(next func(http.ResponseWriter, *http.Request)) h
 			h.fail(w, r, err)
 			return
 		}
-		next(w, r)
+		next.ServeHTTP(w, r.WithContext(tenancy.With(r.Context(), access.Caller(w, r, key))))
 	})
 }
 
@@ -190,6 +203,15 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	msg := err.Error()
+	var te *errdefs.TypedError
+	if errors.As(err, &te) {
+		if te.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((te.RetryAfter+time.Second-1)/time.Second)))
+		}
+		access.NoteFrom(r.Context()).Failed(te.Type, msg)
+	} else {
+		access.NoteFrom(r.Context()).Failed("", msg)
+	}
 	if status == http.StatusInsufficientStorage {
 		h.log.Warn("e2b request: insufficient storage", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "not enough storage on the forkbox host for this sandbox"

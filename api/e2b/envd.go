@@ -11,6 +11,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -62,7 +63,8 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if _, err := h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader)); err != nil {
+	rec, err := h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader))
+	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
@@ -119,6 +121,9 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		ErrorLog: log.New(proxyLogWriter{h}, "", 0),
 	}
 	proxy.ServeHTTP(w, r)
+	// The envd token names the session, and so its tenant.
+	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd",
+		Detail: map[string]any{"method": r.Method, "path": r.URL.Path}})
 }
 
 // bodyError records the first read error of a request body other than

@@ -208,6 +208,9 @@ type ExecResult struct {
 	OOMKilled bool `json:"oom_killed"`
 	// DurationMS is the wall-clock run time in milliseconds.
 	DurationMS int64 `json:"duration_ms"`
+	// CPUMS is the CPU time (user plus system) the command and the
+	// children it waited for used, in milliseconds.
+	CPUMS int64 `json:"cpu_ms"`
 }
 
 // ExecOutput is a finished command with its output, the JSON answer of an

@@ -243,3 +243,22 @@ func nsPgid(pid int) (int, error) {
 	}
 	return 0, fmt.Errorf("pid %d: no NSpgid in status", pid)
 }
+
+// pidsLimitHits reads the "max" count of the sandbox's pids.events: forks
+// refused at its pids limit.
+func (c *cgroupV1) pidsLimitHits(id string) (int64, error) {
+	p, err := c.path("pids", id)
+	if err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(filepath.Join(p, "pids.events"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "max "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, nil
+}

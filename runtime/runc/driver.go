@@ -258,6 +258,7 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	if st.OOMKills, err = d.cg.oomKills(id); err != nil {
 		return st, err
 	}
+	st.PidsLimitHits, _ = d.cg.pidsLimitHits(id) // (older kernels have no pids.events)
 	st.ReadAt = time.Now()
 	return st, nil
 }

@@ -504,3 +504,32 @@ func hostID(m []runtime.IDMap, id uint32) int {
 	}
 	return int(id)
 }
+
+// Processes lists the sandbox's processes as the Sentry sees them
+// (runsc ps --format=json): in-sandbox pids and command names, no command
+// lines. ErrNotFound for an unknown sandbox.
+func (d *Driver) Processes(ctx context.Context, id string) ([]runtime.Process, error) {
+	if !runc.ValidID(id) {
+		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	out, err := d.command(ctx, "ps", "--format=json", id).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && notExist(errors.New(string(ee.Stderr))) {
+			return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
+		}
+		return nil, fmt.Errorf("runsc ps %s: %w", id, err)
+	}
+	var ps []struct {
+		PID int    `json:"pid"`
+		Cmd string `json:"cmd"`
+	}
+	if err := json.Unmarshal(out, &ps); err != nil {
+		return nil, fmt.Errorf("runsc ps %s: %w", id, err)
+	}
+	procs := make([]runtime.Process, 0, len(ps))
+	for _, p := range ps {
+		procs = append(procs, runtime.Process{Pid: p.PID, Name: p.Cmd})
+	}
+	return procs, nil
+}

@@ -1,0 +1,135 @@
+package abuse
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// feed observes n samples of id, interval apart from t0, with CPU use
+// rate (cores) and a 1-core quota, and returns the first verdict.
+func feed(d *Detector, id string, t0 time.Time, n int, rate float64, procs []Process) (*Verdict, int) {
+	cpu := 0.0
+	for i := 0; i < n; i++ {
+		now := t0.Add(time.Duration(i) * d.cfg.Interval)
+		if v := d.Observe(id, Sample{Time: now, CPUSeconds: cpu, CPULimit: 1}, func() []Process { return procs }); v != nil {
+			return v, i
+		}
+		cpu += rate * d.cfg.Interval.Seconds()
+	}
+	return nil, n
+}
+
+// TestMinerByName proves a process named like a miner at full CPU is
+// mining once the CPU has been sustained for SustainedCPU, and not before.
+func TestMinerByName(t *testing.T) {
+	d := New(Config{})
+	v, i := feed(d, "s", time.Now(), 20, 1, []Process{{Name: "sh"}, {Name: "xmrig", Cmdline: "/tmp/xmrig -o x"}})
+	if v == nil || v.Pattern != Mining || !strings.Contains(v.Reason, "xmrig") {
+		t.Fatalf("verdict %+v", v)
+	}
+	// Samples 5 s apart: 20 s of history is the fifth sample.
+	if i != 4 {
+		t.Fatalf("decided at sample %d, want 4 (after 20 s)", i)
+	}
+}
+
+// TestMiningSignals proves each mining signal counts (a stratum URL in a
+// command line, a miner's path as argv[0], an egress attempt to a pool
+// domain or stratum port within the window), and none counts without
+// sustained CPU.
+func TestMiningSignals(t *testing.T) {
+	t0 := time.Now()
+	for name, c := range map[string]struct {
+		procs  []Process
+		egress func(*Detector)
+	}{
+		"stratum":      {procs: []Process{{Name: "python3", Cmdline: "python3 m.py stratum+tcp://x:1"}}},
+		"argv0":        {procs: []Process{{Name: "a.out", Cmdline: "/opt/cpuminer-multi/cpuminer -a x"}}},
+		"pool domain":  {egress: func(d *Detector) { d.Egress("s", t0, "eu.SupportXMR.com.", 443, false, 1) }},
+		"stratum port": {egress: func(d *Detector) { d.Egress("s", t0, "198.51.100.9", 3333, true, 1) }},
+	} {
+		d := New(Config{})
+		if c.egress != nil {
+			c.egress(d)
+		}
+		if v, _ := feed(d, "s", t0, 10, 1, c.procs); v == nil || v.Pattern != Mining {
+			t.Errorf("%s: verdict %+v", name, v)
+		}
+		d = New(Config{})
+		if c.egress != nil {
+			c.egress(d)
+		}
+		if v, _ := feed(d, "s", t0, 10, 0.3, c.procs); v != nil {
+			t.Errorf("%s at 30%% CPU: verdict %+v", name, v)
+		}
+	}
+}
+
+// TestBusyHonestProcessNotMining proves full CPU without a mining signal,
+// or a signal older than the window, is no verdict.
+func TestBusyHonestProcessNotMining(t *testing.T) {
+	t0 := time.Now()
+	d := New(Config{})
+	if v, _ := feed(d, "s", t0, 30, 1, []Process{{Name: "python3", Cmdline: "python3 train.py"}}); v != nil {
+		t.Fatalf("verdict %+v", v)
+	}
+	d = New(Config{})
+	d.Egress("s", t0.Add(-2*time.Minute), "pool.minexmr.com", 443, false, 1)
+	if v, _ := feed(d, "s", t0, 10, 1, nil); v != nil {
+		t.Fatalf("stale signal: verdict %+v", v)
+	}
+}
+
+// TestScanning proves many refused connections to many destinations
+// within the window is scanning, while as many to one destination (a
+// retrying client) or spread over longer than the window is not.
+func TestScanning(t *testing.T) {
+	t0 := time.Now()
+	d := New(Config{})
+	for i := 0; i < 40; i++ {
+		d.Egress("s", t0, "198.51.100.7", 1000+i, true, 1)
+	}
+	if v := d.Observe("s", Sample{Time: t0, CPULimit: 1}, nil); v == nil || v.Pattern != Scanning {
+		t.Fatalf("scan: %+v", v)
+	}
+	d = New(Config{})
+	for i := 0; i < 100; i++ {
+		d.Egress("s", t0, "api.example.com", 443, true, 1)
+	}
+	if v := d.Observe("s", Sample{Time: t0, CPULimit: 1}, nil); v != nil {
+		t.Fatalf("one destination: %+v", v)
+	}
+	d = New(Config{})
+	for i := 0; i < 40; i++ {
+		d.Egress("s", t0.Add(time.Duration(i)*5*time.Second), "198.51.100.7", 1000+i, true, 1)
+	}
+	if v := d.Observe("s", Sample{Time: t0.Add(200 * time.Second), CPULimit: 1}, nil); v != nil {
+		t.Fatalf("slow refusals: %+v", v)
+	}
+}
+
+// TestForkBomb proves pids-limit refusals in PidsHits samples within the
+// window is a fork bomb, and one burst is not.
+func TestForkBomb(t *testing.T) {
+	t0 := time.Now()
+	d := New(Config{})
+	var v *Verdict
+	for i := 0; i < 6 && v == nil; i++ {
+		v = d.Observe("s", Sample{Time: t0.Add(time.Duration(i) * 5 * time.Second), CPULimit: 1, PidsLimitHits: int64(i * 100)}, nil)
+	}
+	if v == nil || v.Pattern != ForkBomb {
+		t.Fatalf("verdict %+v", v)
+	}
+	d = New(Config{})
+	hits := []int64{0, 500, 500, 500, 500, 500}
+	for i, h := range hits {
+		if v := d.Observe("s", Sample{Time: t0.Add(time.Duration(i) * 5 * time.Second), CPULimit: 1, PidsLimitHits: h}, nil); v != nil {
+			t.Fatalf("one burst: %+v", v)
+		}
+	}
+	d.Forget("s")
+	if len(d.by) != 0 {
+		t.Fatal("Forget kept evidence")
+	}
+}

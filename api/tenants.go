@@ -1,0 +1,275 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// tenantView is the API view of tenant t.
+func (s *Server) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, error) {
+	p, err := s.mgr.TenantPolicy(ctx, t.Name)
+	if err != nil {
+		return v1.Tenant{}, err
+	}
+	used, err := s.store.TenantCPU(ctx, t.Name, time.Now())
+	if err != nil {
+		return v1.Tenant{}, err
+	}
+	return v1.Tenant{Name: t.Name, Policy: p, CreatedAt: t.CreatedAt, FlaggedAt: timePtr(t.FlaggedAt),
+		FlagReason: t.FlagReason, Sessions: s.mgr.TenantSessions(t.Name), CPUSecondsToday: float64(used) / 1000}, nil
+}
+
+// handleCreateTenant: POST /v1/tenants {name, policy} (admin). 201.
+func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
+	var req v1.TenantRequest
+	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	access.NoteFrom(r.Context()).Set("tenant", req.Name)
+	if err := tenancy.ValidateName("name", req.Name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	policy, err := policyJSON(&req.Policy)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	t := &store.Tenant{Name: req.Name, Policy: policy, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateTenant(r.Context(), t); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeTenant(w, r, http.StatusCreated, t)
+}
+
+// policyJSON validates p and returns it as stored.
+func policyJSON(p *v1.TenantPolicy) (string, error) {
+	if err := sandbox.ValidatePolicy(p); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(p)
+	return string(b), err
+}
+
+func (s *Server) writeTenant(w http.ResponseWriter, r *http.Request, status int, t *store.Tenant) {
+	view, err := s.tenantView(r.Context(), t)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, status, view)
+}
+
+// handleTenants: GET /v1/tenants (admin).
+func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
+	ts, err := s.store.ListTenants(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := v1.TenantList{Tenants: make([]v1.Tenant, 0, len(ts))}
+	for _, t := range ts {
+		view, err := s.tenantView(r.Context(), t)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		out.Tenants = append(out.Tenants, view)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleTenant: GET /v1/tenants/{name} (admin).
+func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
+	t, err := s.store.GetTenant(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeTenant(w, r, http.StatusOK, t)
+}
+
+// handleUpdateTenant: PUT /v1/tenants/{name} {policy, clear_flag}
+// (admin): replaces the policy. Sessions already running keep the sizes
+// and network they were created with; new creates, the concurrency limit
+// and the CPU budget follow the new policy at once.
+func (s *Server) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	access.NoteFrom(r.Context()).Set("tenant", name)
+	var req v1.TenantRequest
+	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Name != "" && req.Name != name {
+		s.writeError(w, r, errdefs.InvalidField("name", "a tenant cannot be renamed"))
+		return
+	}
+	policy, err := policyJSON(&req.Policy)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.store.SetTenantPolicy(r.Context(), name, policy); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.ClearFlag {
+		if err := s.store.FlagTenant(r.Context(), name, "", time.Time{}); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	t, err := s.store.GetTenant(r.Context(), name)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	s.writeTenant(w, r, http.StatusOK, t)
+}
+
+// handleDeleteTenant: DELETE /v1/tenants/{name}[?force=true] (admin).
+// Its keys are deleted. While it has sessions or snapshots it is 409,
+// unless force: then its sessions are destroyed and its snapshots
+// deleted first. Its audit records stay. The default tenant cannot be
+// deleted. 204.
+func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	ctx := r.Context()
+	access.NoteFrom(ctx).Set("tenant", name)
+	if name == store.DefaultTenant {
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "the default tenant cannot be deleted"))
+		return
+	}
+	if _, err := s.store.GetTenant(ctx, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// Act as the tenant, so that its own snapshots are visible.
+	asTenant := tenancy.With(ctx, tenancy.Caller{Tenant: name, KeyID: callerKey(ctx), Admin: true,
+		RequestID: w.Header().Get(requestIDHeader)})
+	snaps, err := s.mgr.ListSnapshots(asTenant)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	force := r.URL.Query().Get("force") == "true"
+	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0) && !force {
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
+			"tenant %s has %d sessions and %d snapshots; end them first or force", name, n, len(snaps)))
+		return
+	}
+	if err := s.mgr.EndTenantSessions(ctx, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	for _, sn := range snaps {
+		if err := s.mgr.DeleteSnapshot(asTenant, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.writeError(w, r, fmt.Errorf("delete snapshot %s: %w", sn.ID, err))
+			return
+		}
+	}
+	if err := s.store.DeleteTenant(ctx, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func callerKey(ctx context.Context) string {
+	c, _ := tenancy.From(ctx)
+	return c.KeyID
+}
+
+// keyView is the API view of k.
+func keyView(k *store.APIKey) v1.APIKey {
+	return v1.APIKey{ID: k.ID, Name: k.Name, Tenant: k.Tenant, Admin: k.Admin, CreatedAt: k.CreatedAt,
+		LastUsedAt: timePtr(k.LastUsedAt), RevokedAt: timePtr(k.RevokedAt)}
+}
+
+// handleCreateKey: POST /v1/tenants/{name}/keys {name, admin} (admin).
+// 201 with the secret, shown once.
+func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
+	tenant := r.PathValue("name")
+	note := access.NoteFrom(r.Context())
+	note.Set("tenant", tenant)
+	var req v1.KeyRequest
+	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if len(req.Name) > 128 || strings.ContainsFunc(req.Name, func(c rune) bool { return c < ' ' }) {
+		s.writeError(w, r, errdefs.InvalidField("name", "must be at most 128 printable characters"))
+		return
+	}
+	if _, err := s.store.GetTenant(r.Context(), tenant); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	id, secret := tenancy.NewKey()
+	k := store.APIKey{ID: id, Name: req.Name, Tenant: tenant, Admin: req.Admin}
+	if err := s.store.AddAPIKey(r.Context(), k, secret); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	note.Set("key", id)
+	stored, err := s.store.GetAPIKey(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, v1.NewKey{APIKey: keyView(stored), Secret: secret})
+}
+
+// handleKeys: GET /v1/keys[?tenant=NAME] (admin).
+func (s *Server) handleKeys(w http.ResponseWriter, r *http.Request) {
+	keys, err := s.store.ListAPIKeys(r.Context(), r.URL.Query().Get("tenant"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := v1.KeyList{Keys: make([]v1.APIKey, 0, len(keys))}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, keyView(k))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleRevokeKey: DELETE /v1/keys/{id} (admin). A key cannot revoke
+// itself (an install would lock itself out). 204.
+func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	access.NoteFrom(r.Context()).Set("key", id)
+	if id == callerKey(r.Context()) {
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "a key cannot revoke itself; use another admin key"))
+		return
+	}
+	if err := s.store.RevokeAPIKey(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleMetrics: GET /metrics (admin), the Prometheus exposition format.
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metrics == nil {
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrUnavailable, "metrics are off"))
+		return
+	}
+	s.metrics.Handler().ServeHTTP(w, r)
+}

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+// TestMinerKilled proves the abuse detector: a CPU spinner named like a
+// miner (xmrig) is killed within 60 s of starting, its session ends with
+// reason abuse and later calls get 410 saying why, its tenant is flagged,
+// the kill is an audit record, and the abuse-kill metric counts it.
+func TestMinerKilled(t *testing.T) {
+	name, key, c := newTenant(t, env.c, "miner", client.TenantPolicy{})
+	ctx := ctxFor(t, 3*time.Minute)
+	before := metricValue(t, `forkbox_abuse_kills_total{pattern="mining"}`)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A copy of yes(1) named xmrig: full CPU, and the name of a miner.
+	started := time.Now()
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "cp /usr/bin/yes /tmp/xmrig && exec /tmp/xmrig > /dev/null"}); err != nil {
+		t.Fatal(err)
+	}
+	var got *client.Session
+	for time.Since(started) < 90*time.Second {
+		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	took := time.Since(started)
+	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "xmrig") {
+		t.Fatalf("miner session after %s: %+v", took, got)
+	}
+	// NFR-04: decided within 60 s (this is the requirement, not a
+	// performance figure: the detector decides after 20 s at full CPU and
+	// samples every 5 s).
+	if took > 60*time.Second {
+		t.Fatalf("miner killed after %s, want within 60 s", took)
+	}
+	t.Logf("miner killed %s after it started: %s", took.Round(time.Second), got.Detail)
+	status, _, body := rawCall(t, key, "POST", "/v1/sessions/"+s.ID+"/exec", map[string]any{"argv": []string{"true"}})
+	if status != http.StatusGone || problemType(body) != "/problems/session-terminated" || !strings.Contains(string(body), "abuse") {
+		t.Fatalf("exec after the kill: %d %s", status, body)
+	}
+	tn, err := env.c.GetTenant(ctx, name)
+	if err != nil || tn.FlaggedAt == nil || !strings.Contains(tn.FlagReason, "mining") {
+		t.Fatalf("tenant after the kill: %+v %v", tn, err)
+	}
+	list, err := c.Audit(ctx, client.AuditFilter{Session: s.ID, Kind: "abuse"})
+	if err != nil || len(list.Records) != 1 || list.Records[0].Outcome != "denied" {
+		t.Fatalf("abuse audit records: %+v %v", list, err)
+	}
+	if after := metricValue(t, `forkbox_abuse_kills_total{pattern="mining"}`); after != before+1 {
+		t.Fatalf("abuse kill metric went from %v to %v", before, after)
+	}
+	// An admin clears the flag.
+	if _, err := env.c.UpdateTenant(ctx, name, tn.Policy, true); err != nil {
+		t.Fatal(err)
+	}
+	if tn, _ := env.c.GetTenant(ctx, name); tn.FlaggedAt != nil {
+		t.Fatalf("flag not cleared: %+v", tn)
+	}
+}
+
+// TestBusyButHonestNotKilled proves full CPU alone is not abuse: a spinner
+// with an ordinary name runs past the detector's window untouched.
+func TestBusyButHonestNotKilled(t *testing.T) {
+	_, _, c := newTenant(t, env.c, "busy", client.TenantPolicy{})
+	ctx := ctxFor(t, 2*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSession(ctx, s.ID)
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "exec yes > /dev/null"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(35 * time.Second)
+	got, err := c.GetSession(ctx, s.ID)
+	if err != nil || got.State != "running" {
+		t.Fatalf("honest busy session after 35 s: %+v %v", got, err)
+	}
+}
+
+// metricValue scrapes /metrics with the admin key and returns the sample
+// named series (name{labels} exactly as exposed), 0 when absent.
+func metricValue(t *testing.T, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctxFor(t, time.Minute), "GET", env.d.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+env.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET /metrics: %d %s", resp.StatusCode, b)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", series, v)
+			}
+			return f
+		}
+	}
+	return 0
+}

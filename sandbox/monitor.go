@@ -1,0 +1,217 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/forkbox/forkbox/abuse"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/store"
+)
+
+// monitor samples every running session each abuse interval, from the
+// host: it adds the CPU each used since the last sample to its tenant's
+// daily usage (ending the tenant's sessions when its budget is used up)
+// and feeds the abuse detector (killing on a verdict).
+func (m *Manager) monitor() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.detector.Config().Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-t.C:
+		}
+		m.sampleAll()
+	}
+}
+
+// sampleAll takes one round of samples.
+func (m *Manager) sampleAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.detector.Config().Interval)
+	defer cancel()
+	policies := map[string]*v1.TenantPolicy{}
+	policy := func(tenant string) *v1.TenantPolicy {
+		if p, ok := policies[tenant]; ok {
+			return p
+		}
+		p, err := m.TenantPolicy(ctx, tenant)
+		if err != nil {
+			policies[tenant] = nil
+			return nil
+		}
+		policies[tenant] = &p
+		return &p
+	}
+	m.mu.Lock()
+	running := make([]*Sandbox, 0, len(m.live))
+	for _, sb := range m.live {
+		sb.mu.Lock()
+		if sb.rec.State == store.StateRunning && !sb.tearing && sb.rec.Tenant != "" {
+			running = append(running, sb)
+		}
+		sb.mu.Unlock()
+	}
+	m.mu.Unlock()
+	over := map[string]int64{} // tenants past their budget: CPU-ms used
+	for _, sb := range running {
+		if ctx.Err() != nil {
+			m.log.Warn("abuse monitor: round did not finish within its interval", "sessions", len(running))
+			break
+		}
+		rec := sb.Record()
+		drv := m.driverOf(sb)
+		st, err := drv.Stats(ctx, sb.id)
+		if err != nil {
+			continue // ended meanwhile, or a reading failed: next round
+		}
+		now := time.Now()
+		total, err := m.opts.Store.AddSessionCPU(ctx, sb.id, rec.Tenant, int64(st.CPUSeconds*1000), now)
+		if err != nil {
+			m.log.Warn("count session CPU", "session", sb.id, "tenant", rec.Tenant, "err", err)
+		} else if p := policy(rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
+			over[rec.Tenant] = total
+		}
+		var procs func() []abuse.Process
+		if pl, ok := drv.(runtime.ProcessLister); ok {
+			procs = func() []abuse.Process {
+				ps, err := pl.Processes(ctx, sb.id)
+				if err != nil {
+					return nil
+				}
+				out := make([]abuse.Process, len(ps))
+				for i, p := range ps {
+					out[i] = abuse.Process{Name: p.Name, Cmdline: p.Cmdline}
+				}
+				return out
+			}
+		}
+		v := m.detector.Observe(sb.id, abuse.Sample{Time: now, CPUSeconds: st.CPUSeconds, CPULimit: rec.CPU,
+			PidsLimitHits: st.PidsLimitHits}, procs)
+		if v != nil {
+			go m.killForAbuse(sb, *v)
+		}
+	}
+	for tenant, used := range over {
+		m.endForBudget(tenant, used, policy(tenant).CPUSecondsPerDay)
+	}
+}
+
+// killForAbuse ends sb for verdict v (reason abuse, the verdict as the
+// detail, so that later calls get 410 with it), flags its tenant and
+// records both.
+func (m *Manager) killForAbuse(sb *Sandbox, v abuse.Verdict) {
+	rec := sb.Record()
+	ctx := context.Background()
+	m.log.Warn("abuse: killing session", "session", sb.id, "tenant", rec.Tenant, "pattern", v.Pattern, "reason", v.Reason)
+	if err := m.teardown(ctx, sb, store.ReasonAbuse, v.Reason); err != nil {
+		m.log.Error("abuse: kill", "session", sb.id, "err", err)
+	}
+	m.opts.Metrics.AbuseKill(v.Pattern)
+	if err := m.opts.Store.FlagTenant(ctx, rec.Tenant, v.Pattern+": "+v.Reason+" (session "+sb.id+")", time.Now()); err != nil {
+		m.log.Error("abuse: flag tenant", "tenant", rec.Tenant, "err", err)
+	}
+	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: sb.id, Kind: "abuse", Outcome: audit.Denied,
+		Detail: map[string]any{"pattern": v.Pattern, "reason": v.Reason, "action": "killed; tenant flagged"}})
+}
+
+// endForBudget ends every running or paused session of tenant, which
+// used usedMS CPU-milliseconds today against a budget of budgetS
+// CPU-seconds (reason quota).
+func (m *Manager) endForBudget(tenant string, usedMS, budgetS int64) {
+	m.mu.Lock()
+	var victims []*Sandbox
+	for _, sb := range m.live {
+		if r := sb.Record(); r.Tenant == tenant && isLive(r.State) {
+			victims = append(victims, sb)
+		}
+	}
+	m.mu.Unlock()
+	if len(victims) == 0 {
+		return
+	}
+	detail := fmt.Sprintf("the tenant's CPU budget for today is used up (%.1f of %d CPU-seconds)", float64(usedMS)/1000, budgetS)
+	m.log.Warn("CPU budget used up: ending the tenant's sessions", "tenant", tenant, "sessions", len(victims))
+	m.opts.Audit.Record(context.Background(), audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
+		Detail: map[string]any{"rule": ProblemCPUBudgetExhausted, "error": detail, "sessions_ended": len(victims)}})
+	for _, sb := range victims {
+		go func() {
+			if err := m.teardown(context.Background(), sb, store.ReasonQuota, detail); err != nil {
+				m.log.Error("end session for CPU budget", "session", sb.id, "err", err)
+			}
+		}()
+	}
+}
+
+// SessionStates counts the sessions that exist now by state, warm-pool
+// members as "pooled" (metrics.Source).
+func (m *Manager) SessionStates() map[string]int {
+	out := map[string]int{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, sb := range m.live {
+		out[string(sb.Record().State)]++
+	}
+	return out
+}
+
+// PoolDepths counts ready warm-pool members by template (metrics.Source).
+func (m *Manager) PoolDepths() map[string]int {
+	out := map[string]int{}
+	for _, p := range m.Pools() {
+		out[p.Template] = p.Ready
+	}
+	return out
+}
+
+// SnapshotBytes sums what stored snapshots hold, in bytes: their files
+// (over their parents) and their memory checkpoints (metrics.Source).
+func (m *Manager) SnapshotBytes() (files, memory int64) {
+	snaps, err := m.opts.Store.ListSnapshots(context.Background())
+	if err != nil {
+		return 0, 0
+	}
+	for _, sn := range snaps {
+		files += sn.SizeBytes
+		memory += sn.MemoryBytes
+	}
+	return files, memory
+}
+
+// TenantSessions counts tenant's sessions that exist now (not ended).
+func (m *Manager) TenantSessions(tenant string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, sb := range m.live {
+		if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled && r.State != store.StateTerminated {
+			n++
+		}
+	}
+	return n
+}
+
+// EndTenantSessions destroys every session of tenant that exists now
+// (reason deleted), for a tenant being removed.
+func (m *Manager) EndTenantSessions(ctx context.Context, tenant string) error {
+	m.mu.Lock()
+	var ids []string
+	for id, sb := range m.live {
+		if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled {
+			ids = append(ids, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		if err := m.Destroy(context.Background(), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// Capacity bounds what this host runs at once, over every tenant. Zero
+// fields do not limit.
+type Capacity struct {
+	// MaxSessions caps sessions that exist at once (warm-pool members
+	// not counted).
+	MaxSessions int
+	// MaxMemoryMB caps the sum of their memory limits, in MiB.
+	MaxMemoryMB int64
+}
+
+// Problem types of the system design's section 4.3, and forkbox's own
+// for the daily CPU budget.
+const (
+	ProblemImageNotApproved   = "image-not-approved"
+	ProblemEgressNotAllowed   = "egress-not-allowed"
+	ProblemTenantConcurrency  = "tenant-concurrency-exceeded"
+	ProblemCapacity           = "capacity-unavailable"
+	ProblemCPUBudgetExhausted = "cpu-budget-exhausted"
+)
+
+// capacityRetry is the Retry-After of a create refused for capacity or
+// concurrency: sessions end at any time, so soon.
+const capacityRetry = 5 * time.Second
+
+// ValidatePolicy checks p: no negative bounds, template names and
+// egress entries in their syntax ("*" or a network.allow entry).
+// ErrInvalidArgument naming the field ("policy.egress_allow[1]").
+func ValidatePolicy(p *v1.TenantPolicy) error {
+	for i, t := range p.Templates {
+		if t == "" || len(t) > 63 {
+			return errdefs.InvalidField(fmt.Sprintf("policy.templates[%d]", i), "must be a template name")
+		}
+	}
+	switch {
+	case p.MaxCPU < 0:
+		return errdefs.InvalidField("policy.max_cpu", "must not be negative")
+	case p.MaxMemoryMB < 0:
+		return errdefs.InvalidField("policy.max_memory_mb", "must not be negative")
+	case p.MaxDiskMB < 0:
+		return errdefs.InvalidField("policy.max_disk_mb", "must not be negative")
+	case p.MaxPids < 0:
+		return errdefs.InvalidField("policy.max_pids", "must not be negative")
+	case p.MaxTimeoutS < 0:
+		return errdefs.InvalidField("policy.max_timeout_s", "must not be negative")
+	case p.MaxSessions < 0:
+		return errdefs.InvalidField("policy.max_sessions", "must not be negative")
+	case p.CPUSecondsPerDay < 0:
+		return errdefs.InvalidField("policy.cpu_seconds_per_day", "must not be negative")
+	case len(p.EgressAllow) > netpolicy.MaxRules:
+		return errdefs.InvalidField("policy.egress_allow", "at most %d entries", netpolicy.MaxRules)
+	}
+	for i, e := range p.EgressAllow {
+		if e == "*" {
+			continue
+		}
+		if _, err := netpolicy.ParseRule(e); err != nil {
+			return errdefs.InvalidField(fmt.Sprintf("policy.egress_allow[%d]", i), "%v", err)
+		}
+	}
+	return nil
+}
+
+// TenantPolicy returns tenant's policy. ErrNotFound for an unknown tenant.
+func (m *Manager) TenantPolicy(ctx context.Context, tenant string) (v1.TenantPolicy, error) {
+	var p v1.TenantPolicy
+	t, err := m.opts.Store.GetTenant(ctx, tenant)
+	if err != nil {
+		return p, err
+	}
+	if err := json.Unmarshal([]byte(t.Policy), &p); err != nil {
+		return p, fmt.Errorf("tenant %s policy: %w", tenant, err)
+	}
+	return p, nil
+}
+
+// checkPolicy refuses a normalized create request that tenant's policy
+// does not allow: a template off its approved list (400
+// image-not-approved), a size over its bounds (400 naming the field), an
+// allow-list entry outside its egress ceiling (403 egress-not-allowed).
+// Each refusal is also a "policy" audit record.
+func (m *Manager) checkPolicy(ctx context.Context, tenant string, p v1.TenantPolicy, req *v1.CreateRequest) error {
+	err := policyError(p, req)
+	if err != nil {
+		m.opts.Audit.Record(ctx, audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
+			Detail: map[string]any{"rule": ruleOf(err), "error": err.Error()}})
+	}
+	return err
+}
+
+func ruleOf(err error) string {
+	if te, ok := err.(*errdefs.TypedError); ok {
+		return te.Type
+	}
+	return "max-size:" + errdefs.Field(err)
+}
+
+func policyError(p v1.TenantPolicy, req *v1.CreateRequest) error {
+	if len(p.Templates) > 0 && !slices.Contains(p.Templates, req.Template) {
+		e := errdefs.Typed(errdefs.ErrInvalidArgument, ProblemImageNotApproved,
+			"template %q is not on this tenant's approved list", req.Template)
+		e.Field = "template"
+		return e
+	}
+	over := func(field string, limit, v float64) error {
+		if limit > 0 && v > limit {
+			return errdefs.InvalidField(field, "at most %g for this tenant", limit)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		over("cpu", p.MaxCPU, req.CPU),
+		over("memory_mb", float64(p.MaxMemoryMB), float64(req.MemoryMB)),
+		over("disk_mb", float64(p.MaxDiskMB), float64(req.DiskMB)),
+		over("pids", float64(p.MaxPids), float64(req.Pids)),
+		over("timeout_s", float64(p.MaxTimeoutS), float64(req.TimeoutS)),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if req.Network == nil {
+		return nil
+	}
+	ceiling, open := parseCeiling(p.EgressAllow)
+	if open {
+		return nil
+	}
+	for i, entry := range req.Network.Allow {
+		r, err := netpolicy.ParseRule(entry)
+		if err != nil {
+			return errdefs.InvalidField(fmt.Sprintf("network.allow[%d]", i), "%v", err)
+		}
+		if !slices.ContainsFunc(ceiling, func(c netpolicy.Rule) bool { return c.Covers(r) }) {
+			e := errdefs.Typed(errdefs.ErrPermissionDenied, ProblemEgressNotAllowed,
+				"%q is outside this tenant's egress policy", entry)
+			e.Field = fmt.Sprintf("network.allow[%d]", i)
+			return e
+		}
+	}
+	return nil
+}
+
+// parseCeiling parses a tenant's egress ceiling; open is true when it
+// holds "*". Entries were validated when the policy was set.
+func parseCeiling(entries []string) (rules []netpolicy.Rule, open bool) {
+	for _, e := range entries {
+		if e == "*" {
+			return nil, true
+		}
+		if r, err := netpolicy.ParseRule(e); err == nil {
+			rules = append(rules, r)
+		}
+	}
+	return rules, false
+}
+
+// admit reserves a place for one more session of tenant, or refuses: the
+// tenant's CPU budget for today is used up (429 cpu-budget-exhausted), it
+// is at its concurrent-session limit (429 tenant-concurrency-exceeded),
+// or the host is full (503 capacity-unavailable); each refusal is a
+// "policy" audit record. The caller runs release once the session is in
+// the live set (or failed). Reservations and the live count are read
+// under one lock, so parallel creates never get past a limit.
+func (m *Manager) admit(ctx context.Context, tenant string, p v1.TenantPolicy, memoryMB int64) (release func(), err error) {
+	if p.CPUSecondsPerDay > 0 {
+		used, err := m.opts.Store.TenantCPU(ctx, tenant, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		if used >= p.CPUSecondsPerDay*1000 {
+			e := errdefs.Typed(errdefs.ErrResourceExhausted, ProblemCPUBudgetExhausted,
+				"tenant %s used its %d CPU-seconds for today (UTC)", tenant, p.CPUSecondsPerDay)
+			e.RetryAfter = untilTomorrow(time.Now())
+			return nil, m.refuse(ctx, tenant, e)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sessions, mine, memory := 0, 0, int64(0)
+	for _, sb := range m.live {
+		r := sb.Record()
+		if r.State == store.StatePooled || r.State == store.StateTerminated {
+			continue
+		}
+		sessions++
+		memory += r.MemoryMB
+		if r.Tenant == tenant {
+			mine++
+		}
+	}
+	sessions += m.pendingAll
+	mine += m.pending[tenant]
+	memory += m.pendingMemory
+	capacity := m.opts.Capacity
+	switch {
+	case p.MaxSessions > 0 && mine >= p.MaxSessions:
+		e := errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantConcurrency,
+			"tenant %s is at its limit of %d concurrent sessions", tenant, p.MaxSessions)
+		e.RetryAfter = capacityRetry
+		return nil, m.refuseLocked(ctx, tenant, e)
+	case capacity.MaxSessions > 0 && sessions >= capacity.MaxSessions:
+		e := errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+			"this host runs its maximum of %d sessions", capacity.MaxSessions)
+		e.RetryAfter = capacityRetry
+		return nil, m.refuseLocked(ctx, tenant, e)
+	case capacity.MaxMemoryMB > 0 && memory+memoryMB > capacity.MaxMemoryMB:
+		e := errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+			"this host has no room for %d MiB more memory (%d of %d MiB committed)", memoryMB, memory, capacity.MaxMemoryMB)
+		e.RetryAfter = capacityRetry
+		return nil, m.refuseLocked(ctx, tenant, e)
+	}
+	m.pending[tenant]++
+	m.pendingAll++
+	m.pendingMemory += memoryMB
+	var once bool
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if once {
+			return
+		}
+		once = true
+		if m.pending[tenant]--; m.pending[tenant] <= 0 {
+			delete(m.pending, tenant)
+		}
+		m.pendingAll--
+		m.pendingMemory -= memoryMB
+	}, nil
+}
+
+// refuseLocked is refuse for a caller holding m.mu: the audit write
+// happens after the lock is released.
+func (m *Manager) refuseLocked(ctx context.Context, tenant string, e *errdefs.TypedError) error {
+	m.mu.Unlock()
+	defer m.mu.Lock()
+	return m.refuse(ctx, tenant, e)
+}
+
+// refuse records an admission refusal and returns it.
+func (m *Manager) refuse(ctx context.Context, tenant string, e *errdefs.TypedError) error {
+	m.opts.Audit.Record(ctx, audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
+		Detail: map[string]any{"rule": e.Type, "error": e.Msg}})
+	m.opts.Metrics.Refused(e.Type)
+	return e
+}
+
+// untilTomorrow is the time from now to the next UTC midnight.
+func untilTomorrow(now time.Time) time.Duration {
+	y, mo, d := now.UTC().Date()
+	return time.Date(y, mo, d+1, 0, 0, 0, 0, time.UTC).Sub(now)
+}
+
+// callerTenant is the tenant a create of ctx belongs to.
+func callerTenant(ctx context.Context) string {
+	return tenancy.TenantOf(ctx, store.DefaultTenant)
+}

@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// AuditRecord is one append-only audit record: something a tenant's key
+// or session did, or that forkbox did to them (a timeout, an abuse kill,
+// a policy decision).
+type AuditRecord struct {
+	// Seq orders records; it is assigned on append and only grows.
+	Seq    int64
+	Time   time.Time
+	Tenant string
+	// Session is the session acted on ("" for none).
+	Session string
+	// Kind names the event ("session.create", "exec", "file.write",
+	// "egress", "policy", "abuse", ...).
+	Kind string
+	// Outcome is "ok", "error" or "denied".
+	Outcome string
+	// KeyID is the API key that made the request ("" for forkbox itself).
+	KeyID string
+	// RequestID and IdempotencyKey correlate the record with a request.
+	RequestID      string
+	IdempotencyKey string
+	// Detail holds the event's fields (command hash, exit code, CPU ms,
+	// path, error, ...).
+	Detail map[string]any
+}
+
+const auditColumns = `seq, time, tenant, session, kind, outcome, key_id, request_id, idempotency_key, detail`
+
+// AppendAudit appends records in one transaction and sets their Seq.
+func (s *Store) AppendAudit(ctx context.Context, recs ...*AuditRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, r := range recs {
+		if err := appendAudit(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// appendAudit inserts r inside tx and sets r.Seq.
+func appendAudit(ctx context.Context, tx *sql.Tx, r *AuditRecord) error {
+	detail := []byte("{}")
+	if len(r.Detail) > 0 {
+		b, err := json.Marshal(r.Detail)
+		if err != nil {
+			return fmt.Errorf("audit detail: %w", err)
+		}
+		detail = b
+	}
+	if r.Time.IsZero() {
+		r.Time = time.Now().UTC()
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO audit (time, tenant, session, kind, outcome, key_id, request_id,
+		idempotency_key, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		ms(r.Time), r.Tenant, r.Session, r.Kind, r.Outcome, r.KeyID, sanitizeText(r.RequestID, 128),
+		sanitizeText(r.IdempotencyKey, 255), string(detail))
+	if err != nil {
+		return fmt.Errorf("audit record: %w", err)
+	}
+	r.Seq, err = res.LastInsertId()
+	return err
+}
+
+// AuditFilter selects records in ListAudit. Zero fields do not filter.
+type AuditFilter struct {
+	Tenant  string
+	Session string
+	// Kind keeps records of that kind, or of every kind under it when it
+	// ends in "." ("session." keeps session.create, session.destroy, ...).
+	Kind    string
+	Outcome string
+	Since   time.Time // records at or after
+	Until   time.Time // records before
+	// After continues a listing after that sequence number.
+	After int64
+	// Limit caps the result (0 = no cap).
+	Limit int
+}
+
+// ListAudit returns matching records in sequence order (the order they
+// happened in).
+func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]*AuditRecord, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		where = append(where, cond)
+		args = append(args, v)
+	}
+	if f.Tenant != "" {
+		add("tenant = ?", f.Tenant)
+	}
+	if f.Session != "" {
+		add("session = ?", f.Session)
+	}
+	if k, ok := strings.CutSuffix(f.Kind, "."); ok {
+		add("substr(kind, 1, ?) = ?", len(k)+1)
+		args = append(args, k+".")
+	} else if f.Kind != "" {
+		add("kind = ?", f.Kind)
+	}
+	if f.Outcome != "" {
+		add("outcome = ?", f.Outcome)
+	}
+	if !f.Since.IsZero() {
+		add("time >= ?", ms(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("time < ?", ms(f.Until))
+	}
+	if f.After > 0 {
+		add("seq > ?", f.After)
+	}
+	q := `SELECT ` + auditColumns + ` FROM audit`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY seq"
+	if f.Limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", f.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*AuditRecord
+	for rows.Next() {
+		var r AuditRecord
+		var t int64
+		var detail string
+		if err := rows.Scan(&r.Seq, &t, &r.Tenant, &r.Session, &r.Kind, &r.Outcome, &r.KeyID, &r.RequestID,
+			&r.IdempotencyKey, &detail); err != nil {
+			return nil, err
+		}
+		r.Time = fromMS(t)
+		if err := json.Unmarshal([]byte(detail), &r.Detail); err != nil {
+			return nil, fmt.Errorf("audit record %d: %w", r.Seq, err)
+		}
+		out = append(out, &r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// DefaultTenant owns everything made before tenants existed and is the
+// tenant of the install's own API key.
+const DefaultTenant = "default"
+
+// Tenant is one tenant's record.
+type Tenant struct {
+	Name string
+	// Policy is the tenant's policy as JSON (api/v1.TenantPolicy); the
+	// store keeps it opaque.
+	Policy    string
+	CreatedAt time.Time
+	// FlaggedAt, when not zero, is when the abuse detector flagged the
+	// tenant, for FlagReason.
+	FlaggedAt  time.Time
+	FlagReason string
+}
+
+// CreateTenant inserts t; ErrConflict when the name is taken.
+func (s *Store) CreateTenant(ctx context.Context, t *Tenant) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, policy, created_at) VALUES (?, ?, ?)`,
+		t.Name, t.Policy, ms(t.CreatedAt))
+	if isUniqueViolation(err) {
+		return errdefs.Newf(errdefs.ErrConflict, "tenant %q exists", t.Name)
+	}
+	return err
+}
+
+const tenantColumns = `name, policy, created_at, flagged_at, flag_reason`
+
+func scanTenant(r scanner) (*Tenant, error) {
+	var t Tenant
+	var created, flagged int64
+	if err := r.Scan(&t.Name, &t.Policy, &created, &flagged, &t.FlagReason); err != nil {
+		return nil, err
+	}
+	t.CreatedAt, t.FlaggedAt = fromMS(created), fromMS(flagged)
+	return &t, nil
+}
+
+// GetTenant returns tenant name; ErrNotFound when there is none.
+func (s *Store) GetTenant(ctx context.Context, name string) (*Tenant, error) {
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
+	return t, notFound(err, fmt.Sprintf("tenant %q", name))
+}
+
+// ListTenants returns every tenant by name.
+func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Tenant
+	for rows.Next() {
+		t, err := scanTenant(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// SetTenantPolicy replaces tenant name's policy (JSON). ErrNotFound for an
+// unknown tenant.
+func (s *Store) SetTenantPolicy(ctx context.Context, name, policy string) error {
+	return s.updateTenant(ctx, name, `UPDATE tenants SET policy = ? WHERE name = ?`, policy, name)
+}
+
+// FlagTenant marks tenant name as flagged at time at for reason (the
+// abuse detector's finding); reason "" clears the flag. ErrNotFound for
+// an unknown tenant.
+func (s *Store) FlagTenant(ctx context.Context, name, reason string, at time.Time) error {
+	if reason == "" {
+		at = time.Time{}
+	}
+	return s.updateTenant(ctx, name, `UPDATE tenants SET flagged_at = ?, flag_reason = ? WHERE name = ?`,
+		ms(at), reason, name)
+}
+
+func (s *Store) updateTenant(ctx context.Context, name, q string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "tenant %q", name)
+	}
+	return nil
+}
+
+// DeleteTenant removes tenant name and its API keys (their cached
+// authentications too). Its sessions, snapshots and audit records stay
+// (the caller decides about live ones first). ErrNotFound for an unknown
+// tenant.
+func (s *Store) DeleteTenant(ctx context.Context, name string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "tenant %q", name)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE tenant = ?`, name); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.forgetKeys()
+	return nil
+}
+
+// UsageDay is the key of tenant_usage: the UTC date of t, "2006-01-02".
+func UsageDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
+
+// AddSessionCPU records that session id (of tenant) has used totalMS
+// CPU-milliseconds in all: the part not counted yet is added to the
+// tenant's usage for the UTC day of at, in one transaction, so a crash
+// counts it once or not at all. It returns the tenant's total for that
+// day, in CPU-milliseconds.
+func (s *Store) AddSessionCPU(ctx context.Context, id, tenant string, totalMS int64, at time.Time) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	var counted int64
+	if err := tx.QueryRowContext(ctx, `SELECT cpu_ms FROM sessions WHERE id = ?`, id).Scan(&counted); err != nil {
+		return 0, notFound(err, fmt.Sprintf("session %q", id))
+	}
+	day := UsageDay(at)
+	if delta := totalMS - counted; delta > 0 {
+		if _, err := tx.ExecContext(ctx, `UPDATE sessions SET cpu_ms = ? WHERE id = ?`, totalMS, id); err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO tenant_usage (tenant, day, cpu_ms) VALUES (?, ?, ?)
+			ON CONFLICT(tenant, day) DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms`, tenant, day, delta); err != nil {
+			return 0, err
+		}
+	}
+	var total int64
+	err = tx.QueryRowContext(ctx, `SELECT cpu_ms FROM tenant_usage WHERE tenant = ? AND day = ?`, tenant, day).Scan(&total)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	return total, tx.Commit()
+}
+
+// TenantCPU returns the CPU-milliseconds tenant used on the UTC day of at.
+func (s *Store) TenantCPU(ctx context.Context, tenant string, at time.Time) (int64, error) {
+	var total int64
+	err := s.db.QueryRowContext(ctx, `SELECT cpu_ms FROM tenant_usage WHERE tenant = ? AND day = ?`,
+		tenant, UsageDay(at)).Scan(&total)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return total, err
+}

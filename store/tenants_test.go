@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// TestAuditAppendOnly proves audit records come back in order with their
+// fields, filters work, and the table refuses updates and deletes.
+func TestAuditAppendOnly(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	recs := []*AuditRecord{
+		{Tenant: "a", Session: "s1", Kind: "session.create", Outcome: "ok", KeyID: "k", RequestID: "r1", IdempotencyKey: "i1"},
+		{Tenant: "a", Session: "s1", Kind: "exec", Outcome: "ok", Detail: map[string]any{"exit_code": 3}},
+		{Tenant: "b", Session: "s2", Kind: "policy", Outcome: "denied"},
+	}
+	if err := s.AppendAudit(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	if recs[0].Seq == 0 || recs[1].Seq <= recs[0].Seq {
+		t.Fatalf("seqs %d %d", recs[0].Seq, recs[1].Seq)
+	}
+	got, err := s.ListAudit(ctx, AuditFilter{Tenant: "a"})
+	if err != nil || len(got) != 2 || got[0].RequestID != "r1" || got[0].IdempotencyKey != "i1" ||
+		got[1].Detail["exit_code"] != float64(3) {
+		t.Fatalf("tenant a: %+v %v", got, err)
+	}
+	for _, f := range []AuditFilter{{Kind: "session."}, {Outcome: "denied", Tenant: "b"}, {After: recs[1].Seq}, {Session: "s1", Limit: 1}} {
+		if got, err := s.ListAudit(ctx, f); err != nil || len(got) != 1 {
+			t.Errorf("filter %+v: %d records, %v", f, len(got), err)
+		}
+	}
+	for _, q := range []string{`UPDATE audit SET outcome = 'ok'`, `DELETE FROM audit`} {
+		if _, err := s.db.ExecContext(ctx, q); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v, want refused", q, err)
+		}
+	}
+	if got, _ := s.ListAudit(ctx, AuditFilter{}); len(got) != 3 {
+		t.Fatalf("%d records after the refused changes", len(got))
+	}
+}
+
+// TestKeysOfTenants proves keys carry their tenant and admin flag, a
+// revoked key stops authenticating at once (also when it was cached), and
+// deleting a tenant deletes its keys.
+func TestKeysOfTenants(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	if err := s.CreateTenant(ctx, &Tenant{Name: "acme", Policy: "{}", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	wantClass(t, s.CreateTenant(ctx, &Tenant{Name: "acme", Policy: "{}"}), errdefs.ErrConflict)
+	if err := s.AddAPIKey(ctx, APIKey{ID: "k1", Tenant: "acme"}, "secret-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddAPIKey(ctx, APIKey{ID: "k2", Tenant: "acme", Admin: true}, "secret-2"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := s.AuthenticateKey(ctx, "secret-1")
+	if err != nil || k.Tenant != "acme" || k.Admin {
+		t.Fatalf("k1: %+v %v", k, err)
+	}
+	if k, err := s.AuthenticateKey(ctx, "secret-2"); err != nil || !k.Admin {
+		t.Fatalf("k2: %+v %v", k, err)
+	}
+	if err := s.RevokeAPIKey(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AuthenticateKey(ctx, "secret-1"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("revoked key authenticated: %v", err)
+	}
+	wantClass(t, s.RevokeAPIKey(ctx, "nope"), errdefs.ErrNotFound)
+	if err := s.RevokeAPIKey(ctx, "k1"); err != nil {
+		t.Fatalf("revoking twice: %v", err)
+	}
+	keys, err := s.ListAPIKeys(ctx, "acme")
+	if err != nil || len(keys) != 2 || keys[0].RevokedAt.IsZero() {
+		t.Fatalf("keys: %+v %v", keys, err)
+	}
+	if err := s.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AuthenticateKey(ctx, "secret-2"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("key of a deleted tenant authenticated: %v", err)
+	}
+}
+
+// TestSessionCPUCountsOnce proves AddSessionCPU adds only what was not
+// counted yet to the tenant's day, also when called again with the same
+// or a smaller total (a restarted counter).
+func TestSessionCPUCountsOnce(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	now := time.Now()
+	if err := s.CreateSession(ctx, &Session{ID: "s1", Template: "base", Driver: "runc", State: StateRunning,
+		Tenant: "acme", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ total, want int64 }{{1000, 1000}, {1000, 1000}, {2500, 2500}, {100, 2500}} {
+		got, err := s.AddSessionCPU(ctx, "s1", "acme", c.total, now)
+		if err != nil || got != c.want {
+			t.Fatalf("AddSessionCPU(%d) = %d %v, want %d", c.total, got, err, c.want)
+		}
+	}
+	if got, _ := s.TenantCPU(ctx, "acme", now); got != 2500 {
+		t.Fatalf("TenantCPU = %d", got)
+	}
+	if got, _ := s.TenantCPU(ctx, "acme", now.Add(48*time.Hour)); got != 0 {
+		t.Fatalf("TenantCPU another day = %d", got)
+	}
+}
+
+// TestMigrateToTenants proves an install from before tenants keeps working:
+// its key becomes the default tenant's admin key, its sessions, snapshots
+// and imported templates the default tenant's (the base template stays
+// shared), and its idempotency keys are scoped to the default tenant.
+func TestMigrateToTenants(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 7; i++ {
+		if _, err := db.Exec(migrations[i]); err != nil {
+			t.Fatalf("migration %d: %v", i+1, err)
+		}
+	}
+	for _, q := range []string{
+		`PRAGMA user_version = 7`,
+		`INSERT INTO api_keys (id, hash, name, created_at) VALUES ('old', '` + HashKey("old-secret") + `', 'default', 1)`,
+		`INSERT INTO sessions (id, template, driver, state, cpu, memory_mb, pids, timeout_s, default_user, idempotency_key, created_at)
+			VALUES ('s1', 'base', 'runc', 'running', 1, 512, 512, 300, 'user', 'step-1', 1)`,
+		`INSERT INTO templates (name, source, created_at) VALUES ('base', 'builtin', 1), ('py', 'upload', 1)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, err := s.AuthenticateKey(ctx, "old-secret")
+	if err != nil || k.Tenant != DefaultTenant || !k.Admin {
+		t.Fatalf("old key: %+v %v", k, err)
+	}
+	se, err := s.GetSession(ctx, "s1")
+	if err != nil || se.Tenant != DefaultTenant || se.IdempotencyKey != "default/step-1" {
+		t.Fatalf("old session: %+v %v", se, err)
+	}
+	if tpl, _ := s.GetTemplate(ctx, "base"); tpl.Tenant != "" {
+		t.Fatalf("base template owned by %q", tpl.Tenant)
+	}
+	if tpl, _ := s.GetTemplate(ctx, "py"); tpl.Tenant != DefaultTenant {
+		t.Fatalf("imported template owned by %q", tpl.Tenant)
+	}
+	tn, err := s.GetTenant(ctx, DefaultTenant)
+	if err != nil || !strings.Contains(tn.Policy, `"*"`) {
+		t.Fatalf("default tenant: %+v %v", tn, err)
+	}
+}
