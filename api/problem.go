@@ -131,6 +131,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// this answer and nothing failed on our side.
 		s.log.Debug("client gone", "method", r.Method, "path", r.URL.Path,
 			"request_id", w.Header().Get(requestIDHeader), "err", err)
+	case te != nil:
+		// A policy answer (capacity-unavailable), not a failure.
+		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path,
+			"request_id", w.Header().Get(requestIDHeader), "problem", te.Type, "detail", te.Msg)
 	case p.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
 			"request_id", w.Header().Get(requestIDHeader), "err", err)

@@ -22,8 +22,17 @@ import (
 // refuses changes is store's TestAuditAppendOnly.)
 func TestAuditTrailSurvivesRestart(t *testing.T) {
 	o := newOwnDaemon(t)
-	tenant, key, c := newTenant(t, o.c, "audited", client.TenantPolicy{})
 	ctx := ctxFor(t, 3*time.Minute)
+	// (The tenant goes with the daemon's data directory.)
+	tenant := "audited"
+	if _, err := o.c.CreateTenant(ctx, tenant, client.TenantPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := o.c.CreateKey(ctx, tenant, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := k.Secret
 	call := func(method, path string, body any, header map[string]string, want int) (http.Header, []byte) {
 		t.Helper()
 		status, hdr, b := rawCallAt(t, o.d.URL, key, method, path, body, header)
@@ -66,7 +75,7 @@ func TestAuditTrailSurvivesRestart(t *testing.T) {
 	call("DELETE", sp, nil, nil, 204)
 
 	o.restart(t, nil)
-	c = client.New(o.d.URL, key, nil)
+	c := client.New(o.d.URL, key, nil)
 
 	list, err := c.Audit(ctx, client.AuditFilter{Session: id, Limit: 1000})
 	if err != nil {

@@ -41,10 +41,18 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 // checks once for all its sessions).
 func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
 	began := time.Now()
+	tenant := callerTenant(ctx)
+	policy, err := m.TenantPolicy(ctx, tenant)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, false, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s no longer exists", tenant)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	policyDefaults(&req, policy, m.opts.Limits)
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
-	tenant := callerTenant(ctx)
 	// Resolved once, here: a memory snapshot decides the driver (before
 	// the request hash); its errors are reported after the idempotency
 	// check below, as for any snapshot.
@@ -102,21 +110,18 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	if !m.templateVisible(ctx, req.Template) {
 		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 	}
-	policy, err := m.TenantPolicy(ctx, tenant)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return nil, false, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s no longer exists", tenant)
-	}
-	if err != nil {
-		return nil, false, err
-	}
 	if err := m.checkPolicy(ctx, tenant, policy, &req); err != nil {
 		return nil, false, err
 	}
-	release, err := m.admit(ctx, tenant, policy, req.MemoryMB)
+	ctx, res, err := m.admit(ctx, tenant, policy, req.MemoryMB)
 	if err != nil {
 		return nil, false, err
 	}
-	defer release()
+	defer func() {
+		if err != nil {
+			res.release() // (the failed sandbox's teardown released it already, or nothing took it)
+		}
+	}()
 	path := "cold"
 	if req.Snapshot != "" {
 		path = "snapshot"
@@ -215,6 +220,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 	}
 	defer close(sb.created)
 	sb.dir = m.opts.Layout.Sandbox(sb.id)
+	sb.res = reservationOf(ctx) // (a warm-pool member's context has none)
 	sb.rec = store.Session{
 		ID: sb.id, Template: req.Template, Driver: req.Isolation, State: initial,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutS: req.TimeoutS,

@@ -75,11 +75,11 @@ type Manager struct {
 
 	mu   sync.Mutex
 	live map[string]*Sandbox // sandboxes in creating, running or terminating state
-	// pending counts admitted creates not yet in live, by tenant; with
-	// pendingAll and pendingMemory (MiB) over all tenants (policy.go).
-	pending       map[string]int
-	pendingAll    int
-	pendingMemory int64
+	// active counts admitted sessions that have not ended, by tenant;
+	// with activeAll and activeMemory (MiB) over all tenants (policy.go).
+	active       map[string]int
+	activeAll    int
+	activeMemory int64
 	// detector decides abuse from the monitor's samples (monitor.go).
 	detector *abuse.Detector
 
@@ -143,6 +143,9 @@ type Sandbox struct {
 	idle     *time.Timer
 	// net is the sandbox's network (nil: loopback only); under mu.
 	net *netpolicy.Attachment
+	// res is its place in the admission counts, released when it ends
+	// (nil for warm-pool members until claimed); under mu.
+	res *reservation
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -183,7 +186,7 @@ func NewManager(opts Options) *Manager {
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
-		pending: map[string]int{}, detector: abuse.New(opts.Abuse)}
+		active: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	m.wg.Add(2)
 	go m.recordEgress()
 	go m.monitor()

@@ -90,6 +90,24 @@ func (m *Manager) TenantPolicy(ctx context.Context, tenant string) (v1.TenantPol
 	return p, nil
 }
 
+// policyDefaults gives the sizes a create request leaves out the server's
+// defaults capped at the tenant's bounds, so that a tenant with
+// max_memory_mb 256 gets 256 MiB sessions by default rather than a 400.
+func policyDefaults(req *v1.CreateRequest, p v1.TenantPolicy, l v1.Limits) {
+	capped := func(v *int64, def, max int64) {
+		if *v == 0 && max > 0 {
+			*v = min(def, max)
+		}
+	}
+	if req.CPU == 0 && p.MaxCPU > 0 {
+		req.CPU = min(l.DefaultCPU, p.MaxCPU)
+	}
+	capped(&req.MemoryMB, l.DefaultMemoryMB, p.MaxMemoryMB)
+	capped(&req.DiskMB, l.DefaultDiskMB, p.MaxDiskMB)
+	capped(&req.Pids, l.DefaultPids, p.MaxPids)
+	capped(&req.TimeoutS, l.DefaultTimeoutS, p.MaxTimeoutS)
+}
+
 // checkPolicy refuses a normalized create request that tenant's policy
 // does not allow: a template off its approved list (400
 // image-not-approved), a size over its bounds (400 naming the field), an
@@ -171,86 +189,95 @@ func parseCeiling(entries []string) (rules []netpolicy.Rule, open bool) {
 	return rules, false
 }
 
+// reservation is one session's place in the admission counts, from its
+// admission until it ends (or its create fails). release is idempotent.
+type reservation struct {
+	m        *Manager
+	tenant   string
+	memoryMB int64
+	released bool // under m.mu
+}
+
+// reserve counts a session of tenant with memoryMB; the caller holds m.mu.
+func (m *Manager) reserve(tenant string, memoryMB int64) *reservation {
+	m.active[tenant]++
+	m.activeAll++
+	m.activeMemory += memoryMB
+	return &reservation{m: m, tenant: tenant, memoryMB: memoryMB}
+}
+
+// release gives the place back; nil and released reservations do nothing.
+func (r *reservation) release() {
+	if r == nil {
+		return
+	}
+	m := r.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.released {
+		return
+	}
+	r.released = true
+	if m.active[r.tenant]--; m.active[r.tenant] <= 0 {
+		delete(m.active, r.tenant)
+	}
+	m.activeAll--
+	m.activeMemory -= r.memoryMB
+}
+
+type reservationKey struct{}
+
+// reservationOf returns the reservation a create carries in ctx (nil for
+// warm-pool members, which are not admitted).
+func reservationOf(ctx context.Context) *reservation {
+	r, _ := ctx.Value(reservationKey{}).(*reservation)
+	return r
+}
+
 // admit reserves a place for one more session of tenant, or refuses: the
 // tenant's CPU budget for today is used up (429 cpu-budget-exhausted), it
 // is at its concurrent-session limit (429 tenant-concurrency-exceeded),
 // or the host is full (503 capacity-unavailable); each refusal is a
-// "policy" audit record. The caller runs release once the session is in
-// the live set (or failed). Reservations and the live count are read
-// under one lock, so parallel creates never get past a limit.
-func (m *Manager) admit(ctx context.Context, tenant string, p v1.TenantPolicy, memoryMB int64) (release func(), err error) {
+// "policy" audit record. The counts run from admission to the session's
+// end (the sandbox holds its reservation, released by its teardown), so
+// parallel creates never get past a limit. The returned context carries
+// the reservation to the sandbox the create makes; the caller releases it
+// if the create fails.
+func (m *Manager) admit(ctx context.Context, tenant string, p v1.TenantPolicy, memoryMB int64) (context.Context, *reservation, error) {
 	if p.CPUSecondsPerDay > 0 {
 		used, err := m.opts.Store.TenantCPU(ctx, tenant, time.Now())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if used >= p.CPUSecondsPerDay*1000 {
 			e := errdefs.Typed(errdefs.ErrResourceExhausted, ProblemCPUBudgetExhausted,
 				"tenant %s used its %d CPU-seconds for today (UTC)", tenant, p.CPUSecondsPerDay)
 			e.RetryAfter = untilTomorrow(time.Now())
-			return nil, m.refuse(ctx, tenant, e)
+			return nil, nil, m.refuse(ctx, tenant, e)
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	sessions, mine, memory := 0, 0, int64(0)
-	for _, sb := range m.live {
-		r := sb.Record()
-		if r.State == store.StatePooled || r.State == store.StateTerminated {
-			continue
-		}
-		sessions++
-		memory += r.MemoryMB
-		if r.Tenant == tenant {
-			mine++
-		}
-	}
-	sessions += m.pendingAll
-	mine += m.pending[tenant]
-	memory += m.pendingMemory
 	capacity := m.opts.Capacity
+	m.mu.Lock()
+	var e *errdefs.TypedError
 	switch {
-	case p.MaxSessions > 0 && mine >= p.MaxSessions:
-		e := errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantConcurrency,
+	case p.MaxSessions > 0 && m.active[tenant] >= p.MaxSessions:
+		e = errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantConcurrency,
 			"tenant %s is at its limit of %d concurrent sessions", tenant, p.MaxSessions)
-		e.RetryAfter = capacityRetry
-		return nil, m.refuseLocked(ctx, tenant, e)
-	case capacity.MaxSessions > 0 && sessions >= capacity.MaxSessions:
-		e := errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+	case capacity.MaxSessions > 0 && m.activeAll >= capacity.MaxSessions:
+		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
 			"this host runs its maximum of %d sessions", capacity.MaxSessions)
-		e.RetryAfter = capacityRetry
-		return nil, m.refuseLocked(ctx, tenant, e)
-	case capacity.MaxMemoryMB > 0 && memory+memoryMB > capacity.MaxMemoryMB:
-		e := errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
-			"this host has no room for %d MiB more memory (%d of %d MiB committed)", memoryMB, memory, capacity.MaxMemoryMB)
-		e.RetryAfter = capacityRetry
-		return nil, m.refuseLocked(ctx, tenant, e)
+	case capacity.MaxMemoryMB > 0 && m.activeMemory+memoryMB > capacity.MaxMemoryMB:
+		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+			"this host has no room for %d MiB more memory (%d of %d MiB committed)", memoryMB, m.activeMemory, capacity.MaxMemoryMB)
 	}
-	m.pending[tenant]++
-	m.pendingAll++
-	m.pendingMemory += memoryMB
-	var once bool
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if once {
-			return
-		}
-		once = true
-		if m.pending[tenant]--; m.pending[tenant] <= 0 {
-			delete(m.pending, tenant)
-		}
-		m.pendingAll--
-		m.pendingMemory -= memoryMB
-	}, nil
-}
-
-// refuseLocked is refuse for a caller holding m.mu: the audit write
-// happens after the lock is released.
-func (m *Manager) refuseLocked(ctx context.Context, tenant string, e *errdefs.TypedError) error {
+	if e != nil {
+		m.mu.Unlock()
+		e.RetryAfter = capacityRetry
+		return nil, nil, m.refuse(ctx, tenant, e)
+	}
+	r := m.reserve(tenant, memoryMB)
 	m.mu.Unlock()
-	defer m.mu.Lock()
-	return m.refuse(ctx, tenant, e)
+	return context.WithValue(ctx, reservationKey{}, r), r, nil
 }
 
 // refuse records an admission refusal and returns it.

@@ -189,6 +189,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume
 		r.IdempotencyKey, r.RequestHash = idempotencyKey, hash
 		r.Tenant = callerTenant(ctx)
+		sb.res = reservationOf(ctx)
 		r.StartedAt, r.ExpiresAt = now, now.Add(time.Duration(req.TimeoutS)*time.Second)
 		sb.lastUse = now
 		return nil

@@ -193,8 +193,12 @@ func (m *Manager) sweepStorage(ctx context.Context) {
 
 func (m *Manager) register(sb *Sandbox) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.live[sb.id] = sb
-	m.mu.Unlock()
+	// An adopted session keeps its place in the admission counts.
+	if r := sb.Record(); r.Tenant != "" && r.State != store.StatePooled && r.State != store.StateTerminated {
+		sb.res = m.reserve(r.Tenant, r.MemoryMB)
+	}
 }
 
 // sweepOrphans removes runtime containers and sandbox directories that no

@@ -152,6 +152,10 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	m.mu.Lock()
 	delete(m.live, sb.id)
 	m.mu.Unlock()
+	sb.mu.Lock()
+	res := sb.res
+	sb.mu.Unlock()
+	res.release()
 	close(sb.done)
 	m.detector.Forget(sb.id)
 	rec := sb.Record()
