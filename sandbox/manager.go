@@ -20,13 +20,13 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/netpolicy"
 
+	"github.com/forkbox/forkbox/abuse"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
-	"github.com/forkbox/forkbox/abuse"
-	"github.com/forkbox/forkbox/audit"
-	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
