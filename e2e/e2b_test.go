@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/forkbox/forkbox/client"
 )
 
 // TestE2BSDK runs the unmodified e2b JS SDK (npm e2b, pinned in
@@ -49,12 +52,15 @@ func TestE2BSDK(t *testing.T) {
 		}
 	}
 
+	// The SDK runs with a tenant's key (not the install's admin key): what
+	// it makes is that tenant's, and its calls are audited.
+	tenant, key, tc := newTenant(t, env.c, "e2b", client.TenantPolicy{EgressAllow: []string{"*"}})
 	// Only our configuration: an inherited E2B_DEBUG or E2B_DOMAIN would
 	// send the SDK elsewhere.
 	environ := []string{
 		"E2B_API_URL=" + env.d.URL,
 		"E2B_SANDBOX_URL=" + env.d.URL,
-		"E2B_API_KEY=" + env.key,
+		"E2B_API_KEY=" + key,
 		// A name the test daemon's egress resolver knows (egress_test.go).
 		"FORKBOX_E2B_ALLOWED_NAME=allowed.test",
 		"FORKBOX_E2B_ALLOWED_ADDR=" + egressHost,
@@ -71,6 +77,30 @@ func TestE2BSDK(t *testing.T) {
 	}
 	if !testing.Verbose() {
 		t.Logf("e2b SDK: %s", summary(out))
+	}
+	// The SDK's calls are in the tenant's audit trail: creates through the
+	// control plane, commands through the envd proxy with their hashes.
+	var buf bytes.Buffer
+	if err := tc.ExportAudit(ctxFor(t, time.Minute), client.AuditFilter{}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	hashed := 0
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var r client.AuditRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if r.Tenant != tenant {
+			t.Fatalf("record of tenant %q in %s's export", r.Tenant, tenant)
+		}
+		kinds[r.Kind]++
+		if r.Kind == "envd" && r.Detail["command_sha256"] != nil {
+			hashed++
+		}
+	}
+	if kinds["session.create"] == 0 || kinds["session.start"] == 0 || kinds["envd"] == 0 || hashed == 0 {
+		t.Fatalf("the SDK run's audit records: %v (%d envd starts with a command hash)", kinds, hashed)
 	}
 }
 

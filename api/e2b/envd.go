@@ -1,6 +1,8 @@
 package e2b
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,9 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // accessTokenHeader carries a sandbox's envd access token (envd's
@@ -85,6 +90,12 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		h.log.Debug("envd proxy: full duplex unavailable", "err", err)
 	}
+	detail := map[string]any{"method": r.Method, "path": r.URL.Path}
+	if r.URL.Path == "/process.Process/Start" {
+		if sum, ok := startCommandHash(r); ok {
+			detail["command_sha256"] = sum
+		}
+	}
 	// A request body the client botched (a bad chunk, say) is the
 	// client's error (400), not an unreachable sandbox (502, which the SDK
 	// reads as "not running").
@@ -122,8 +133,45 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	proxy.ServeHTTP(w, r)
 	// The envd token names the session, and so its tenant.
-	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd",
-		Detail: map[string]any{"method": r.Method, "path": r.URL.Path}})
+	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd", Detail: detail})
+}
+
+// maxStartBody bounds the process.Start request read for its audit
+// record, in bytes (commands are small; a larger one is passed on
+// unread and recorded without its hash).
+const maxStartBody = 1 << 20
+
+// startCommandHash reads a process.Start request (a Connect streaming
+// request: one enveloped message, JSON or protobuf), puts the bytes back
+// for the proxy, and returns the audit hash of its command and arguments.
+func startCommandHash(r *http.Request) (string, bool) {
+	if r.Body == nil || r.ContentLength > maxStartBody {
+		return "", false
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxStartBody+1))
+	rest := r.Body
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), rest), rest}
+	// 5-byte envelope: flags (bit 0: compressed), big-endian length.
+	if err != nil || len(b) < 5 || b[0]&1 != 0 || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
+		return "", false
+	}
+	var req processpb.StartRequest
+	switch ct := r.Header.Get("Content-Type"); ct {
+	case "application/connect+proto":
+		err = proto.Unmarshal(b[5:], &req)
+	case "application/connect+json":
+		err = protojson.Unmarshal(b[5:], &req)
+	default:
+		return "", false
+	}
+	if err != nil {
+		return "", false
+	}
+	p := req.GetProcess()
+	return audit.CommandHash(append([]string{p.GetCmd()}, p.GetArgs()...)...), true
 }
 
 // bodyError records the first read error of a request body other than

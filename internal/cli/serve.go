@@ -27,7 +27,9 @@ func newServeCmd() *cobra.Command {
 		Short: "Run the forkbox daemon (as root)",
 		Long: `Run the forkbox daemon. On first start it creates the data directory, a SQLite
 database, the built-in "base" template and an API key (written to DIR/api-key,
-mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
+mode 0600): the admin key of the "default" tenant, which also creates other
+tenants and their keys (forkbox tenant, forkbox key). Sandboxes keep running
+across daemon restarts and are adopted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lv slog.Level
@@ -71,5 +73,9 @@ mode 0600). Sandboxes keep running across daemon restarts and are adopted.`,
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
 	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
+	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
+		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
+	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
+		"most memory (MiB) the sessions' limits may add up to; past it creates get 503 (default: 4x the host's memory)")
 	return cmd
 }
