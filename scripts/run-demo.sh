@@ -78,6 +78,23 @@ while True:
 fi
 
 echo
+echo "== tenants: a key per tenant, a policy, an audit trail"
+tenant="demo-$$"
+bin/forkbox tenant create "$tenant" --max-sessions 2 --max-memory-mb 256 --templates base >/dev/null
+tkey=$(bin/forkbox key create --tenant "$tenant" --name demo 2>/dev/null)
+t=$(FORKBOX_API_KEY=$tkey bin/forkbox create)
+FORKBOX_API_KEY=$tkey bin/forkbox exec "$t" -- python3 -c 'print("tenant", 6*7)'
+echo "sessions $tenant sees (its own only):"
+FORKBOX_API_KEY=$tkey bin/forkbox ls
+set +e
+FORKBOX_API_KEY=$tkey bin/forkbox create --memory 1024 2>&1 | head -1
+set -e
+FORKBOX_API_KEY=$tkey bin/forkbox rm "$t" >/dev/null
+FORKBOX_API_KEY=$tkey bin/forkbox audit
+bin/forkbox tenant ls
+bin/forkbox tenant rm --force "$tenant" >/dev/null
+
+echo
 echo "forkbox is serving at $FORKBOX_URL (API key in $DATA_DIR/api-key). Ctrl-C stops it."
 echo "Try:  export FORKBOX_API_KEY=\$(cat $DATA_DIR/api-key); bin/forkbox run -- python3 -c 'print(42)'"
 wait $pid
