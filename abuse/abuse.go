@@ -4,13 +4,18 @@
 //
 //   - mining: the sandbox's CPU use stays near its quota (CPUFraction over
 //     SustainedCPU) while a mining signal was seen within Window: a process
-//     named like a known miner, a command line with a stratum URL, or an
-//     egress attempt to a known mining pool or stratum port;
+//     named like a known miner, a command line with a stratum URL, or a
+//     connection the egress proxy let through to a known mining pool
+//     (refused attempts and DNS lookups are no signal: content an agent
+//     reads can make it try any URL);
 //   - scanning: at least ScanDenied refused egress attempts to at least
-//     ScanDestinations different destinations within Window;
-//   - fork-bomb: the pids limit refused forks in at least PidsHits separate
-//     samples within Window (a limit hit once is contained; one hit again
-//     and again is an attack).
+//     ScanDestinations different destinations within Window, counting
+//     only destinations named by address or on ports other than 80 and
+//     443 (a browser agent refused on many web sites by name is no
+//     scanner);
+//   - fork-bomb: the pids limit refused forks, or the sandbox sat at its
+//     limit, in at least PidsHits separate samples within Window (a limit
+//     hit once is contained; one hit again and again is an attack).
 //
 // The Detector only decides; the sandbox manager samples every running
 // sandbox each Interval, kills on a verdict, flags the tenant and records
@@ -19,8 +24,10 @@ package abuse
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 	"path"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +53,6 @@ type Config struct {
 	MinerNames []string
 	// PoolDomains are mining pools' domains (a name under one counts).
 	PoolDomains []string
-	// PoolPorts are stratum ports.
-	PoolPorts []int
 }
 
 // DefaultConfig samples every 5 s and kills a miner after 20 s at full
@@ -64,7 +69,6 @@ func DefaultConfig() Config {
 			"ethermine.org", "moneroocean.stream", "hashvault.pro", "c3pool.com", "herominers.com", "unmineable.com",
 			"xmrpool.eu", "minergate.com", "nicehash.com", "prohashing.com", "viabtc.com", "antpool.com",
 			"poolin.com", "slushpool.com", "braiins.com", "miningpoolhub.com", "zpool.ca", "zergpool.com"},
-		PoolPorts: []int{3333, 4444, 5555, 7777, 14433, 14444, 45560, 45700},
 	}
 }
 
@@ -97,9 +101,6 @@ func (c Config) withDefaults() Config {
 	if c.PoolDomains == nil {
 		c.PoolDomains = d.PoolDomains
 	}
-	if c.PoolPorts == nil {
-		c.PoolPorts = d.PoolPorts
-	}
 	return c
 }
 
@@ -125,8 +126,10 @@ type Sample struct {
 	// its quota in cores.
 	CPUSeconds float64
 	CPULimit   float64
-	// PidsLimitHits counts forks refused at its pids limit so far.
-	PidsLimitHits int64
+	// PidsLimitHits counts forks refused at its pids limit so far; Pids
+	// is its task count now and PidsLimit its limit (0: unknown).
+	PidsLimitHits   int64
+	Pids, PidsLimit int64
 }
 
 // Process is a process name and command line, for the mining check.
@@ -150,7 +153,6 @@ type evidence struct {
 type denial struct {
 	at   time.Time
 	dest string
-	n    int
 }
 
 // New returns a detector with cfg (zero fields: DefaultConfig's).
@@ -170,36 +172,43 @@ func (d *Detector) get(id string) *evidence {
 	return e
 }
 
-// Egress notes an egress attempt of sandbox id to host (a name or an
-// address) on port; denied attempts count toward scanning (n of them, for
-// an aggregated record), and any attempt to a mining pool is a mining
-// signal.
-func (d *Detector) Egress(id string, at time.Time, host string, port int, denied bool, n int) {
+// Egress is one egress event of a sandbox, as the egress proxy saw it.
+type Egress struct {
+	Time time.Time
+	// Host is the name or address asked for; Port the destination port.
+	Host string
+	Port int
+	// Allowed: the proxy let it through; DNS: it was a DNS query.
+	Allowed, DNS bool
+}
+
+// maxDenials bounds the refusals kept per sandbox (a flood beyond it is
+// scanning or not by the time it is reached).
+const maxDenials = 4096
+
+// Egress notes egress event ev of sandbox id: an allowed connection to a
+// mining pool is a mining signal; a refused connection to an address or
+// a non-web port counts toward scanning.
+func (d *Detector) Egress(id string, ev Egress) {
+	if ev.DNS {
+		return
+	}
+	h := strings.TrimSuffix(strings.ToLower(ev.Host), ".")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e := d.get(id)
-	if sig := d.poolSignal(host, port); sig != "" {
-		e.signal, e.signalAt = sig, at
-	}
-	if denied {
-		if n < 1 {
-			n = 1
+	if ev.Allowed {
+		for _, dom := range d.cfg.PoolDomains {
+			if h == dom || strings.HasSuffix(h, "."+dom) {
+				e.signal, e.signalAt = fmt.Sprintf("connection to mining pool %s", h), ev.Time
+			}
 		}
-		e.denied = append(e.denied, denial{at: at, dest: fmt.Sprintf("%s:%d", strings.ToLower(host), port), n: n})
+		return
 	}
-}
-
-func (d *Detector) poolSignal(host string, port int) string {
-	h := strings.TrimSuffix(strings.ToLower(host), ".")
-	for _, dom := range d.cfg.PoolDomains {
-		if h == dom || strings.HasSuffix(h, "."+dom) {
-			return fmt.Sprintf("connection to mining pool %s", h)
-		}
+	_, err := netip.ParseAddr(strings.Trim(h, "[]"))
+	if (err == nil || (ev.Port != 80 && ev.Port != 443)) && len(e.denied) < maxDenials {
+		e.denied = append(e.denied, denial{at: ev.Time, dest: net.JoinHostPort(h, strconv.Itoa(ev.Port))})
 	}
-	if slices.Contains(d.cfg.PoolPorts, port) {
-		return fmt.Sprintf("connection to stratum port %d (%s)", port, h)
-	}
-	return ""
 }
 
 // minerSignal returns a mining signal among procs, or "".
@@ -230,7 +239,10 @@ func (d *Detector) Observe(id string, s Sample, procs func() []Process) *Verdict
 	d.mu.Lock()
 	e := d.get(id)
 	cut := s.Time.Add(-d.cfg.Window)
-	if n := len(e.samples); n > 0 && s.PidsLimitHits > e.samples[n-1].PidsLimitHits {
+	// A sample hits the limit when forks were refused since the last one,
+	// or when the sandbox sits at its limit (a bomb that filled it).
+	grew := len(e.samples) > 0 && s.PidsLimitHits > e.samples[len(e.samples)-1].PidsLimitHits
+	if grew || (s.PidsLimit > 0 && s.Pids >= s.PidsLimit) {
 		e.pidsHits = append(e.pidsHits, s.Time)
 	}
 	e.samples = append(e.samples, s)
@@ -287,10 +299,9 @@ func (d *Detector) sustained(samples []Sample) bool {
 }
 
 func (d *Detector) scanning(e *evidence) *Verdict {
-	total := 0
+	total := len(e.denied)
 	dests := map[string]bool{}
 	for _, x := range e.denied {
-		total += x.n
 		dests[x.dest] = true
 	}
 	if total >= d.cfg.ScanDenied && len(dests) >= d.cfg.ScanDestinations {

@@ -1,6 +1,7 @@
 package abuse
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,19 +36,19 @@ func TestMinerByName(t *testing.T) {
 }
 
 // TestMiningSignals proves each mining signal counts (a stratum URL in a
-// command line, a miner's path as argv[0], an egress attempt to a pool
-// domain or stratum port within the window), and none counts without
-// sustained CPU.
+// command line, a miner's path as argv[0], an allowed connection to a
+// pool domain within the window), and none counts without sustained CPU.
 func TestMiningSignals(t *testing.T) {
 	t0 := time.Now()
 	for name, c := range map[string]struct {
 		procs  []Process
 		egress func(*Detector)
 	}{
-		"stratum":      {procs: []Process{{Name: "python3", Cmdline: "python3 m.py stratum+tcp://x:1"}}},
-		"argv0":        {procs: []Process{{Name: "a.out", Cmdline: "/opt/cpuminer-multi/cpuminer -a x"}}},
-		"pool domain":  {egress: func(d *Detector) { d.Egress("s", t0, "eu.SupportXMR.com.", 443, false, 1) }},
-		"stratum port": {egress: func(d *Detector) { d.Egress("s", t0, "198.51.100.9", 3333, true, 1) }},
+		"stratum": {procs: []Process{{Name: "python3", Cmdline: "python3 m.py stratum+tcp://x:1"}}},
+		"argv0":   {procs: []Process{{Name: "a.out", Cmdline: "/opt/cpuminer-multi/cpuminer -a x"}}},
+		"pool domain": {egress: func(d *Detector) {
+			d.Egress("s", Egress{Time: t0, Host: "eu.SupportXMR.com.", Port: 443, Allowed: true})
+		}},
 	} {
 		d := New(Config{})
 		if c.egress != nil {
@@ -75,34 +76,45 @@ func TestBusyHonestProcessNotMining(t *testing.T) {
 		t.Fatalf("verdict %+v", v)
 	}
 	d = New(Config{})
-	d.Egress("s", t0.Add(-2*time.Minute), "pool.minexmr.com", 443, false, 1)
+	d.Egress("s", Egress{Time: t0.Add(-2 * time.Minute), Host: "pool.minexmr.com", Port: 443, Allowed: true})
 	if v, _ := feed(d, "s", t0, 10, 1, nil); v != nil {
 		t.Fatalf("stale signal: verdict %+v", v)
+	}
+	// Refused attempts and DNS lookups of a pool, or a stratum port, are
+	// no signal: content an agent reads can make it try them.
+	d = New(Config{})
+	d.Egress("s", Egress{Time: t0, Host: "pool.minexmr.com", Port: 443})
+	d.Egress("s", Egress{Time: t0, Host: "pool.minexmr.com", Port: 53, Allowed: true, DNS: true})
+	d.Egress("s", Egress{Time: t0, Host: "198.51.100.1", Port: 3333, Allowed: true})
+	if v, _ := feed(d, "s", t0, 10, 1, nil); v != nil {
+		t.Fatalf("weak signals: verdict %+v", v)
 	}
 }
 
 // TestScanning proves many refused connections to many destinations
 // within the window is scanning, while as many to one destination (a
-// retrying client) or spread over longer than the window is not.
+// retrying client), to web sites by name (a browser agent) or spread over
+// longer than the window is not.
 func TestScanning(t *testing.T) {
 	t0 := time.Now()
 	d := New(Config{})
 	for i := 0; i < 40; i++ {
-		d.Egress("s", t0, "198.51.100.7", 1000+i, true, 1)
+		d.Egress("s", Egress{Time: t0, Host: "198.51.100.7", Port: 1000 + i})
 	}
 	if v := d.Observe("s", Sample{Time: t0, CPULimit: 1}, nil); v == nil || v.Pattern != Scanning {
 		t.Fatalf("scan: %+v", v)
 	}
 	d = New(Config{})
 	for i := 0; i < 100; i++ {
-		d.Egress("s", t0, "api.example.com", 443, true, 1)
+		d.Egress("s", Egress{Time: t0, Host: "api.example.com", Port: 443})
+		d.Egress("s", Egress{Time: t0, Host: fmt.Sprintf("ads%d.example.com", i), Port: 443})
 	}
 	if v := d.Observe("s", Sample{Time: t0, CPULimit: 1}, nil); v != nil {
 		t.Fatalf("one destination: %+v", v)
 	}
 	d = New(Config{})
 	for i := 0; i < 40; i++ {
-		d.Egress("s", t0.Add(time.Duration(i)*5*time.Second), "198.51.100.7", 1000+i, true, 1)
+		d.Egress("s", Egress{Time: t0.Add(time.Duration(i) * 5 * time.Second), Host: "198.51.100.7", Port: 1000 + i})
 	}
 	if v := d.Observe("s", Sample{Time: t0.Add(200 * time.Second), CPULimit: 1}, nil); v != nil {
 		t.Fatalf("slow refusals: %+v", v)
@@ -122,11 +134,21 @@ func TestForkBomb(t *testing.T) {
 		t.Fatalf("verdict %+v", v)
 	}
 	d = New(Config{})
-	hits := []int64{0, 500, 500, 500, 500, 500}
+	hits := []int64{0, 500, 500, 500, 500, 500} // one burst, then well below the limit
 	for i, h := range hits {
-		if v := d.Observe("s", Sample{Time: t0.Add(time.Duration(i) * 5 * time.Second), CPULimit: 1, PidsLimitHits: h}, nil); v != nil {
+		if v := d.Observe("s", Sample{Time: t0.Add(time.Duration(i) * 5 * time.Second), CPULimit: 1, PidsLimitHits: h,
+			Pids: 10, PidsLimit: 64}, nil); v != nil {
 			t.Fatalf("one burst: %+v", v)
 		}
+	}
+	// A sandbox sitting at its limit (no new refusals counted) is one too.
+	d = New(Config{})
+	v = nil
+	for i := 0; i < 6 && v == nil; i++ {
+		v = d.Observe("s", Sample{Time: t0.Add(time.Duration(i) * 5 * time.Second), CPULimit: 1, Pids: 64, PidsLimit: 64}, nil)
+	}
+	if v == nil || v.Pattern != ForkBomb {
+		t.Fatalf("at the limit: verdict %+v", v)
 	}
 	d.Forget("s")
 	if len(d.by) != 0 {

@@ -113,13 +113,19 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	note := access.NoteFrom(r.Context())
+	hash := audit.CommandHash(req.Argv...)
 	if req.Cmd != "" {
-		note.Set("command_sha256", audit.CommandHash("/bin/sh", "-c", req.Cmd))
-	} else {
-		note.Set("command_sha256", audit.CommandHash(req.Argv...))
+		hash = audit.CommandHash("/bin/sh", "-c", req.Cmd)
 	}
+	note.Set("command_sha256", hash)
 	if req.User != "" {
 		note.Set("user", req.User)
+	}
+	// The command is on record before it runs: a daemon that dies while
+	// it runs loses only its result.
+	if _, err := s.mgr.Get(r.Context(), id); err == nil {
+		s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
+			Detail: map[string]any{"command_sha256": hash, "user": req.User}})
 	}
 	if req.Background {
 		res, err := s.mgr.Exec(r.Context(), id, req, sandbox.OutputFuncs(nil, nil, nil))

@@ -238,11 +238,16 @@ func (s *Server) authenticated(h http.Handler, admin bool) http.Handler {
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrUnauthenticated, "invalid API key"))
 			return
 		}
+		caller := access.Caller(w, r, key)
+		ctx := tenancy.With(r.Context(), caller)
 		if admin && !key.Admin {
+			// An attempt on an admin endpoint is itself worth a record.
+			s.audit.Record(ctx, audit.Event{Kind: "admin", Outcome: audit.Denied,
+				Detail: map[string]any{"method": r.Method, "path": r.URL.Path}})
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "this needs an admin key"))
 			return
 		}
-		h.ServeHTTP(w, r.WithContext(tenancy.With(r.Context(), access.Caller(w, r, key))))
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

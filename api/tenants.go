@@ -143,10 +143,10 @@ func (s *Server) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteTenant: DELETE /v1/tenants/{name}[?force=true] (admin).
-// Its keys are deleted. While it has sessions or snapshots it is 409,
-// unless force: then its sessions are destroyed and its snapshots
-// deleted first. Its audit records stay. The default tenant cannot be
-// deleted. 204.
+// Its keys are deleted. While it has sessions, snapshots or templates it
+// is 409, unless force: then its sessions are destroyed and its snapshots
+// and templates deleted first. Its records stay and its name is never
+// reused. The default tenant cannot be deleted. 204.
 func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ctx := r.Context()
@@ -167,10 +167,21 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	tpls, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var own []string
+	for _, t := range tpls {
+		if t.Tenant == name {
+			own = append(own, t.Name)
+		}
+	}
 	force := r.URL.Query().Get("force") == "true"
-	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0) && !force {
+	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
-			"tenant %s has %d sessions and %d snapshots; end them first or force", name, n, len(snaps)))
+			"tenant %s has %d sessions, %d snapshots and %d templates; remove them first or force", name, n, len(snaps), len(own)))
 		return
 	}
 	if err := s.mgr.EndTenantSessions(ctx, name); err != nil {
@@ -180,6 +191,12 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	for _, sn := range snaps {
 		if err := s.mgr.DeleteSnapshot(asTenant, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			s.writeError(w, r, fmt.Errorf("delete snapshot %s: %w", sn.ID, err))
+			return
+		}
+	}
+	for _, tpl := range own {
+		if err := s.catalog.Delete(asTenant, tpl); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.writeError(w, r, fmt.Errorf("delete template %s: %w", tpl, err))
 			return
 		}
 	}

@@ -304,7 +304,14 @@ func ensureAPIKey(ctx context.Context, st *store.Store, path string, log *slog.L
 			return nil
 		}
 		if key != "" {
-			return st.AddAPIKey(ctx, installKey(key), key)
+			k := installKey(key)
+			if prev, err := st.GetAPIKey(ctx, k.ID); err == nil && !prev.RevokedAt.IsZero() {
+				// Revoked on purpose (another admin key took over): it
+				// stays revoked, and the daemon serves the other keys.
+				log.Warn("the API key in the key file is revoked; use another admin key", "file", path, "key", k.ID)
+				return nil
+			}
+			return st.AddAPIKey(ctx, k, key)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err

@@ -119,3 +119,70 @@ func metricValue(t *testing.T, series string) float64 {
 	}
 	return 0
 }
+
+// TestScannerKilled proves scanning is abuse: a session whose network
+// allows one host and that tries forty others (plain HTTP, which the
+// egress proxy refuses by name, dialling nothing) is killed with reason
+// abuse (pattern scanning) and its tenant flagged.
+func TestScannerKilled(t *testing.T) {
+	name, _, c := newTenant(t, env.c, "scanner", client.TenantPolicy{EgressAllow: []string{"*"}})
+	ctx := ctxFor(t, 3*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{Network: &client.Network{Allow: []string{"allowed.test:80"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: `python3 -c '
+import http.client
+for i in range(1, 41):
+    try:
+        c = http.client.HTTPConnection("198.51.100.%d" % i, 80, timeout=3)
+        c.request("GET", "/")
+        c.getresponse()
+    except Exception:
+        pass
+'`}); err != nil {
+		t.Fatal(err)
+	}
+	var got *client.Session
+	for time.Since(started) < 90*time.Second {
+		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "scanning") {
+		t.Fatalf("scanner session after %s: %+v", time.Since(started), got)
+	}
+	t.Logf("scanner killed %s after it started: %s", time.Since(started).Round(time.Second), got.Detail)
+	if tn, err := env.c.GetTenant(ctx, name); err != nil || !strings.Contains(tn.FlagReason, "scanning") {
+		t.Fatalf("tenant after the kill: %+v %v", tn, err)
+	}
+}
+
+// TestRepeatedForkBombKilled proves a fork bomb that keeps hitting the
+// pids limit is abuse (one burst is contained by the limit alone:
+// TestForkBombHitsPidsLimit): the session ends with pattern fork-bomb.
+func TestRepeatedForkBombKilled(t *testing.T) {
+	_, _, c := newTenant(t, env.c, "bomber", client.TenantPolicy{})
+	ctx := ctxFor(t, 3*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{Pids: 64}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "bomb() { bomb | bomb & }; while :; do bomb; sleep 1; done"}); err != nil {
+		t.Fatal(err)
+	}
+	var got *client.Session
+	for time.Since(started) < 90*time.Second {
+		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "pids limit") {
+		t.Fatalf("fork bomb session after %s: %+v", time.Since(started), got)
+	}
+	t.Logf("fork bomb killed %s after it started: %s", time.Since(started).Round(time.Second), got.Detail)
+}

@@ -90,7 +90,7 @@ func TestAuditTrailSurvivesRestart(t *testing.T) {
 		kinds = append(kinds, r.Kind)
 		byKind[r.Kind] = r
 	}
-	want := []string{"session.start", "session.create", "exec", "file.write", "file.read", "file.mkdir", "file.move",
+	want := []string{"session.start", "session.create", "exec.start", "exec", "file.write", "file.read", "file.mkdir", "file.move",
 		"file.stat", "file.list", "file.remove", "snapshot.create", "session.pause", "session.resume", "session.timeout",
 		"file.read", "session.destroy", "session.end"}
 	// session.end is written by the teardown, before the destroy request's
@@ -115,7 +115,7 @@ func TestAuditTrailSurvivesRestart(t *testing.T) {
 	if r := byKind["snapshot.create"]; r.Detail["snapshot"] != sn.ID {
 		t.Fatalf("snapshot record: %+v", r)
 	}
-	if r := list.Records[14]; r.Kind != "file.read" || r.Outcome != "error" || r.Detail["status"] != float64(404) {
+	if r := list.Records[15]; r.Kind != "file.read" || r.Outcome != "error" || r.Detail["status"] != float64(404) {
 		t.Fatalf("failed read record: %+v", r)
 	}
 	if r := byKind["session.end"]; r.Detail["reason"] != "deleted" {
@@ -153,4 +153,33 @@ func TestAuditTrailSurvivesRestart(t *testing.T) {
 	if l, err := c.Audit(ctx, client.AuditFilter{Session: id, Outcome: "error"}); err != nil || len(l.Records) != 1 {
 		t.Fatalf("outcome error: %+v %v", l, err)
 	}
+	// The install's key can be revoked by another admin key, and the
+	// daemon still starts (it keeps the file's key revoked).
+	admin, err := o.c.CreateKey(ctx, "default", "second admin", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := client.New(o.d.URL, admin.Secret, nil)
+	keys, err := ac.Keys(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k.ID != admin.ID {
+			if err := ac.RevokeKey(ctx, k.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := o.c.Tenants(ctx); err == nil {
+		t.Fatal("the revoked install key still works")
+	}
+	o.restart(t, nil)
+	if _, err := client.New(o.d.URL, admin.Secret, nil).Tenants(ctx); err != nil {
+		t.Fatalf("the second admin key after a restart: %v", err)
+	}
+	if _, err := o.c.Tenants(ctx); err == nil {
+		t.Fatal("the revoked install key works again after a restart")
+	}
+	o.c = client.New(o.d.URL, admin.Secret, nil) // for the test's cleanup
 }

@@ -408,7 +408,8 @@ func terminatedError(rec *store.Session) error {
 
 // SetTimeout sets the session to expire seconds from now (E2B semantics:
 // extend or shorten from now); for a paused session it sets the time left
-// when it resumes. ErrInvalidArgument outside 1..MaxTimeoutS.
+// when it resumes. ErrInvalidArgument outside 1..MaxTimeoutS, or over the
+// tenant's max_timeout_s.
 func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*store.Session, error) {
 	if seconds < 1 || seconds > m.opts.Limits.MaxTimeoutS {
 		return nil, errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", m.opts.Limits.MaxTimeoutS)
@@ -417,6 +418,11 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*st
 	if sb == nil || sb.Record().State == store.StatePooled {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
+	}
+	if tenant := sb.Record().Tenant; tenant != "" {
+		if p, err := m.TenantPolicy(ctx, tenant); err == nil && p.MaxTimeoutS > 0 && seconds > p.MaxTimeoutS {
+			return nil, errdefs.InvalidField("timeout_s", "at most %d for this tenant", p.MaxTimeoutS)
+		}
 	}
 	d := time.Duration(seconds) * time.Second
 	paused := false

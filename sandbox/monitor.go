@@ -67,15 +67,12 @@ func (m *Manager) sampleAll() {
 		}
 		rec := sb.Record()
 		drv := m.driverOf(sb)
-		st, err := drv.Stats(ctx, sb.id)
+		st, total, err := m.countCPU(ctx, sb)
 		if err != nil {
 			continue // ended meanwhile, or a reading failed: next round
 		}
-		now := time.Now()
-		total, err := m.opts.Store.AddSessionCPU(ctx, sb.id, rec.Tenant, int64(st.CPUSeconds*1000), now)
-		if err != nil {
-			m.log.Warn("count session CPU", "session", sb.id, "tenant", rec.Tenant, "err", err)
-		} else if p := policy(rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
+		now := st.ReadAt
+		if p := policy(rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
 			over[rec.Tenant] = total
 		}
 		var procs func() []abuse.Process
@@ -93,7 +90,7 @@ func (m *Manager) sampleAll() {
 			}
 		}
 		v := m.detector.Observe(sb.id, abuse.Sample{Time: now, CPUSeconds: st.CPUSeconds, CPULimit: rec.CPU,
-			PidsLimitHits: st.PidsLimitHits}, procs)
+			PidsLimitHits: st.PidsLimitHits, Pids: st.Pids, PidsLimit: rec.Pids}, procs)
 		if v != nil {
 			go m.killForAbuse(sb, *v)
 		}
@@ -101,6 +98,28 @@ func (m *Manager) sampleAll() {
 	for tenant, used := range over {
 		m.endForBudget(tenant, used, policy(tenant).CPUSecondsPerDay)
 	}
+}
+
+// countCPU reads sb's stats from the host and adds the CPU it used since
+// the last reading to its tenant's day; it returns the reading and the
+// tenant's CPU-milliseconds today. Warm-pool members count for nobody.
+func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) (runtime.Stats, int64, error) {
+	rec := sb.Record()
+	if rec.Tenant == "" || rec.State == store.StatePooled {
+		return runtime.Stats{}, 0, errdefs.Newf(errdefs.ErrNotFound, "session %s has no tenant", sb.id)
+	}
+	st, err := m.driverOf(sb).Stats(ctx, sb.id)
+	if err != nil {
+		return st, 0, err
+	}
+	if st.ReadAt.IsZero() {
+		st.ReadAt = time.Now()
+	}
+	total, err := m.opts.Store.AddSessionCPU(ctx, sb.id, rec.Tenant, int64(st.CPUSeconds*1000), st.ReadAt)
+	if err != nil {
+		m.log.Warn("count session CPU", "session", sb.id, "tenant", rec.Tenant, "err", err)
+	}
+	return st, total, err
 }
 
 // killForAbuse ends sb for verdict v (reason abuse, the verdict as the

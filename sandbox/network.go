@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/forkbox/forkbox/abuse"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
@@ -162,7 +163,7 @@ func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
 	count.Store(stored)
 	return func(ev netpolicy.Event) {
 		denied := ev.Decision == netpolicy.DecisionDeny
-		m.detector.Egress(id, ev.Time, ev.Host, int(ev.Port), denied && ev.Kind != "dns", 1)
+		m.detector.Egress(id, abuse.Egress{Time: ev.Time, Host: ev.Host, Port: int(ev.Port), Allowed: !denied, DNS: ev.Kind == "dns"})
 		if denied {
 			m.opts.Metrics.EgressDenied(tenant, 1)
 		}

@@ -132,6 +132,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	// deleted cgroup). Later ones see the state and do not start.
 	sb.lifeMu.Lock()
 	sb.lifeMu.Unlock()
+	m.countCPU(ctx, sb) // the last reading, before the cgroup goes
 	if err := m.cleanup(ctx, sb.id, sb.Record().Driver); err != nil {
 		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
 		sb.mu.Lock()

@@ -54,8 +54,66 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...*AuditRecord) error {
 	return tx.Commit()
 }
 
-// appendAudit inserts r inside tx and sets r.Seq.
+// Bounds of what one audit record keeps: every string (a path, an error)
+// at most maxAuditText bytes, lists at most maxAuditList items. Requests
+// choose these values, and records are never deleted.
+const (
+	maxAuditText = 1024
+	maxAuditList = 64
+)
+
+// boundDetail returns v with strings cut and cleaned of control
+// characters (no terminal escapes reach an admin's screen) and lists cut.
+func boundDetail(v any) any {
+	switch x := v.(type) {
+	case string:
+		return sanitizeText(x, maxAuditText)
+	case []string:
+		out := make([]string, 0, min(len(x), maxAuditList))
+		for _, s := range x[:min(len(x), maxAuditList)] {
+			out = append(out, sanitizeText(s, 128))
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[sanitizeText(k, 64)] = boundDetail(e)
+		}
+		return out
+	}
+	return v
+}
+
+// plainID reports whether s looks like an id (1-64 lower-case letters,
+// digits, '-' and '_'): only such values are kept as a record's session.
+func plainID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// appendAudit inserts r inside tx and sets r.Seq. Strings are bounded
+// (boundDetail); a session that is no id is kept, cut, as detail
+// "session_ref".
 func appendAudit(ctx context.Context, tx *sql.Tx, r *AuditRecord) error {
+	if r.Session != "" && !plainID(r.Session) {
+		if r.Detail == nil {
+			r.Detail = map[string]any{}
+		}
+		r.Detail["session_ref"] = r.Session
+		r.Session = ""
+	}
+	if len(r.Detail) > 0 {
+		r.Detail = boundDetail(r.Detail).(map[string]any)
+	}
+	r.Tenant, r.Kind, r.Outcome, r.KeyID = sanitizeText(r.Tenant, 64), sanitizeText(r.Kind, 64),
+		sanitizeText(r.Outcome, 16), sanitizeText(r.KeyID, 64)
 	detail := []byte("{}")
 	if len(r.Detail) > 0 {
 		b, err := json.Marshal(r.Detail)

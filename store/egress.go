@@ -124,7 +124,7 @@ func sanitizeText(s string, max int) string {
 		s = s[:max]
 	}
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) { // C0, DEL and C1 controls (terminal escapes)
 			return '?'
 		}
 		return r

@@ -138,7 +138,8 @@ var migrations = []string{
 	// before belongs to "default", whose
 	// key (the install's own) is an admin key and whose egress ceiling is
 	// open, so a one-user install works as before. Idempotency keys are
-	// scoped by tenant ("tenant/key"). The audit trail is append-only
+	// scoped by tenant ("tenant/key"). A deleted tenant's row stays (its
+	// name keeps naming its records, so it is never reused). The audit trail is append-only
 	// (triggers refuse updates and deletes); tenant_usage counts CPU per
 	// UTC day; sessions.cpu_ms is the CPU already counted for a session.
 	`CREATE TABLE tenants (
@@ -146,7 +147,8 @@ var migrations = []string{
 		policy      TEXT NOT NULL DEFAULT '{}',
 		created_at  INTEGER NOT NULL,
 		flagged_at  INTEGER NOT NULL DEFAULT 0,
-		flag_reason TEXT NOT NULL DEFAULT ''
+		flag_reason TEXT NOT NULL DEFAULT '',
+		deleted_at  INTEGER NOT NULL DEFAULT 0
 	);
 	INSERT INTO tenants (name, policy, created_at)
 		VALUES ('default', '{"egress_allow":["*"]}', CAST(strftime('%s','now') AS INTEGER) * 1000);

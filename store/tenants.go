@@ -27,12 +27,14 @@ type Tenant struct {
 	FlagReason string
 }
 
-// CreateTenant inserts t; ErrConflict when the name is taken.
+// CreateTenant inserts t; ErrConflict when the name is taken, also by a
+// deleted tenant (whose sessions, snapshots and audit records still carry
+// the name: a new tenant must not inherit them).
 func (s *Store) CreateTenant(ctx context.Context, t *Tenant) error {
 	_, err := s.db.ExecContext(ctx, `INSERT INTO tenants (name, policy, created_at) VALUES (?, ?, ?)`,
 		t.Name, t.Policy, ms(t.CreatedAt))
 	if isUniqueViolation(err) {
-		return errdefs.Newf(errdefs.ErrConflict, "tenant %q exists", t.Name)
+		return errdefs.Newf(errdefs.ErrConflict, "tenant name %q is taken (names of deleted tenants are never reused)", t.Name)
 	}
 	return err
 }
@@ -51,13 +53,13 @@ func scanTenant(r scanner) (*Tenant, error) {
 
 // GetTenant returns tenant name; ErrNotFound when there is none.
 func (s *Store) GetTenant(ctx context.Context, name string) (*Tenant, error) {
-	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ?`, name))
+	t, err := scanTenant(s.db.QueryRowContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE name = ? AND deleted_at = 0`, name))
 	return t, notFound(err, fmt.Sprintf("tenant %q", name))
 }
 
 // ListTenants returns every tenant by name.
 func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE deleted_at = 0 ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +78,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
 // SetTenantPolicy replaces tenant name's policy (JSON). ErrNotFound for an
 // unknown tenant.
 func (s *Store) SetTenantPolicy(ctx context.Context, name, policy string) error {
-	return s.updateTenant(ctx, name, `UPDATE tenants SET policy = ? WHERE name = ?`, policy, name)
+	return s.updateTenant(ctx, name, `UPDATE tenants SET policy = ? WHERE name = ? AND deleted_at = 0`, policy, name)
 }
 
 // FlagTenant marks tenant name as flagged at time at for reason (the
@@ -86,7 +88,7 @@ func (s *Store) FlagTenant(ctx context.Context, name, reason string, at time.Tim
 	if reason == "" {
 		at = time.Time{}
 	}
-	return s.updateTenant(ctx, name, `UPDATE tenants SET flagged_at = ?, flag_reason = ? WHERE name = ?`,
+	return s.updateTenant(ctx, name, `UPDATE tenants SET flagged_at = ?, flag_reason = ? WHERE name = ? AND deleted_at = 0`,
 		ms(at), reason, name)
 }
 
@@ -101,17 +103,19 @@ func (s *Store) updateTenant(ctx context.Context, name, q string, args ...any) e
 	return nil
 }
 
-// DeleteTenant removes tenant name and its API keys (their cached
-// authentications too). Its sessions, snapshots and audit records stay
-// (the caller decides about live ones first). ErrNotFound for an unknown
-// tenant.
+// DeleteTenant marks tenant name deleted and removes its API keys (their
+// cached authentications too). Its row, session records and audit
+// records stay, and the name is never reused (the caller ends live
+// sessions and removes snapshots and templates first). ErrNotFound for an
+// unknown or deleted tenant.
 func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `DELETE FROM tenants WHERE name = ?`, name)
+	res, err := tx.ExecContext(ctx, `UPDATE tenants SET deleted_at = ? WHERE name = ? AND deleted_at = 0`,
+		time.Now().UnixMilli(), name)
 	if err != nil {
 		return err
 	}

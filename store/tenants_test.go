@@ -91,6 +91,12 @@ func TestKeysOfTenants(t *testing.T) {
 	if _, err := s.AuthenticateKey(ctx, "secret-2"); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Fatalf("key of a deleted tenant authenticated: %v", err)
 	}
+	// Its name is never reused: a new "acme" would inherit its records.
+	wantClass(t, s.CreateTenant(ctx, &Tenant{Name: "acme", Policy: "{}"}), errdefs.ErrConflict)
+	wantClass(t, s.DeleteTenant(ctx, "acme"), errdefs.ErrNotFound)
+	if _, err := s.GetTenant(ctx, "acme"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("deleted tenant still found: %v", err)
+	}
 }
 
 // TestSessionCPUCountsOnce proves AddSessionCPU adds only what was not
@@ -168,5 +174,32 @@ func TestMigrateToTenants(t *testing.T) {
 	tn, err := s.GetTenant(ctx, DefaultTenant)
 	if err != nil || !strings.Contains(tn.Policy, `"*"`) {
 		t.Fatalf("default tenant: %+v %v", tn, err)
+	}
+}
+
+// TestAuditRecordsBounded proves what a request puts in a record is
+// bounded and cleaned: a huge path is cut, control characters (terminal
+// escapes) are replaced, and a "session" that is no id goes to detail.
+func TestAuditRecordsBounded(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	rec := &AuditRecord{Tenant: "a", Session: "x\x1b[2K\rforged", Kind: "file.mkdir", Outcome: "error",
+		Detail: map[string]any{"path": strings.Repeat("a", 900000), "error": "bad \x9b31m \x1b]0;t\x07", "list": make([]string, 500)}}
+	if err := s.AppendAudit(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListAudit(ctx, AuditFilter{})
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	r := got[0]
+	if r.Session != "" || strings.ContainsAny(r.Detail["session_ref"].(string), "\x1b\r") {
+		t.Fatalf("session %q, session_ref %q", r.Session, r.Detail["session_ref"])
+	}
+	if len(r.Detail["path"].(string)) != maxAuditText || strings.ContainsAny(r.Detail["error"].(string), "\x1b\x07\u009b") {
+		t.Fatalf("detail not bounded: %d bytes, %q", len(r.Detail["path"].(string)), r.Detail["error"])
+	}
+	if n := len(r.Detail["list"].([]any)); n != maxAuditList {
+		t.Fatalf("list of %d", n)
 	}
 }

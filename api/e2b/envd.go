@@ -92,10 +92,18 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	detail := map[string]any{"method": r.Method, "path": r.URL.Path}
 	if r.URL.Path == "/process.Process/Start" {
-		if sum, ok := startCommandHash(r); ok {
-			detail["command_sha256"] = sum
+		sum, ok := startCommandHash(r)
+		if !ok {
+			// A command forkbox cannot read is a command it cannot audit.
+			writeError(w, http.StatusUnsupportedMediaType, "process.Start must be an uncompressed Connect request "+
+				"(application/connect+proto or application/connect+json) of at most 1 MiB")
+			return
 		}
+		detail["command_sha256"] = sum
 	}
+	// On record before it is forwarded: a daemon that dies while a
+	// command runs loses only its result.
+	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd", Detail: detail})
 	// A request body the client botched (a bad chunk, say) is the
 	// client's error (400), not an unreachable sandbox (502, which the SDK
 	// reads as "not running").
@@ -132,8 +140,6 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		ErrorLog: log.New(proxyLogWriter{h}, "", 0),
 	}
 	proxy.ServeHTTP(w, r)
-	// The envd token names the session, and so its tenant.
-	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd", Detail: detail})
 }
 
 // maxStartBody bounds the process.Start request read for its audit
