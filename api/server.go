@@ -66,80 +66,73 @@ func (s *Server) routes() {
 	})
 	s.mux.HandleFunc("GET /problems/{slug}", handleProblemDoc)
 
-	// Routes for any key. A kind makes each request an audit record;
-	// target says what the path's {id} is.
+	// A kind makes each request an audit record; target says what the
+	// path's {id} is; admin routes need an admin key.
 	type route struct {
 		pattern, kind, target string
 		h                     http.HandlerFunc
+		admin                 bool
 	}
 	for _, rt := range []route{
-		{"GET /v1/info", "", "", s.handleInfo},
-		{"POST /v1/sessions", "session.create", "", s.handleCreate},
-		{"GET /v1/sessions", "", "", s.handleList},
-		{"GET /v1/sessions/{id}", "", "", s.handleGet},
-		{"DELETE /v1/sessions/{id}", "session.destroy", "session", s.handleDelete},
-		{"POST /v1/sessions/{id}/timeout", "session.timeout", "session", s.handleTimeout},
-		{"GET /v1/sessions/{id}/usage", "", "", s.handleUsage},
-		{"GET /v1/sessions/{id}/egress", "", "", s.handleEgress},
-		{"POST /v1/sessions/{id}/pause", "session.pause", "session", s.handlePause},
-		{"POST /v1/sessions/{id}/resume", "session.resume", "session", s.handleResume},
-		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", s.handleSnapshot},
-		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", s.handleSessionFork},
+		{"GET /v1/info", "", "", s.handleInfo, false},
+		{"POST /v1/sessions", "session.create", "", s.handleCreate, false},
+		{"GET /v1/sessions", "", "", s.handleList, false},
+		{"GET /v1/sessions/{id}", "", "", s.handleGet, false},
+		{"DELETE /v1/sessions/{id}", "session.destroy", "session", s.handleDelete, false},
+		{"POST /v1/sessions/{id}/timeout", "session.timeout", "session", s.handleTimeout, false},
+		{"GET /v1/sessions/{id}/usage", "", "", s.handleUsage, false},
+		{"GET /v1/sessions/{id}/egress", "", "", s.handleEgress, false},
+		{"POST /v1/sessions/{id}/pause", "session.pause", "session", s.handlePause, false},
+		{"POST /v1/sessions/{id}/resume", "session.resume", "session", s.handleResume, false},
+		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", s.handleSnapshot, false},
+		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", s.handleSessionFork, false},
 
-		{"GET /v1/snapshots", "", "", s.handleSnapshots},
-		{"GET /v1/snapshots/{id}", "", "", s.handleGetSnapshot},
-		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", s.handleDeleteSnapshot},
-		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", s.handleSnapshotFork},
+		{"GET /v1/snapshots", "", "", s.handleSnapshots, false},
+		{"GET /v1/snapshots/{id}", "", "", s.handleGetSnapshot, false},
+		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", s.handleDeleteSnapshot, false},
+		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", s.handleSnapshotFork, false},
 
-		{"GET /v1/pools", "", "", s.handlePools},
+		{"GET /v1/pools", "", "", s.handlePools, false},
 
-		{"POST /v1/sessions/{id}/exec", "exec", "session", s.handleExec},
-		{"GET /v1/sessions/{id}/processes", "", "", s.handleProcesses},
-		{"GET /v1/sessions/{id}/processes/{pid}/stream", "", "", s.handleAttach},
-		{"POST /v1/sessions/{id}/processes/{pid}/signal", "process.signal", "session", s.handleSignal},
-		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", s.handleKill},
-		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", s.handleStdin},
+		{"POST /v1/sessions/{id}/exec", "exec", "session", s.handleExec, false},
+		{"GET /v1/sessions/{id}/processes", "", "", s.handleProcesses, false},
+		{"GET /v1/sessions/{id}/processes/{pid}/stream", "", "", s.handleAttach, false},
+		{"POST /v1/sessions/{id}/processes/{pid}/signal", "process.signal", "session", s.handleSignal, false},
+		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", s.handleKill, false},
+		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", s.handleStdin, false},
 
-		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", s.handleUpload},
-		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", s.handleDownload},
-		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", s.handleRemove},
-		{"GET /v1/sessions/{id}/fs/stat", "file.stat", "session", s.handleStat},
-		{"GET /v1/sessions/{id}/fs/list", "file.list", "session", s.handleListDir},
-		{"POST /v1/sessions/{id}/fs/mkdir", "file.mkdir", "session", s.handleMkdir},
-		{"POST /v1/sessions/{id}/fs/move", "file.move", "session", s.handleMove},
+		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", s.handleUpload, false},
+		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", s.handleDownload, false},
+		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", s.handleRemove, false},
+		{"GET /v1/sessions/{id}/fs/stat", "file.stat", "session", s.handleStat, false},
+		{"GET /v1/sessions/{id}/fs/list", "file.list", "session", s.handleListDir, false},
+		{"POST /v1/sessions/{id}/fs/mkdir", "file.mkdir", "session", s.handleMkdir, false},
+		{"POST /v1/sessions/{id}/fs/move", "file.move", "session", s.handleMove, false},
 
-		{"GET /v1/templates", "", "", s.handleTemplates},
-		{"GET /v1/templates/{name}", "", "", s.handleTemplate},
-		{"PUT /v1/templates/{name}", "template.import", "", s.handleTemplateImport},
-		{"DELETE /v1/templates/{name}", "template.delete", "", s.handleTemplateDelete},
+		{"GET /v1/templates", "", "", s.handleTemplates, false},
+		{"GET /v1/templates/{name}", "", "", s.handleTemplate, false},
+		{"PUT /v1/templates/{name}", "template.import", "", s.handleTemplateImport, false},
+		{"DELETE /v1/templates/{name}", "template.delete", "", s.handleTemplateDelete, false},
 
-		{"GET /v1/audit", "", "", s.handleAudit},
+		{"GET /v1/audit", "", "", s.handleAudit, false},
+
+		// Admin: tenants, keys, warm pools (host-wide), metrics.
+		{"PUT /v1/pools/{template}", "pool.set", "", s.handleSetPool, true},
+		{"POST /v1/tenants", "tenant.create", "", s.handleCreateTenant, true},
+		{"GET /v1/tenants", "", "", s.handleTenants, true},
+		{"GET /v1/tenants/{name}", "", "", s.handleTenant, true},
+		{"PUT /v1/tenants/{name}", "tenant.update", "", s.handleUpdateTenant, true},
+		{"DELETE /v1/tenants/{name}", "tenant.delete", "", s.handleDeleteTenant, true},
+		{"POST /v1/tenants/{name}/keys", "key.create", "", s.handleCreateKey, true},
+		{"GET /v1/keys", "", "", s.handleKeys, true},
+		{"DELETE /v1/keys/{id}", "key.revoke", "", s.handleRevokeKey, true},
+		{"GET /metrics", "", "", s.handleMetrics, true},
 	} {
 		var h http.Handler = rt.h
 		if rt.kind != "" {
 			h = access.Audited(s.audit, rt.kind, rt.target, h)
 		}
-		s.mux.Handle(rt.pattern, s.authenticated(h, false))
-	}
-
-	// Admin routes: tenants, keys, warm pools (host-wide), metrics.
-	for _, rt := range []route{
-		{"PUT /v1/pools/{template}", "pool.set", "", s.handleSetPool},
-		{"POST /v1/tenants", "tenant.create", "", s.handleCreateTenant},
-		{"GET /v1/tenants", "", "", s.handleTenants},
-		{"GET /v1/tenants/{name}", "", "", s.handleTenant},
-		{"PUT /v1/tenants/{name}", "tenant.update", "", s.handleUpdateTenant},
-		{"DELETE /v1/tenants/{name}", "tenant.delete", "", s.handleDeleteTenant},
-		{"POST /v1/tenants/{name}/keys", "key.create", "", s.handleCreateKey},
-		{"GET /v1/keys", "", "", s.handleKeys},
-		{"DELETE /v1/keys/{id}", "key.revoke", "", s.handleRevokeKey},
-		{"GET /metrics", "", "", s.handleMetrics},
-	} {
-		var h http.Handler = rt.h
-		if rt.kind != "" {
-			h = access.Audited(s.audit, rt.kind, rt.target, h)
-		}
-		s.mux.Handle(rt.pattern, s.authenticated(h, true))
+		s.mux.Handle(rt.pattern, s.authenticated(h, rt.admin))
 	}
 }
 

@@ -29,13 +29,7 @@ func TestMinerKilled(t *testing.T) {
 	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "cp /usr/bin/yes /tmp/xmrig && exec /tmp/xmrig > /dev/null"}); err != nil {
 		t.Fatal(err)
 	}
-	var got *client.Session
-	for time.Since(started) < 90*time.Second {
-		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
 	took := time.Since(started)
 	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "xmrig") {
 		t.Fatalf("miner session after %s: %+v", took, got)
@@ -144,13 +138,7 @@ for i in range(1, 41):
 '`}); err != nil {
 		t.Fatal(err)
 	}
-	var got *client.Session
-	for time.Since(started) < 90*time.Second {
-		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
 	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "scanning") {
 		t.Fatalf("scanner session after %s: %+v", time.Since(started), got)
 	}
@@ -174,15 +162,26 @@ func TestRepeatedForkBombKilled(t *testing.T) {
 	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "bomb() { bomb | bomb & }; while :; do bomb; sleep 1; done"}); err != nil {
 		t.Fatal(err)
 	}
-	var got *client.Session
-	for time.Since(started) < 90*time.Second {
-		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
 	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "pids limit") {
 		t.Fatalf("fork bomb session after %s: %+v", time.Since(started), got)
 	}
 	t.Logf("fork bomb killed %s after it started: %s", time.Since(started).Round(time.Second), got.Detail)
+}
+
+// waitEnded polls session id until it has ended, at most within (a hang
+// guard), and returns its last record.
+func waitEnded(t *testing.T, c *client.Client, id string, within time.Duration) *client.Session {
+	t.Helper()
+	ctx := ctxFor(t, within+time.Minute)
+	deadline := time.Now().Add(within)
+	var got *client.Session
+	for time.Now().Before(deadline) {
+		var err error
+		if got, err = c.GetSession(ctx, id); err == nil && got.State == "terminated" {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return got
 }

@@ -141,14 +141,7 @@ func TestTenantCPUBudget(t *testing.T) {
 	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "while :; do :; done"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	var got *client.Session
-	for time.Now().Before(deadline) {
-		if got, err = c.GetSession(ctx, s.ID); err == nil && got.State == "terminated" {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
 	if got == nil || got.State != "terminated" || got.Reason != "quota" || !strings.Contains(got.Detail, "CPU budget") {
 		t.Fatalf("session after spinning past the budget: %+v", got)
 	}
