@@ -164,11 +164,16 @@ func (m *Manager) started(ctx context.Context, rec *store.Session, path string, 
 }
 
 // templateVisible reports whether ctx's caller may use template name: a
-// built-in or shared one, or its tenant's own. (A template that does not
-// exist is reported by launch.)
+// built-in or shared one, or its tenant's own. A template without a
+// record (an import that failed half-way) is forkbox's own only; one
+// that does not exist at all is reported by launch.
 func (m *Manager) templateVisible(ctx context.Context, name string) bool {
 	rec, err := m.opts.Store.GetTemplate(ctx, name)
-	return err != nil || tenancy.Visible(ctx, rec.Tenant)
+	if err != nil {
+		_, caller := tenancy.From(ctx)
+		return !caller || (errors.Is(err, errdefs.ErrNotFound) && !m.TemplateExists(name))
+	}
+	return tenancy.Visible(ctx, rec.Tenant)
 }
 
 // pickDriver sets req.Isolation to the server's default when empty and

@@ -174,7 +174,10 @@ func (c *Catalog) Get(ctx context.Context, name string) (*storage.Template, erro
 	if !storage.ValidTemplateName(name) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", name)
 	}
-	if rec, err := c.store.GetTemplate(ctx, name); err == nil && !tenancy.Visible(ctx, rec.Tenant) {
+	rec, err := c.store.GetTemplate(ctx, name)
+	if _, caller := tenancy.From(ctx); caller && (err != nil || !tenancy.Visible(ctx, rec.Tenant)) {
+		// Another tenant's, or files without a record (a failed import):
+		// not the caller's.
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", name)
 	}
 	return storage.LoadTemplate(c.layout.Template(name))
