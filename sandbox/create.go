@@ -163,6 +163,12 @@ func (m *Manager) started(ctx context.Context, rec *store.Session, path string, 
 	m.log.Info("session started", "session", rec.ID, "tenant", rec.Tenant, "path", path, "ms", d.Milliseconds())
 }
 
+// TemplateUsable reports whether template name exists and ctx's caller
+// may use it (its tenant's own, or shared).
+func (m *Manager) TemplateUsable(ctx context.Context, name string) bool {
+	return m.TemplateExists(name) && m.templateVisible(ctx, name)
+}
+
 // templateVisible reports whether ctx's caller may use template name: a
 // built-in or shared one, or its tenant's own. A template without a
 // record (an import that failed half-way) is forkbox's own only; one

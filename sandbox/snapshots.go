@@ -83,7 +83,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if opts.Name != "" && !validSnapshotName(opts.Name) {
 		return nil, errdefs.InvalidField("name", "must be 1-%d printable characters, not a snapshot id", maxSnapshotName)
 	}
-	if opts.Name != "" && m.TemplateExists(opts.Name) {
+	if opts.Name != "" && m.TemplateUsable(ctx, opts.Name) {
 		// E2B creates name templates and snapshots in one field.
 		return nil, errdefs.InvalidField("name", "%q is a template's name", opts.Name)
 	}

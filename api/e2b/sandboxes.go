@@ -219,9 +219,9 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Template = body.TemplateID
-	if body.TemplateID != "" && !h.mgr.TemplateExists(body.TemplateID) {
+	if body.TemplateID != "" && !h.mgr.TemplateUsable(r.Context(), body.TemplateID) {
 		// A snapshot id or name restores that snapshot, as in E2B (a
-		// template of that name wins).
+		// template of that name the caller can use wins).
 		if sn, err := h.mgr.GetSnapshot(r.Context(), body.TemplateID); err == nil {
 			req.Template, req.Snapshot = "", sn.ID
 		} else if !errors.Is(err, errdefs.ErrNotFound) {
