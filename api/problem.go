@@ -13,6 +13,7 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/tenancy"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -130,14 +131,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away (its context ended the call); nobody reads
 		// this answer and nothing failed on our side.
 		s.log.Debug("client gone", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "err", err)
+			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "err", err)
 	case te != nil:
 		// A policy answer (capacity-unavailable), not a failure.
 		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "problem", te.Type, "detail", te.Msg)
+			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "problem", te.Type,
+			"detail", te.Msg)
 	case p.Status >= 500:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "err", err)
+			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "err", err)
 	}
 	writeProblem(w, r, p)
 }

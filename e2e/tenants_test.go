@@ -235,3 +235,43 @@ func TestTenantCannotReachAnotherTenant(t *testing.T) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestTenantTemplates proves an imported template is its tenant's: another
+// tenant cannot see, use, delete or shadow it (404 / "does not exist"),
+// the base template stays everyone's, and only an admin imports a shared
+// template that every tenant sees.
+func TestTenantTemplates(t *testing.T) {
+	img := busyboxImage(t)
+	_, _, owner := newTenant(t, env.c, "tplowner", client.TenantPolicy{})
+	_, intruderKey, intruder := newTenant(t, env.c, "tplintruder", client.TenantPolicy{})
+	ctx := ctxFor(t, 2*time.Minute)
+	name := "own-" + strings.ReplaceAll(time.Now().Format("150405.000"), ".", "")
+	if _, err := owner.ImportTemplate(ctx, name, "", bytes.NewReader(img), int64(len(img))); err != nil {
+		t.Fatal(err)
+	}
+	defer owner.DeleteTemplate(context.Background(), name)
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"GET", "/v1/templates/" + name, nil, 404},
+		{"DELETE", "/v1/templates/" + name, nil, 404},
+		{"POST", "/v1/sessions", map[string]any{"template": name}, 400},
+		{"POST", "/sandboxes", map[string]any{"templateID": name}, 404},
+		{"PUT", "/v1/templates/shared-x?shared=true", nil, 403},
+	} {
+		if status, _, body := rawCall(t, intruderKey, c.method, c.path, c.body); status != c.status {
+			t.Errorf("%s %s as another tenant: %d %s, want %d", c.method, c.path, status, body, c.status)
+		}
+	}
+	ts, err := intruder.Templates(ctx)
+	if err != nil || hasTemplate(ts, name) || !hasTemplate(ts, "base") {
+		t.Fatalf("intruder's templates: %+v %v", ts, err)
+	}
+	s, _, err := owner.CreateSession(ctx, client.CreateRequest{Template: name}, "")
+	if err != nil {
+		t.Fatalf("owner's create on its template: %v", err)
+	}
+	owner.DeleteSession(ctx, s.ID)
+}
