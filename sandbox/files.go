@@ -309,6 +309,9 @@ func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 	}
 	st, err := m.driverOf(sb).Stats(ctx, id)
 	if err != nil {
+		if derr := m.checkDead(ctx, id); derr != nil {
+			return nil, derr // it died by itself: 410 with the reason
+		}
 		return nil, err
 	}
 	u := &v1.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,

@@ -16,8 +16,9 @@ import (
 
 // monitor samples every running session each abuse interval, from the
 // host: it adds the CPU each used since the last sample to its tenant's
-// daily usage (ending the tenant's sessions when its budget is used up)
-// and feeds the abuse detector (killing on a verdict).
+// daily usage (ending the tenant's sessions when its budget is used up),
+// feeds the abuse detector (killing on a verdict), and ends sessions
+// whose sandbox died by itself.
 func (m *Manager) monitor() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.detector.Config().Interval)
@@ -69,7 +70,13 @@ func (m *Manager) sampleAll() {
 		drv := m.driverOf(sb)
 		st, total, err := m.countCPU(ctx, sb)
 		if err != nil {
-			continue // ended meanwhile, or a reading failed: next round
+			// Ended meanwhile, or a reading failed: next round. A sandbox
+			// that died by itself (a gVisor sandbox over its memory) is
+			// ended now rather than at its next call.
+			if ctx.Err() == nil {
+				_ = m.checkDead(ctx, sb.id)
+			}
+			continue
 		}
 		now := st.ReadAt
 		if p := policy(rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
