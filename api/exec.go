@@ -124,8 +124,11 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	// The command is on record before it runs: a daemon that dies while
 	// it runs loses only its result.
 	if _, err := s.mgr.Get(r.Context(), id); err == nil {
-		s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
-			Detail: map[string]any{"command_sha256": hash, "user": req.User}})
+		if err := s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
+			Detail: map[string]any{"command_sha256": hash, "user": req.User, "stdin_bytes": len(req.Stdin)}}); err != nil {
+			s.writeError(w, r, err) // no command runs unrecorded
+			return
+		}
 	}
 	if req.Background {
 		res, err := s.mgr.Exec(r.Context(), id, req, sandbox.OutputFuncs(nil, nil, nil))
@@ -279,6 +282,7 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
+	access.NoteFrom(r.Context()).Set("bytes", len(req.Data))
 	if err := s.mgr.SendStdin(r.Context(), r.PathValue("id"), pid, req.Data, req.Close); err != nil {
 		s.writeError(w, r, err)
 		return

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -79,6 +80,14 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, r, err)
 		return
+	}
+	// An import that outlived its tenant's deletion is not kept.
+	if caller, ok := tenancy.From(r.Context()); ok && !shared {
+		if _, err := s.store.GetTenant(r.Context(), caller.Tenant); errors.Is(err, errdefs.ErrNotFound) {
+			_ = s.catalog.Delete(r.Context(), name)
+			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s was deleted", caller.Tenant))
+			return
+		}
 	}
 	t.Source = "upload"
 	writeJSON(w, http.StatusCreated, templateView(t))

@@ -143,10 +143,12 @@ func (s *Server) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteTenant: DELETE /v1/tenants/{name}[?force=true] (admin).
-// Its keys are deleted. While it has sessions, snapshots or templates it
-// is 409, unless force: then its sessions are destroyed and its snapshots
-// and templates deleted first. Its records stay and its name is never
-// reused. The default tenant cannot be deleted. 204.
+// While it has sessions, snapshots or templates it is 409, unless force.
+// Then, in this order: the tenant is marked deleted and its keys removed
+// (no new create, import or call of it can start), its sessions are
+// destroyed, including creates still under way, and its snapshots and
+// templates deleted. Its records stay and its name is never reused. The
+// default tenant cannot be deleted. 204.
 func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ctx := r.Context()
@@ -159,32 +161,29 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	// Act as the tenant, so that its own snapshots are visible.
+	// Act as the tenant, so that its own snapshots and templates are visible.
 	asTenant := tenancy.With(ctx, tenancy.Caller{Tenant: name, KeyID: callerKey(ctx), Admin: true,
 		RequestID: w.Header().Get(requestIDHeader)})
-	snaps, err := s.mgr.ListSnapshots(asTenant)
+	snaps, own, err := s.tenantLeftovers(asTenant, name)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	tpls, err := s.store.ListTemplates(ctx)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	var own []string
-	for _, t := range tpls {
-		if t.Tenant == name {
-			own = append(own, t.Name)
-		}
-	}
-	force := r.URL.Query().Get("force") == "true"
-	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
+	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && r.URL.Query().Get("force") != "true" {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
 			"tenant %s has %d sessions, %d snapshots and %d templates; remove them first or force", name, n, len(snaps), len(own)))
 		return
 	}
-	if err := s.mgr.EndTenantSessions(ctx, name); err != nil {
+	if err := s.store.DeleteTenant(ctx, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.mgr.EndTenant(ctx, name); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// No session of it is left, so no snapshot of it can be made any more.
+	if snaps, own, err = s.tenantLeftovers(asTenant, name); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -200,11 +199,27 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := s.store.DeleteTenant(ctx, name); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// tenantLeftovers lists tenant's snapshots and the names of its templates
+// (ctx acts as the tenant).
+func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*store.Snapshot, []string, error) {
+	snaps, err := s.mgr.ListSnapshots(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tpls, err := s.store.ListTemplates(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var own []string
+	for _, t := range tpls {
+		if t.Tenant == tenant {
+			own = append(own, t.Name)
+		}
+	}
+	return snaps, own, nil
 }
 
 func callerKey(ctx context.Context) string {

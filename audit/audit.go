@@ -11,9 +11,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
@@ -46,10 +48,12 @@ type Event struct {
 
 // Record appends ev with the key id, request id and Idempotency-Key of
 // ctx's caller (none for forkbox's own work). It waits for the write; a
-// failed write is logged (the event itself still happened).
-func (r *Recorder) Record(ctx context.Context, ev Event) {
+// failed write is logged and returned (callers about to run a command
+// refuse to run it unrecorded; for events that already happened it is
+// only logged).
+func (r *Recorder) Record(ctx context.Context, ev Event) error {
 	if r == nil {
-		return
+		return nil
 	}
 	rec := &store.AuditRecord{Time: time.Now().UTC(), Tenant: ev.Tenant, Session: ev.Session, Kind: ev.Kind,
 		Outcome: ev.Outcome, Detail: ev.Detail}
@@ -67,7 +71,9 @@ func (r *Recorder) Record(ctx context.Context, ev Event) {
 	}
 	if err := r.st.AppendAudit(context.WithoutCancel(ctx), rec); err != nil {
 		r.log.Error("audit record lost", "kind", rec.Kind, "tenant", rec.Tenant, "session", rec.Session, "err", err)
+		return fmt.Errorf("audit record: %v: %w", err, errdefs.ErrUnavailable)
 	}
+	return nil
 }
 
 // CommandHash is the audit form of a command: the hex SHA-256 of its

@@ -422,7 +422,7 @@ func openDrivers(opts Options, layout storage.Layout, log *slog.Logger) ([]runti
 // installKey is the record of the install's own key (secret key): the
 // default tenant's, and an admin key.
 func installKey(secret string) store.APIKey {
-	return store.APIKey{ID: "default-" + secret[len(secret)-6:], Name: "default", Tenant: store.DefaultTenant, Admin: true}
+	return store.APIKey{ID: "default-" + secret[max(0, len(secret)-6):], Name: "default", Tenant: store.DefaultTenant, Admin: true}
 }
 
 // DefaultCapacity is this host's: at most 1000 sessions, whose memory

@@ -83,8 +83,9 @@ type Manager struct {
 	// detector decides abuse from the monitor's samples (monitor.go).
 	detector *abuse.Detector
 
-	// createMu serialises creates that carry the same idempotency key.
-	createMu sync.Mutex
+	// keyLocks serialises creates that carry the same (tenant-scoped)
+	// idempotency key, and only those.
+	keyLocks keyedMutex
 	// tplMu keeps template removal (write) apart from creates between
 	// loading their template and becoming live (read), so that a template
 	// is never removed from under a sandbox that is starting on it.
@@ -282,10 +283,10 @@ func (m *Manager) lookup(id string) *Sandbox {
 }
 
 // find is lookup for a caller: nil also when the sandbox is another
-// tenant's (tenancy.Visible), so that it reads as unknown.
+// tenant's or nobody's (tenancy.Owns), so that it reads as unknown.
 func (m *Manager) find(ctx context.Context, id string) *Sandbox {
 	sb := m.lookup(id)
-	if sb == nil || !tenancy.Visible(ctx, sb.Record().Tenant) {
+	if sb == nil || !tenancy.Owns(ctx, sb.Record().Tenant) {
 		return nil
 	}
 	return sb
@@ -295,7 +296,7 @@ func (m *Manager) find(ctx context.Context, id string) *Sandbox {
 // also when it is another tenant's.
 func (m *Manager) record(ctx context.Context, id string) (*store.Session, error) {
 	rec, err := m.opts.Store.GetSession(ctx, id)
-	if err == nil && !tenancy.Visible(ctx, rec.Tenant) {
+	if err == nil && !tenancy.Owns(ctx, rec.Tenant) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 	}
 	return rec, err
@@ -365,9 +366,12 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 		sb.mu.Unlock()
 		switch {
 		case state == store.StatePaused && auto && attempt == 0:
-			if _, err := m.Resume(ctx, id); err != nil {
+			rec, err := m.Resume(ctx, id)
+			if err != nil {
 				return nil, nil, err
 			}
+			m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: id, Kind: "session.resume",
+				Detail: map[string]any{"cause": "the next call (auto-resume)"}})
 			continue
 		case state == store.StatePaused:
 			return nil, nil, errdefs.Newf(errdefs.ErrConflict,

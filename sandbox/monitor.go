@@ -38,12 +38,14 @@ func (m *Manager) sampleAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), m.detector.Config().Interval)
 	defer cancel()
 	policies := map[string]*v1.TenantPolicy{}
+	deleted := map[string]bool{}
 	policy := func(tenant string) *v1.TenantPolicy {
 		if p, ok := policies[tenant]; ok {
 			return p
 		}
 		p, err := m.TenantPolicy(ctx, tenant)
 		if err != nil {
+			deleted[tenant] = errors.Is(err, errdefs.ErrNotFound)
 			policies[tenant] = nil
 			return nil
 		}
@@ -67,6 +69,14 @@ func (m *Manager) sampleAll() {
 			break
 		}
 		rec := sb.Record()
+		if policy(rec.Tenant); deleted[rec.Tenant] {
+			// Its tenant was deleted (a create that raced the deletion,
+			// or one from before a crash during it): nobody may use it.
+			go func() {
+				_ = m.teardown(context.Background(), sb, store.ReasonDeleted, "its tenant was deleted")
+			}()
+			continue
+		}
 		drv := m.driverOf(sb)
 		st, total, err := m.countCPU(ctx, sb)
 		if err != nil {
@@ -223,21 +233,38 @@ func (m *Manager) TenantSessions(tenant string) int {
 	return n
 }
 
-// EndTenantSessions destroys every session of tenant that exists now
-// (reason deleted), for a tenant being removed.
-func (m *Manager) EndTenantSessions(ctx context.Context, tenant string) error {
-	m.mu.Lock()
-	var ids []string
-	for id, sb := range m.live {
-		if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled {
-			ids = append(ids, id)
+// EndTenant destroys every session of tenant, including ones whose
+// create is still under way, and returns once none is left (the tenant's
+// admission count is zero). The caller has made sure no new create can
+// start (the tenant is marked deleted). ErrUnavailable if some are still
+// there after 3 minutes.
+func (m *Manager) EndTenant(ctx context.Context, tenant string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		m.mu.Lock()
+		var ids []string
+		for id, sb := range m.live {
+			if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled {
+				ids = append(ids, id)
+			}
+		}
+		left := m.active[tenant]
+		m.mu.Unlock()
+		if len(ids) == 0 && left == 0 {
+			return nil
+		}
+		for _, id := range ids {
+			if err := m.Destroy(context.Background(), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				m.log.Warn("end a deleted tenant's session", "session", id, "tenant", tenant, "err", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Newf(errdefs.ErrUnavailable, "tenant %s still has %d sessions", tenant, left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	m.mu.Unlock()
-	for _, id := range ids {
-		if err := m.Destroy(context.Background(), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return err
-		}
-	}
-	return nil
 }

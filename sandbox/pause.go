@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
 )
@@ -73,7 +74,12 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*stor
 		return nil, err
 	}
 	m.arm(sb)
-	m.log.Info("session paused", "session", id, "cause", cause)
+	m.log.Info("session paused", "session", id, "tenant", rec.Tenant, "cause", cause)
+	if cause != pauseRequested { // (a requested pause is its request's record)
+		why := map[pauseCause]string{pauseIdle: "idle (auto_pause_s)", pauseTimeout: "timeout (on_timeout pause)"}[cause]
+		m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: id, Kind: "session.pause",
+			Detail: map[string]any{"cause": why}})
+	}
 	return &rec, nil
 }
 

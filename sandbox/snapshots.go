@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
@@ -58,7 +59,7 @@ func validSnapshotName(name string) bool {
 func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
 	if validID(ref) {
 		sn, err := m.opts.Store.GetSnapshot(ctx, ref)
-		if err == nil && !tenancy.Visible(ctx, sn.Tenant) {
+		if err == nil && !tenancy.Owns(ctx, sn.Tenant) {
 			return nil, errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", ref)
 		}
 		return sn, err
@@ -252,7 +253,15 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 		return nil, nil, err
 	}
 	sessions, err := m.Fork(ctx, sn.ID, count, inherit(*src, req))
-	return sn, sessions, err
+	if err != nil {
+		// The snapshot was made for these forks only (a refusal at the
+		// tenant's limit must not leave snapshots behind).
+		if derr := m.DeleteSnapshot(context.WithoutCancel(ctx), sn.ID, true); derr != nil {
+			m.log.Warn("delete the snapshot of a failed fork", "snapshot", sn.ID, "err", derr)
+		}
+		return nil, nil, err
+	}
+	return sn, sessions, nil
 }
 
 // inherit fills req's unset fields from rec.
@@ -311,7 +320,7 @@ func (m *Manager) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) 
 	}
 	out := all[:0]
 	for _, sn := range all {
-		if tenancy.Visible(ctx, sn.Tenant) {
+		if tenancy.Owns(ctx, sn.Tenant) {
 			out = append(out, sn)
 		}
 	}
@@ -328,7 +337,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, id string, force bool) err
 	if err != nil {
 		return err
 	}
-	if !tenancy.Visible(ctx, sn.Tenant) {
+	if !tenancy.Owns(ctx, sn.Tenant) {
 		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
 	}
 	children, sessions, err := m.opts.Store.SnapshotDependents(ctx, id)
@@ -385,7 +394,9 @@ func (m *Manager) collectSnapshots(ctx context.Context) {
 		err := m.DeleteSnapshot(ctx, sn.ID, false)
 		switch {
 		case err == nil:
-			m.log.Info("expired snapshot deleted", "snapshot", sn.ID)
+			m.log.Info("expired snapshot deleted", "snapshot", sn.ID, "tenant", sn.Tenant)
+			m.opts.Audit.Record(ctx, audit.Event{Tenant: sn.Tenant, Session: sn.SessionID, Kind: "snapshot.expire",
+				Detail: map[string]any{"snapshot": sn.ID}})
 		case errors.Is(err, errdefs.ErrConflict):
 			m.log.Debug("expired snapshot still used", "snapshot", sn.ID, "err", err)
 		default:

@@ -167,9 +167,10 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]*AuditRecord, e
 	if f.Session != "" {
 		add("session = ?", f.Session)
 	}
-	if k, ok := strings.CutSuffix(f.Kind, "."); ok {
-		add("substr(kind, 1, ?) = ?", len(k)+1)
-		args = append(args, k+".")
+	if strings.HasSuffix(f.Kind, ".") {
+		// A prefix as a range ('.' + 1 is '/'), which the index serves.
+		add("kind >= ?", f.Kind)
+		add("kind < ?", strings.TrimSuffix(f.Kind, ".")+"/")
 	} else if f.Kind != "" {
 		add("kind = ?", f.Kind)
 	}
@@ -193,7 +194,7 @@ func (s *Store) ListAudit(ctx context.Context, f AuditFilter) ([]*AuditRecord, e
 	if f.Limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", f.Limit)
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.ro.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,9 @@ import (
 // Store is the database handle. It is safe for concurrent use.
 type Store struct {
 	db *sql.DB
+	// ro serves long reads (the audit trail) on connections of their own,
+	// so that they never queue the writes every request makes on db.
+	ro *sql.DB
 
 	keyMu    sync.Mutex
 	keyCache map[string]APIKey // by key hash: keys that authenticated recently
@@ -183,6 +186,7 @@ var migrations = []string{
 		detail          TEXT NOT NULL DEFAULT '{}'
 	);
 	CREATE INDEX audit_by_tenant ON audit (tenant, seq);
+	CREATE INDEX audit_by_tenant_kind ON audit (tenant, kind, seq);
 	CREATE INDEX audit_by_session ON audit (session, seq);
 	CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
 		BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
@@ -214,6 +218,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	ro, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)&_pragma=query_only(1)")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s read-only: %w", path, err)
+	}
+	ro.SetMaxOpenConns(4)
+	s.ro = ro
 	return s, nil
 }
 
@@ -234,7 +245,10 @@ func restrictDBFiles(path string) error {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.ro.Close()
+	return s.db.Close()
+}
 
 // SchemaVersion returns the schema version recorded in the database.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {

@@ -50,6 +50,15 @@ func Visible(ctx context.Context, owner string) bool {
 	return !ok || owner == "" || owner == c.Tenant
 }
 
+// Owns reports whether a caller with ctx may touch a resource owned by
+// owner that is never shared (a session, a snapshot): forkbox's own work
+// may; a caller only when owner is its tenant (a warm-pool member, owned by
+// nobody, is no caller's).
+func Owns(ctx context.Context, owner string) bool {
+	c, ok := From(ctx)
+	return !ok || (owner != "" && owner == c.Tenant)
+}
+
 // TenantOf returns the tenant of ctx's caller, or def for forkbox's own work.
 func TenantOf(ctx context.Context, def string) string {
 	if c, ok := From(ctx); ok {

@@ -203,15 +203,15 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	msg := err.Error()
+	problem := ""
 	var te *errdefs.TypedError
 	if errors.As(err, &te) {
 		if te.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int((te.RetryAfter+time.Second-1)/time.Second)))
 		}
-		access.NoteFrom(r.Context()).Failed(te.Type, msg)
-	} else {
-		access.NoteFrom(r.Context()).Failed("", msg)
+		problem = te.Type
 	}
+	defer func() { access.NoteFrom(r.Context()).Failed(problem, msg) }() // (the message as answered)
 	if status == http.StatusInsufficientStorage {
 		h.log.Warn("e2b request: insufficient storage", "method", r.Method, "path", r.URL.Path, "err", err)
 		msg = "not enough storage on the forkbox host for this sandbox"

@@ -162,7 +162,7 @@ func TestCreateBodyMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, err := b.toCreateRequest()
-	if err != nil || req.TimeoutS != defaultTimeoutS || req.OnTimeout != "" {
+	if err != nil || req.TimeoutS != 0 || req.OnTimeout != "" {
 		t.Fatalf("defaults: %+v %v", req, err)
 	}
 	b, _ = parse(`{"templateID":"base","timeout":120,"autoPause":true,"autoResume":{"enabled":true},"envVars":{"A":"1"},"metadata":{"m":"v"}}`)

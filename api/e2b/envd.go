@@ -103,7 +103,10 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	// On record before it is forwarded: a daemon that dies while a
 	// command runs loses only its result.
-	h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd", Detail: detail})
+	if err := h.audit.Record(r.Context(), audit.Event{Tenant: rec.Tenant, Session: id, Kind: "envd", Detail: detail}); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "the audit trail cannot be written; nothing was run")
+		return
+	}
 	// A request body the client botched (a bad chunk, say) is the
 	// client's error (400), not an unreachable sandbox (502, which the SDK
 	// reads as "not running").

@@ -148,7 +148,9 @@ func detailOf(rec *store.Session) sandboxDetail {
 // toCreateRequest checks an E2B create body and turns it into forkbox's.
 // The template-or-snapshot decision is the caller's.
 func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
-	req := v1.CreateRequest{TimeoutS: defaultTimeoutS, Env: b.EnvVars, Metadata: b.Metadata}
+	// No timeout: the server's default (300 s, as E2B's), capped at the
+	// tenant's max_timeout_s.
+	req := v1.CreateRequest{Env: b.EnvVars, Metadata: b.Metadata}
 	if b.Timeout != nil {
 		if *b.Timeout < 1 {
 			return req, errdefs.InvalidField("timeout", "must be at least 1 second")
