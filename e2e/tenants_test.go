@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/errdefs"
 )
 
 // tenantSeq makes tenant names unique within a test run.
@@ -43,7 +45,7 @@ func newTenant(t *testing.T, c *client.Client, prefix string, p client.TenantPol
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := c.DeleteTenant(ctx, name, true); err != nil {
+		if err := c.DeleteTenant(ctx, name, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("delete tenant %s: %v", name, err)
 		}
 	})
@@ -274,4 +276,47 @@ func TestTenantTemplates(t *testing.T) {
 		t.Fatalf("owner's create on its template: %v", err)
 	}
 	owner.DeleteSession(ctx, s.ID)
+}
+
+// TestDeleteTenantRacingCreates proves deleting a tenant while its keys
+// keep creating sessions leaves none of them running: creates under way
+// are waited for and ended, later ones are refused (its keys are gone),
+// and its name cannot be taken again.
+func TestDeleteTenantRacingCreates(t *testing.T) {
+	name, key, _ := newTenant(t, env.c, "doomed", client.TenantPolicy{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				status, _, _ := rawCall(t, key, "POST", "/v1/sessions", map[string]any{"memory_mb": 64, "pids": 64})
+				if status == http.StatusUnauthorized || status == http.StatusForbidden {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	ctx := ctxFor(t, 4*time.Minute)
+	if err := env.c.DeleteTenant(ctx, name, true); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	if n := env.d.Manager().TenantSessions(name); n != 0 {
+		t.Fatalf("%d sessions of the deleted tenant are left", n)
+	}
+	if status, _, _ := rawCall(t, key, "GET", "/v1/sessions", nil); status != http.StatusUnauthorized {
+		t.Fatalf("the deleted tenant's key: %d, want 401", status)
+	}
+	if _, err := env.c.CreateTenant(ctx, name, client.TenantPolicy{}); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("taking a deleted tenant's name: %v, want conflict", err)
+	}
 }
