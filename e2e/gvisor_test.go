@@ -367,7 +367,7 @@ func TestGVisorIsolationChoice(t *testing.T) {
 func TestGVisorForkBombEndsSession(t *testing.T) {
 	s := gvisorSession(t)
 	ctx := ctxFor(t, 2*time.Minute)
-	if _, err := env.c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "bomb() { bomb | bomb & }; while :; do bomb; sleep 1; done"}); err != nil {
+	if _, err := env.c.ExecBackground(ctx, s.ID, client.ExecRequest{Argv: []string{"python3", "-c", forkBomb}}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitEnded(t, env.c, s.ID, 90*time.Second)
