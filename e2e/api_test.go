@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,23 +17,8 @@ import (
 // returns status, content type and body.
 func rawRequest(t *testing.T, method, path, body, key string, header map[string]string) (int, string, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, env.d.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+	status, hdr, b := rawCallAt(t, env.d.URL, key, method, path, body, header)
+	return status, hdr.Get("Content-Type"), string(b)
 }
 
 // TestAPIAuthentication proves every API call needs the key, given as a

@@ -109,7 +109,7 @@ func TestAuditTrailSurvivesRestart(t *testing.T) {
 		ex.Detail["exit_code"] != float64(3) || ex.Detail["cpu_ms"] == nil || ex.Detail["duration_ms"] == nil {
 		t.Fatalf("exec record: %+v", ex)
 	}
-	if r := byKind["file.write"]; r.Detail["path"] != "/home/user/a.txt" || r.Detail["bytes"] != float64(7) {
+	if r := byKind["file.write"]; r.Detail["path"] != "/home/user/a.txt" || r.Detail["bytes"] != float64(5) {
 		t.Fatalf("file.write record: %+v", r)
 	}
 	if r := byKind["snapshot.create"]; r.Detail["snapshot"] != sn.ID {
