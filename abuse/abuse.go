@@ -55,12 +55,14 @@ type Config struct {
 	PoolDomains []string
 }
 
-// DefaultConfig samples every 5 s and kills a miner after 20 s at full
-// CPU: a decision within 30 s of the start, well inside NFR-04's 60 s.
+// DefaultConfig samples every 5 s and kills a miner after 20 s at half
+// its CPU quota or more: a decision within 30 s of the start, well inside
+// NFR-04's 60 s. Half, not all: on a busy host a miner gets less than
+// its quota, and the mining signal, not the CPU, is the evidence.
 func DefaultConfig() Config {
 	return Config{
 		Interval: 5 * time.Second, Window: 60 * time.Second,
-		SustainedCPU: 20 * time.Second, CPUFraction: 0.8,
+		SustainedCPU: 20 * time.Second, CPUFraction: 0.5,
 		ScanDenied: 30, ScanDestinations: 10, PidsHits: 3,
 		MinerNames: []string{"xmrig", "xmr-stak", "minerd", "cpuminer", "cgminer", "bfgminer", "ccminer", "ethminer",
 			"nbminer", "lolminer", "t-rex", "phoenixminer", "nanominer", "teamredminer", "srbminer", "gminer",

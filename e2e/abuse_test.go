@@ -35,7 +35,7 @@ func TestMinerKilled(t *testing.T) {
 		t.Fatalf("miner session after %s: %+v", took, got)
 	}
 	// NFR-04: decided within 60 s (this is the requirement, not a
-	// performance figure: the detector decides after 20 s at full CPU and
+	// performance figure: the detector decides after 20 s at half its quota or more and
 	// samples every 5 s).
 	if took > 60*time.Second {
 		t.Fatalf("miner killed after %s, want within 60 s", took)
