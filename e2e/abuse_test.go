@@ -17,6 +17,11 @@ import (
 // reason abuse and later calls get 410 saying why, its tenant is flagged,
 // the kill is an audit record, and the abuse-kill metric counts it.
 func TestMinerKilled(t *testing.T) {
+	// The package's only parallel test: it runs after all the others,
+	// when the CPU-heavy packages beside this one (bench, runsc) are done
+	// and a spinner gets near its quota, as a miner would on a host that
+	// is not a test machine.
+	t.Parallel()
 	name, key, c := newTenant(t, env.c, "miner", client.TenantPolicy{})
 	ctx := ctxFor(t, 3*time.Minute)
 	before := metricValue(t, `forkbox_abuse_kills_total{pattern="mining"}`)
