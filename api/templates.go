@@ -57,6 +57,25 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
 		return
 	}
+	// The tenant's template quota, checked and held until the import is in.
+	if caller, ok := tenancy.From(r.Context()); ok && !shared {
+		defer s.mgr.TenantLock(caller.Tenant, "templates")()
+		tpls, err := s.store.ListTemplates(r.Context())
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		n := 0
+		for _, t := range tpls {
+			if t.Tenant == caller.Tenant {
+				n++
+			}
+		}
+		if err := s.mgr.CheckQuota(r.Context(), caller.Tenant, "templates", n); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	// Refuse before receiving what may be gigabytes.
 	if err := s.catalog.CheckImportName(name); err != nil {
 		s.writeError(w, r, err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"strconv"
@@ -156,5 +157,49 @@ func TestTenantCPUBudget(t *testing.T) {
 	tn, err := env.c.GetTenant(ctx, name)
 	if err != nil || tn.CPUSecondsToday < 3 {
 		t.Fatalf("tenant after the budget: %+v %v", tn, err)
+	}
+}
+
+// TestTenantStorageQuotas proves max_snapshots and max_templates: past
+// them a snapshot (also a session fork's) or an import is 429
+// tenant-quota-exceeded, and deleting one makes room again.
+func TestTenantStorageQuotas(t *testing.T) {
+	img := busyboxImage(t)
+	_, key, c := newTenant(t, env.c, "quota", client.TenantPolicy{MaxSnapshots: 1, MaxTemplates: 1})
+	ctx := ctxFor(t, 2*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteSession(context.Background(), s.ID)
+	sn, err := c.Snapshot(ctx, s.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, body := range map[string]any{
+		"/v1/sessions/" + s.ID + "/snapshot": map[string]any{},
+		"/v1/sessions/" + s.ID + "/fork":     map[string]any{"count": 1},
+	} {
+		status, _, b := rawCall(t, key, "POST", path, body)
+		if status != http.StatusTooManyRequests || problemType(b) != "/problems/tenant-quota-exceeded" {
+			t.Errorf("POST %s at the snapshot quota: %d %s", path, status, b)
+		}
+	}
+	if err := c.DeleteSnapshot(ctx, sn.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	sn, err = c.Snapshot(ctx, s.ID, 0)
+	if err != nil {
+		t.Fatalf("snapshot after deleting one: %v", err)
+	}
+	defer c.DeleteSnapshot(context.Background(), sn.ID, true)
+	name := "quota-" + strings.ReplaceAll(time.Now().Format("150405.000"), ".", "")
+	if _, err := c.ImportTemplate(ctx, name, "", bytes.NewReader(img), int64(len(img))); err != nil {
+		t.Fatal(err)
+	}
+	defer c.DeleteTemplate(context.Background(), name)
+	status, _, body := rawCall(t, key, "PUT", "/v1/templates/"+name+"-2", string(img))
+	if status != http.StatusTooManyRequests || problemType(body) != "/problems/tenant-quota-exceeded" {
+		t.Fatalf("import at the template quota: %d %s", status, body)
 	}
 }

@@ -33,6 +33,7 @@ const (
 	ProblemTenantConcurrency  = "tenant-concurrency-exceeded"
 	ProblemCapacity           = "capacity-unavailable"
 	ProblemCPUBudgetExhausted = "cpu-budget-exhausted"
+	ProblemTenantQuota        = "tenant-quota-exceeded"
 )
 
 // capacityRetry is the Retry-After of a create refused for capacity or
@@ -61,6 +62,10 @@ func ValidatePolicy(p *v1.TenantPolicy) error {
 		return errdefs.InvalidField("policy.max_timeout_s", "must not be negative")
 	case p.MaxSessions < 0:
 		return errdefs.InvalidField("policy.max_sessions", "must not be negative")
+	case p.MaxSnapshots < 0:
+		return errdefs.InvalidField("policy.max_snapshots", "must not be negative")
+	case p.MaxTemplates < 0:
+		return errdefs.InvalidField("policy.max_templates", "must not be negative")
 	case p.CPUSecondsPerDay < 0:
 		return errdefs.InvalidField("policy.cpu_seconds_per_day", "must not be negative")
 	case len(p.EgressAllow) > netpolicy.MaxRules:
@@ -297,4 +302,28 @@ func untilTomorrow(now time.Time) time.Duration {
 // callerTenant is the tenant a create of ctx belongs to.
 func callerTenant(ctx context.Context) string {
 	return tenancy.TenantOf(ctx, store.DefaultTenant)
+}
+
+// CheckQuota refuses one more snapshot (what "snapshots") or imported
+// template ("templates") for tenant when it already has as many as its
+// policy allows (have), with 429 tenant-quota-exceeded, and records the
+// refusal. A tenant whose policy cannot be read is refused too.
+func (m *Manager) CheckQuota(ctx context.Context, tenant, what string, have int) error {
+	p, err := m.TenantPolicy(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	max := map[string]int{"snapshots": p.MaxSnapshots, "templates": p.MaxTemplates}[what]
+	if max == 0 || have < max {
+		return nil
+	}
+	return m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantQuota,
+		"tenant %s has %d %s, its limit; delete one first", tenant, have, what))
+}
+
+// TenantLock serialises a tenant's quota check with what it guards (a
+// snapshot, an import), so that parallel calls cannot both pass it. It
+// returns the unlock.
+func (m *Manager) TenantLock(tenant, what string) func() {
+	return m.keyLocks.lock("quota/" + what + "/" + tenant)
 }

@@ -92,6 +92,13 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	if err != nil {
 		return nil, err
 	}
+	tenant := sb.Record().Tenant
+	defer m.TenantLock(tenant, "snapshots")()
+	if n, err := m.tenantSnapshots(ctx, tenant); err != nil {
+		return nil, err
+	} else if err := m.CheckQuota(ctx, tenant, "snapshots", n); err != nil {
+		return nil, err
+	}
 	sb.lifeMu.Lock()
 	defer sb.lifeMu.Unlock()
 	rec := sb.Record()
@@ -309,6 +316,18 @@ func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
 // newest snapshot with it); ErrNotFound when absent.
 func (m *Manager) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
 	return m.resolveSnapshot(ctx, id)
+}
+
+// tenantSnapshots counts tenant's snapshots.
+func (m *Manager) tenantSnapshots(ctx context.Context, tenant string) (int, error) {
+	all, err := m.opts.Store.ListSnapshots(ctx)
+	n := 0
+	for _, sn := range all {
+		if sn.Tenant == tenant {
+			n++
+		}
+	}
+	return n, err
 }
 
 // ListSnapshots returns every snapshot the caller can see (its tenant's),

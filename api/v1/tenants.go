@@ -21,6 +21,11 @@ type TenantPolicy struct {
 	// running, paused); past it creates get 429
 	// tenant-concurrency-exceeded with Retry-After.
 	MaxSessions int `json:"max_sessions,omitempty"`
+	// MaxSnapshots and MaxTemplates cap how many snapshots and imported
+	// templates the tenant keeps (they hold disk); past them a snapshot
+	// or import gets 429 tenant-quota-exceeded.
+	MaxSnapshots int `json:"max_snapshots,omitempty"`
+	MaxTemplates int `json:"max_templates,omitempty"`
 	// CPUSecondsPerDay is the tenant's CPU budget per UTC day, in
 	// CPU-seconds over all its sessions. When it is used up, its running
 	// sessions end (reason quota) and creates get 429 until the next day.

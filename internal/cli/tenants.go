@@ -20,7 +20,7 @@ type policyFlags struct {
 
 // policyFlagNames are the flags register adds, to tell whether any was given.
 var policyFlagNames = []string{"templates", "max-cpu", "max-memory-mb", "max-disk-mb", "max-pids",
-	"max-timeout", "max-sessions", "cpu-seconds-per-day", "egress-allow"}
+	"max-timeout", "max-sessions", "max-snapshots", "max-templates", "cpu-seconds-per-day", "egress-allow"}
 
 func (f *policyFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
@@ -31,6 +31,8 @@ func (f *policyFlags) register(cmd *cobra.Command) {
 	fs.Int64Var(&f.p.MaxPids, "max-pids", 0, "largest task limit of a session (0: no limit)")
 	fs.DurationVar(&f.maxTimeout, "max-timeout", 0, "longest session timeout, e.g. 1h (0: no limit)")
 	fs.IntVar(&f.p.MaxSessions, "max-sessions", 0, "most sessions the tenant may have at once (0: no limit)")
+	fs.IntVar(&f.p.MaxSnapshots, "max-snapshots", 0, "most snapshots the tenant may keep (0: no limit)")
+	fs.IntVar(&f.p.MaxTemplates, "max-templates", 0, "most imported templates the tenant may keep (0: no limit)")
 	fs.Int64Var(&f.p.CPUSecondsPerDay, "cpu-seconds-per-day", 0, "CPU budget per UTC day, in CPU-seconds over all its sessions (0: no limit)")
 	fs.StringSliceVar(&f.p.EgressAllow, "egress-allow", nil,
 		`hosts and networks the tenant's sessions may reach, comma-separated ("*": anything; default: no network)`)
@@ -240,6 +242,8 @@ func printTenant(w io.Writer, t *client.Tenant) error {
 		{"Max pids", limitText(p.MaxPids, "")},
 		{"Max timeout", timeout},
 		{"Max sessions", limitText(int64(p.MaxSessions), "")},
+		{"Max snapshots", limitText(int64(p.MaxSnapshots), "")},
+		{"Max templates", limitText(int64(p.MaxTemplates), "")},
 		{"CPU per day", limitText(p.CPUSecondsPerDay, " CPU-seconds")},
 		{"Egress allow", egress},
 	} {
