@@ -277,8 +277,8 @@ func (d *Detector) Observe(id string, s Sample, procs func() []Process) *Verdict
 	if e.signal == "" || e.signalAt.Before(cut) {
 		return nil
 	}
-	return &Verdict{Pattern: Mining, Reason: fmt.Sprintf("cryptocurrency mining: CPU at its quota for %s and %s",
-		d.cfg.SustainedCPU, e.signal)}
+	return &Verdict{Pattern: Mining, Reason: fmt.Sprintf("cryptocurrency mining: CPU busy (%.0f%% of its quota or more) for %s and %s",
+		d.cfg.CPUFraction*100, d.cfg.SustainedCPU, e.signal)}
 }
 
 // sustained reports whether the samples show CPU use at CPUFraction of

@@ -64,6 +64,8 @@ var typedProblems = []problemClass{
 		"The tenant is at its limit of concurrent sessions; retry after Retry-After seconds, or end one."},
 	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemCPUBudgetExhausted, "CPU budget exhausted",
 		"The tenant used its CPU-seconds for the day (UTC); Retry-After says when the next day begins."},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, sandbox.ProblemTenantSuspended, "Tenant suspended",
+		"The abuse detector flagged the tenant and its policy suspends it then; an admin reviews and clears the flag."},
 	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemTenantQuota, "Tenant quota exceeded",
 		"The tenant keeps as many snapshots or imported templates as its policy allows; delete one first."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemCapacity, "Capacity unavailable",

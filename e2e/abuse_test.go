@@ -14,15 +14,16 @@ import (
 
 // TestMinerKilled proves the abuse detector: a CPU spinner named like a
 // miner (xmrig) is killed within 60 s of starting, its session ends with
-// reason abuse and later calls get 410 saying why, its tenant is flagged,
-// the kill is an audit record, and the abuse-kill metric counts it.
+// reason abuse and later calls get 410 saying why, its tenant is flagged
+// (and, by its policy, suspended until an admin clears the flag), the
+// kill is an audit record, and the abuse-kill metric counts it.
 func TestMinerKilled(t *testing.T) {
 	// The package's only parallel test: it runs after all the others,
 	// when the CPU-heavy packages beside this one (bench, runsc) are done
 	// and a spinner gets near its quota, as a miner would on a host that
 	// is not a test machine.
 	t.Parallel()
-	name, key, c := newTenant(t, env.c, "miner", client.TenantPolicy{})
+	name, key, c := newTenant(t, env.c, "miner", client.TenantPolicy{SuspendWhenFlagged: true})
 	ctx := ctxFor(t, 3*time.Minute)
 	before := metricValue(t, `forkbox_abuse_kills_total{pattern="mining"}`)
 	s, _, err := c.CreateSession(ctx, client.CreateRequest{}, "")
@@ -61,13 +62,22 @@ func TestMinerKilled(t *testing.T) {
 	if after := metricValue(t, `forkbox_abuse_kills_total{pattern="mining"}`); after != before+1 {
 		t.Fatalf("abuse kill metric went from %v to %v", before, after)
 	}
-	// An admin clears the flag.
+	// Its policy suspends it while flagged; an admin clears the flag.
+	if status, _, body := rawCall(t, key, "POST", "/v1/sessions", map[string]any{}); status != http.StatusForbidden ||
+		problemType(body) != "/problems/tenant-suspended" {
+		t.Fatalf("create while flagged: %d %s", status, body)
+	}
 	if _, err := env.c.UpdateTenant(ctx, name, tn.Policy, true); err != nil {
 		t.Fatal(err)
 	}
 	if tn, _ := env.c.GetTenant(ctx, name); tn.FlaggedAt != nil {
 		t.Fatalf("flag not cleared: %+v", tn)
 	}
+	s2, _, err := c.CreateSession(ctx, client.CreateRequest{}, "")
+	if err != nil {
+		t.Fatalf("create after the flag was cleared: %v", err)
+	}
+	c.DeleteSession(ctx, s2.ID)
 }
 
 // TestBusyButHonestNotKilled proves full CPU alone is not abuse: a spinner

@@ -34,6 +34,7 @@ const (
 	ProblemCapacity           = "capacity-unavailable"
 	ProblemCPUBudgetExhausted = "cpu-budget-exhausted"
 	ProblemTenantQuota        = "tenant-quota-exceeded"
+	ProblemTenantSuspended    = "tenant-suspended"
 )
 
 // capacityRetry is the Retry-After of a create refused for capacity or
@@ -240,7 +241,8 @@ func reservationOf(ctx context.Context) *reservation {
 }
 
 // admit reserves a place for one more session of tenant, or refuses: the
-// tenant's CPU budget for today is used up (429 cpu-budget-exhausted), it
+// tenant is flagged and its policy suspends it then (403
+// tenant-suspended), its CPU budget for today is used up (429 cpu-budget-exhausted), it
 // is at its concurrent-session limit (429 tenant-concurrency-exceeded),
 // or the host is full (503 capacity-unavailable); each refusal is a
 // "policy" audit record. The counts run from admission to the session's
@@ -249,6 +251,16 @@ func reservationOf(ctx context.Context) *reservation {
 // the reservation to the sandbox the create makes; the caller releases it
 // if the create fails.
 func (m *Manager) admit(ctx context.Context, tenant string, p v1.TenantPolicy, memoryMB int64) (context.Context, *reservation, error) {
+	if p.SuspendWhenFlagged {
+		t, err := m.opts.Store.GetTenant(ctx, tenant)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !t.FlaggedAt.IsZero() {
+			return nil, nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrPermissionDenied, ProblemTenantSuspended,
+				"tenant %s is suspended: flagged for abuse (%s); an admin clears the flag", tenant, t.FlagReason))
+		}
+	}
 	if p.CPUSecondsPerDay > 0 {
 		used, err := m.opts.Store.TenantCPU(ctx, tenant, time.Now())
 		if err != nil {

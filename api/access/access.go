@@ -95,7 +95,7 @@ func (n *Note) Failed(problemType, detail string) {
 // outcome is "denied".
 var deniedTypes = map[string]bool{
 	"image-not-approved": true, "egress-not-allowed": true, "tenant-concurrency-exceeded": true,
-	"capacity-unavailable": true, "cpu-budget-exhausted": true, "permission-denied": true, "tenant-quota-exceeded": true,
+	"capacity-unavailable": true, "cpu-budget-exhausted": true, "permission-denied": true, "tenant-quota-exceeded": true, "tenant-suspended": true,
 }
 
 // Audited wraps next so that each request becomes one audit record of

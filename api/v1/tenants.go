@@ -26,6 +26,10 @@ type TenantPolicy struct {
 	// or import gets 429 tenant-quota-exceeded.
 	MaxSnapshots int `json:"max_snapshots,omitempty"`
 	MaxTemplates int `json:"max_templates,omitempty"`
+	// SuspendWhenFlagged refuses the tenant's creates (403
+	// tenant-suspended) while the abuse detector's flag is on it, until
+	// an admin clears it.
+	SuspendWhenFlagged bool `json:"suspend_when_flagged,omitempty"`
 	// CPUSecondsPerDay is the tenant's CPU budget per UTC day, in
 	// CPU-seconds over all its sessions. When it is used up, its running
 	// sessions end (reason quota) and creates get 429 until the next day.
