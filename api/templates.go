@@ -57,24 +57,23 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
 		return
 	}
-	// The tenant's template quota, checked and held until the import is in.
+	// The tenant's template quota: a place is held until the import is in.
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
-		defer s.mgr.TenantLock(caller.Tenant, "templates")()
-		tpls, err := s.store.ListTemplates(r.Context())
+		release, err := s.mgr.ReserveQuota(r.Context(), caller.Tenant, "templates", func() (int, error) {
+			tpls, err := s.store.ListTemplates(r.Context())
+			n := 0
+			for _, t := range tpls {
+				if t.Tenant == caller.Tenant {
+					n++
+				}
+			}
+			return n, err
+		})
 		if err != nil {
 			s.writeError(w, r, err)
 			return
 		}
-		n := 0
-		for _, t := range tpls {
-			if t.Tenant == caller.Tenant {
-				n++
-			}
-		}
-		if err := s.mgr.CheckQuota(r.Context(), caller.Tenant, "templates", n); err != nil {
-			s.writeError(w, r, err)
-			return
-		}
+		defer release()
 	}
 	// Refuse before receiving what may be gigabytes.
 	if err := s.catalog.CheckImportName(name); err != nil {

@@ -80,6 +80,9 @@ type Manager struct {
 	active       map[string]int
 	activeAll    int
 	activeMemory int64
+	// making counts snapshots and template imports under way, by
+	// "what/tenant", for their quotas (ReserveQuota).
+	making map[string]int
 	// detector decides abuse from the monitor's samples (monitor.go).
 	detector *abuse.Detector
 
@@ -187,7 +190,7 @@ func NewManager(opts Options) *Manager {
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
-		active: map[string]int{}, detector: abuse.New(opts.Abuse)}
+		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	m.wg.Add(2)
 	go m.recordEgress()
 	go m.monitor()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
@@ -316,26 +317,53 @@ func callerTenant(ctx context.Context) string {
 	return tenancy.TenantOf(ctx, store.DefaultTenant)
 }
 
-// CheckQuota refuses one more snapshot (what "snapshots") or imported
-// template ("templates") for tenant when it already has as many as its
-// policy allows (have), with 429 tenant-quota-exceeded, and records the
-// refusal. A tenant whose policy cannot be read is refused too.
-func (m *Manager) CheckQuota(ctx context.Context, tenant, what string, have int) error {
+// ReserveQuota takes a place for one more snapshot (what "snapshots")
+// or imported template ("templates") of tenant, or refuses with 429
+// tenant-quota-exceeded (recorded) when it has as many as its policy
+// allows: count says how many it keeps now; ones being made count too.
+// The caller runs release once the new one is recorded (or failed).
+// Only the count and the bookkeeping hold a per-tenant lock, never the
+// snapshot or import itself. No tenant (forkbox's own work) or no limit:
+// nothing to reserve.
+func (m *Manager) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error) {
+	if tenant == "" {
+		return func() {}, nil
+	}
 	p, err := m.TenantPolicy(ctx, tenant)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	max := map[string]int{"snapshots": p.MaxSnapshots, "templates": p.MaxTemplates}[what]
-	if max == 0 || have < max {
-		return nil
+	if max == 0 {
+		return func() {}, nil
 	}
-	return m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantQuota,
-		"tenant %s has %d %s, its limit; delete one first", tenant, have, what))
-}
-
-// TenantLock serialises a tenant's quota check with what it guards (a
-// snapshot, an import), so that parallel calls cannot both pass it. It
-// returns the unlock.
-func (m *Manager) TenantLock(tenant, what string) func() {
-	return m.keyLocks.lock("quota/" + what + "/" + tenant)
+	key := what + "/" + tenant
+	unlock := m.keyLocks.lock("quota/" + key)
+	have, err := count()
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	m.mu.Lock()
+	making := m.making[key]
+	if have+making >= max {
+		m.mu.Unlock()
+		unlock()
+		return nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantQuota,
+			"tenant %s has %d %s (%d being made), its limit is %d; delete one first", tenant, have, what, making, max))
+	}
+	m.making[key]++
+	m.mu.Unlock()
+	unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			defer m.keyLocks.lock("quota/" + key)()
+			m.mu.Lock()
+			if m.making[key]--; m.making[key] <= 0 {
+				delete(m.making, key)
+			}
+			m.mu.Unlock()
+		})
+	}, nil
 }

@@ -93,12 +93,11 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		return nil, err
 	}
 	tenant := sb.Record().Tenant
-	defer m.TenantLock(tenant, "snapshots")()
-	if n, err := m.tenantSnapshots(ctx, tenant); err != nil {
-		return nil, err
-	} else if err := m.CheckQuota(ctx, tenant, "snapshots", n); err != nil {
+	release, err := m.ReserveQuota(ctx, tenant, "snapshots", func() (int, error) { return m.tenantSnapshots(ctx, tenant) })
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	sb.lifeMu.Lock()
 	defer sb.lifeMu.Unlock()
 	rec := sb.Record()
