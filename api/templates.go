@@ -60,14 +60,8 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	// The tenant's template quota: a place is held until the import is in.
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
 		release, err := s.mgr.ReserveQuota(r.Context(), caller.Tenant, "templates", func() (int, error) {
-			tpls, err := s.store.ListTemplates(r.Context())
-			n := 0
-			for _, t := range tpls {
-				if t.Tenant == caller.Tenant {
-					n++
-				}
-			}
-			return n, err
+			own, err := s.tenantTemplates(r.Context(), caller.Tenant)
+			return len(own), err
 		})
 		if err != nil {
 			s.writeError(w, r, err)

@@ -19,7 +19,7 @@ import (
 
 // tenantView is the API view of tenant t.
 func (s *Server) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, error) {
-	p, err := s.mgr.TenantPolicy(ctx, t.Name)
+	p, err := sandbox.PolicyOf(t)
 	if err != nil {
 		return v1.Tenant{}, err
 	}
@@ -209,9 +209,15 @@ func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*store.S
 	if err != nil {
 		return nil, nil, err
 	}
+	own, err := s.tenantTemplates(ctx, tenant)
+	return snaps, own, err
+}
+
+// tenantTemplates lists the names of the templates tenant imported.
+func (s *Server) tenantTemplates(ctx context.Context, tenant string) ([]string, error) {
 	tpls, err := s.store.ListTemplates(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var own []string
 	for _, t := range tpls {
@@ -219,7 +225,7 @@ func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*store.S
 			own = append(own, t.Name)
 		}
 	}
-	return snaps, own, nil
+	return own, nil
 }
 
 func callerKey(ctx context.Context) string {

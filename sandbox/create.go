@@ -43,7 +43,7 @@ func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyK
 func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
 	began := time.Now()
 	tenant := callerTenant(ctx)
-	policy, err := m.TenantPolicy(ctx, tenant)
+	trec, policy, err := m.tenant(ctx, tenant)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, false, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s no longer exists", tenant)
 	}
@@ -113,7 +113,7 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	if err := m.checkPolicy(ctx, tenant, policy, &req); err != nil {
 		return nil, false, err
 	}
-	ctx, res, err := m.admit(ctx, tenant, policy, req.MemoryMB)
+	ctx, res, err := m.admit(ctx, trec, policy, req.MemoryMB)
 	if err != nil {
 		return nil, false, err
 	}

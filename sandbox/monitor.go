@@ -161,14 +161,7 @@ func (m *Manager) killForAbuse(sb *Sandbox, v abuse.Verdict) {
 // used usedMS CPU-milliseconds today against a budget of budgetS
 // CPU-seconds (reason quota).
 func (m *Manager) endForBudget(tenant string, usedMS, budgetS int64) {
-	m.mu.Lock()
-	var victims []*Sandbox
-	for _, sb := range m.live {
-		if r := sb.Record(); r.Tenant == tenant && isLive(r.State) {
-			victims = append(victims, sb)
-		}
-	}
-	m.mu.Unlock()
+	victims := m.sandboxesOf(tenant, isLive)
 	if len(victims) == 0 {
 		return
 	}
@@ -220,17 +213,25 @@ func (m *Manager) SnapshotBytes() (files, memory int64) {
 	return files, memory
 }
 
-// TenantSessions counts tenant's sessions that exist now (not ended).
+// sandboxesOf returns tenant's live sandboxes whose state keep accepts.
+func (m *Manager) sandboxesOf(tenant string, keep func(store.State) bool) []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Sandbox
+	for _, sb := range m.live {
+		if r := sb.Record(); r.Tenant == tenant && keep(r.State) {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// TenantSessions counts tenant's sessions that exist now: admitted and
+// not ended (creates under way included). It is the admission count.
 func (m *Manager) TenantSessions(tenant string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
-	for _, sb := range m.live {
-		if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled && r.State != store.StateTerminated {
-			n++
-		}
-	}
-	return n
+	return m.active[tenant]
 }
 
 // EndTenant destroys every session of tenant, including ones whose
@@ -241,21 +242,14 @@ func (m *Manager) TenantSessions(tenant string) int {
 func (m *Manager) EndTenant(ctx context.Context, tenant string) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		m.mu.Lock()
-		var ids []string
-		for id, sb := range m.live {
-			if r := sb.Record(); r.Tenant == tenant && r.State != store.StatePooled {
-				ids = append(ids, id)
-			}
-		}
-		left := m.active[tenant]
-		m.mu.Unlock()
-		if len(ids) == 0 && left == 0 {
+		sbs := m.sandboxesOf(tenant, func(st store.State) bool { return st != store.StatePooled })
+		left := m.TenantSessions(tenant)
+		if len(sbs) == 0 && left == 0 {
 			return nil
 		}
-		for _, id := range ids {
-			if err := m.Destroy(context.Background(), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				m.log.Warn("end a deleted tenant's session", "session", id, "tenant", tenant, "err", err)
+		for _, sb := range sbs {
+			if err := m.Destroy(context.Background(), sb.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				m.log.Warn("end a deleted tenant's session", "session", sb.id, "tenant", tenant, "err", err)
 			}
 		}
 		if time.Now().After(deadline) {

@@ -86,13 +86,26 @@ func ValidatePolicy(p *v1.TenantPolicy) error {
 
 // TenantPolicy returns tenant's policy. ErrNotFound for an unknown tenant.
 func (m *Manager) TenantPolicy(ctx context.Context, tenant string) (v1.TenantPolicy, error) {
-	var p v1.TenantPolicy
-	t, err := m.opts.Store.GetTenant(ctx, tenant)
+	_, p, err := m.tenant(ctx, tenant)
+	return p, err
+}
+
+// tenant reads tenant's record and decodes its policy, in one read.
+// ErrNotFound for an unknown tenant.
+func (m *Manager) tenant(ctx context.Context, name string) (*store.Tenant, v1.TenantPolicy, error) {
+	t, err := m.opts.Store.GetTenant(ctx, name)
 	if err != nil {
-		return p, err
+		return nil, v1.TenantPolicy{}, err
 	}
+	p, err := PolicyOf(t)
+	return t, p, err
+}
+
+// PolicyOf decodes the policy stored in tenant record t.
+func PolicyOf(t *store.Tenant) (v1.TenantPolicy, error) {
+	var p v1.TenantPolicy
 	if err := json.Unmarshal([]byte(t.Policy), &p); err != nil {
-		return p, fmt.Errorf("tenant %s policy: %w", tenant, err)
+		return p, fmt.Errorf("tenant %s policy: %w", t.Name, err)
 	}
 	return p, nil
 }
@@ -251,16 +264,11 @@ func reservationOf(ctx context.Context) *reservation {
 // parallel creates never get past a limit. The returned context carries
 // the reservation to the sandbox the create makes; the caller releases it
 // if the create fails.
-func (m *Manager) admit(ctx context.Context, tenant string, p v1.TenantPolicy, memoryMB int64) (context.Context, *reservation, error) {
-	if p.SuspendWhenFlagged {
-		t, err := m.opts.Store.GetTenant(ctx, tenant)
-		if err != nil {
-			return nil, nil, err
-		}
-		if !t.FlaggedAt.IsZero() {
-			return nil, nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrPermissionDenied, ProblemTenantSuspended,
-				"tenant %s is suspended: flagged for abuse (%s); an admin clears the flag", tenant, t.FlagReason))
-		}
+func (m *Manager) admit(ctx context.Context, t *store.Tenant, p v1.TenantPolicy, memoryMB int64) (context.Context, *reservation, error) {
+	tenant := t.Name
+	if p.SuspendWhenFlagged && !t.FlaggedAt.IsZero() {
+		return nil, nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrPermissionDenied, ProblemTenantSuspended,
+			"tenant %s is suspended: flagged for abuse (%s); an admin clears the flag", tenant, t.FlagReason))
 	}
 	if p.CPUSecondsPerDay > 0 {
 		used, err := m.opts.Store.TenantCPU(ctx, tenant, time.Now())
