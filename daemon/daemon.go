@@ -27,6 +27,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
@@ -83,7 +84,10 @@ type Options struct {
 	Capacity sandbox.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
-	Log   *slog.Logger
+	// ExecInflight bounds the exec request bytes in flight, per tenant and
+	// in all (zero fields: inflight's defaults, 256 MiB and 1 GiB).
+	ExecInflight inflight.Limits
+	Log          *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -126,6 +130,10 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("forkbox serve must run as root (it creates namespaces, cgroups and mounts)")
+	}
+	execBudget, err := inflight.New(opts.ExecInflight, sandbox.ExecOverhead+sandbox.MaxExecBody)
+	if err != nil {
+		return nil, err
 	}
 	layout, err := storage.NewLayout(opts.DataDir)
 	if err != nil {
@@ -202,6 +210,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
 		Capacity: withDefaultCapacity(opts.Capacity), Audit: rec, Metrics: ms, Abuse: opts.Abuse,
+		ExecInflight: execBudget,
 	})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

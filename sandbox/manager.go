@@ -23,6 +23,7 @@ import (
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
@@ -65,7 +66,10 @@ type Options struct {
 	Metrics *metrics.Set
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
-	Log   *slog.Logger
+	// ExecInflight bounds the exec bytes in flight per tenant and in all
+	// (PrepareExec); nil: the defaults of inflight.New.
+	ExecInflight *inflight.Budget
+	Log          *slog.Logger
 }
 
 // Manager owns every sandbox of this host. It is safe for concurrent use.
@@ -108,6 +112,8 @@ type Manager struct {
 	// by snapshot id (memory.go).
 	imgMu  sync.Mutex
 	images map[string]*openImage
+	// inflight is the budget of exec bytes in flight (stage.go).
+	inflight *inflight.Budget
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -150,6 +156,9 @@ type Sandbox struct {
 	// res is its place in the admission counts, released when it ends
 	// (nil for warm-pool members until claimed); under mu.
 	res *reservation
+	// streamCuts counts the memory snapshots that prepared the agent (and
+	// so cut its open streams), for telling such a cut from a failure.
+	streamCuts atomic.Uint64
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -191,6 +200,9 @@ func NewManager(opts Options) *Manager {
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
+	if m.inflight = opts.ExecInflight; m.inflight == nil {
+		m.inflight, _ = inflight.New(inflight.Limits{}, ExecOverhead+MaxExecBody)
+	}
 	m.wg.Add(2)
 	go m.recordEgress()
 	go m.monitor()

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/internal/inflight"
 )
 
 func newServeCmd() *cobra.Command {
@@ -22,6 +23,7 @@ func newServeCmd() *cobra.Command {
 	var level string
 	var pools []string
 	var imageSize int64
+	var execMB, execTenantMB int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -38,6 +40,7 @@ across daemon restarts and are adopted.`,
 			}
 			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 			opts.StorageImageBytes = imageSize << 30
+			opts.ExecInflight = inflight.Limits{Total: execMB << 20, PerTenant: execTenantMB << 20}
 			for _, p := range pools {
 				name, size, ok := strings.Cut(p, "=")
 				n, err := strconv.Atoi(size)
@@ -77,5 +80,9 @@ across daemon restarts and are adopted.`,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
 	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
 		"most memory (MiB) the sessions' limits may add up to; past it creates get 503 (default: 4x the host's memory)")
+	f.Int64Var(&execMB, "max-exec-inflight-mb", inflight.DefaultTotal>>20,
+		"most exec request bytes (MiB) in flight at once, over all tenants; past it execs get 429 exec-inflight-exceeded")
+	f.Int64Var(&execTenantMB, "max-exec-inflight-tenant-mb", inflight.DefaultPerTenant>>20,
+		"most exec request bytes (MiB) one tenant has in flight at once; past it its execs get 429")
 	return cmd
 }

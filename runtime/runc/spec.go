@@ -57,6 +57,19 @@ const cpuPeriodUS = 100000
 // cgroupParent is the cgroup (in every v1 hierarchy) under which sandboxes live.
 const cgroupParent = "forkbox"
 
+// AgentOOMScoreAdj is the agent's oom_score_adj, written by the runtime
+// with the host's privilege (which also makes it the floor for everything
+// the agent starts: a process may lower its own score only down to what
+// its ancestors were given that way). The agent raises every process it
+// starts to 1000, so the kernel's OOM killer takes user code first. 0, not
+// a negative value: code that lowers itself to the floor must not be
+// preferred over host processes when the host itself runs out of memory,
+// and the sandbox must not inherit the daemon's own score (a daemon run
+// with a negative one would hand it down). In the gVisor tier runsc gives
+// this score to the Sentry and the gofer; inside, the Sentry kills no
+// single process (going over the limit stops the sandbox).
+const AgentOOMScoreAdj = 0
+
 // cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
 func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 
@@ -76,6 +89,7 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 	pids := cfg.Limits.Pids
 	noOOMKillDisable := false
 	nofile := nofileLimit()
+	oomScoreAdj := AgentOOMScoreAdj
 
 	s := &specs.Spec{
 		Version:  specs.Version,
@@ -96,6 +110,7 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 			},
 			NoNewPrivileges: true,
+			OOMScoreAdj:     &oomScoreAdj,
 		},
 		Mounts: baseMounts(),
 		Linux: &specs.Linux{
