@@ -262,7 +262,18 @@ func readLongString(ctx context.Context, d *jsonstream.Decoder, p *sandbox.ExecP
 		pr, pw := io.Pipe()
 		decoded := make(chan error, 1)
 		go func() {
-			_, err := io.Copy(sp, base64.NewDecoder(base64.StdEncoding, pr))
+			b64 := base64.NewDecoder(base64.StdEncoding, pr)
+			_, err := io.Copy(sp, readerFunc(func(b []byte) (int, error) {
+				n, err := b64.Read(b)
+				var corrupt base64.CorruptInputError
+				switch {
+				case errors.As(err, &corrupt):
+					err = errdefs.InvalidField(field, "must be base64 (RFC 4648, padded): bad byte at %d", int64(corrupt))
+				case errors.Is(err, io.ErrUnexpectedEOF):
+					err = errdefs.InvalidField(field, "must be base64 (RFC 4648, padded): its length is not a multiple of 4")
+				}
+				return n, err
+			}))
 			pr.CloseWithError(err)
 			decoded <- err
 		}()
@@ -270,10 +281,6 @@ func readLongString(ctx context.Context, d *jsonstream.Decoder, p *sandbox.ExecP
 		pw.CloseWithError(err)
 		if derr := <-decoded; err == nil || errors.Is(err, io.ErrClosedPipe) {
 			err = derr
-		}
-		var corrupt base64.CorruptInputError
-		if errors.As(err, &corrupt) {
-			err = errdefs.InvalidField(field, "must be base64 (RFC 4648, padded): bad byte at %d", int64(corrupt))
 		}
 	}
 	if err != nil {

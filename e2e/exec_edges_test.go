@@ -120,3 +120,29 @@ print("finished")
 		t.Fatalf("re-attach result %+v; want exit 0, its CPU time and a run time of over 2 s plus that", res)
 	}
 }
+
+// TestLongStdinCalls proves stdin calls with long data (passed into the
+// sandbox while it arrives, like a long exec stdin) keep their order
+// behind the exec's own long stdin and reach the command whole.
+func TestLongStdinCalls(t *testing.T) {
+	s := newSession(t, client.CreateRequest{})
+	ctx := ctxFor(t, time.Minute)
+	first, second := strings.Repeat("1", 300<<10), strings.Repeat("2", 200<<10)
+	pid, err := env.c.ExecBackground(ctx, s.ID, client.ExecRequest{Cmd: "cat > /tmp/in", Stdin: []byte(first), KeepStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.c.SendStdin(ctx, s.ID, pid, []byte(second), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.c.SendStdin(ctx, s.ID, pid, []byte("3"), true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		ps, err := env.c.Processes(ctx, s.ID)
+		return err == nil && len(ps) == 0
+	})
+	if got := string(download(t, s.ID, "/tmp/in", "")); got != first+second+"3" {
+		t.Fatalf("the command read %d bytes (%.10q...), want %d in order", len(got), got, len(first+second)+1)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -505,4 +507,63 @@ func TestHostileMemoryHogDiesNotTheAgent(t *testing.T) {
 		t.Fatalf("the hog: %+v, want oom_killed", res)
 	}
 	assertSurvived(t, s.ID, agentPid)
+}
+
+// TestHostileExecBodyBadInput sends malformed exec bodies, short and long
+// (long command texts and stdin are passed into the sandbox while they
+// arrive): each is a 400 naming the field at fault, nothing of it runs
+// (not even when the fault comes after a long command text), and the
+// audit hash of a long command is the one of its words.
+func TestHostileExecBodyBadInput(t *testing.T) {
+	s := newSession(t, client.CreateRequest{})
+	long := strings.Repeat("p", 200<<10)
+	okStdin := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 150<<10))
+	for _, c := range []struct{ body, field, reason string }{
+		{`{"cmd":"touch /tmp/ran","bogus":1}`, "bogus", "unknown field"},
+		{`{"Cmd":"touch /tmp/ran"}`, "Cmd", "unknown field"},
+		{`{"cmd":7}`, "cmd", "must be a string"},
+		{`{"argv":"ls"}`, "argv", "must be an array"},
+		{`{"timeout_s":"soon","cmd":"touch /tmp/ran"}`, "timeout_s", "must be an integer"},
+		{`{"cmd":"touch /tmp/ran","cmd":"true"}`, "cmd", "given twice"},
+		{`{"cmd":"touch /tmp/ran"`, "body", "truncated"},
+		{``, "body", "empty"},
+		{`[]`, "body", "malformed JSON"},
+		{`{"cmd":"touch /tmp/ran"} {}`, "body", "data after"},
+		{`{"argv":["cat"],"stdin":"@@@@"}`, "stdin", "base64"},
+		{`{"cmd":"touch /tmp/ran # ` + long + `\u0000"}`, "cmd", "NUL"},
+		{`{"cmd":"touch /tmp/ran # ` + long + `","user":}`, "body", "malformed JSON"},
+		{`{"cmd":"touch /tmp/ran","stdin":"` + okStdin + `@"}`, "stdin", "base64"},
+		{`{"cmd":"touch /tmp/ran # ` + long + `","stdin":"` + okStdin + `","bogus":true}`, "bogus", "unknown field"},
+		{`{"argv":["touch","/tmp/ran","` + strings.Repeat("a", 1<<20) + `"]}`, "argv", "larger than"},
+	} {
+		status, hdr, b := rawCallAt(t, env.d.URL, env.key, "POST", "/v1/sessions/"+s.ID+"/exec", c.body, nil)
+		var p client.Error
+		_ = json.Unmarshal(b, &p)
+		if status != http.StatusBadRequest || hdr.Get("Content-Type") != "application/problem+json" || p.Field != c.field || !strings.Contains(p.Detail, c.reason) {
+			t.Errorf("%.60q: %d field %q %q; want 400 naming %q (...%s...)", c.body, status, p.Field, p.Detail, c.field, c.reason)
+		}
+	}
+	if out := sh(t, s.ID, "ls /tmp/ran 2>&1 || true"); !strings.Contains(out, "No such file") {
+		t.Fatalf("a refused exec ran: %q", out)
+	}
+	// A long command and long stdin, and the command's audit hash.
+	cmd := "wc -c # " + long
+	status, _, b := rawCallAt(t, env.d.URL, env.key, "POST", "/v1/sessions/"+s.ID+"/exec",
+		`{"cmd":`+strconv.Quote(cmd)+`,"stdin":"`+okStdin+`","cmd_unused":null}`, map[string]string{"Accept": "application/json"})
+	if status != http.StatusBadRequest || !strings.Contains(string(b), "cmd_unused") {
+		t.Fatalf("unknown member after long ones: %d %s", status, b)
+	}
+	out, err := env.c.ExecCollect(ctxFor(t, time.Minute), s.ID, client.ExecRequest{Cmd: cmd, Stdin: bytes.Repeat([]byte{7}, 150<<10)})
+	if err != nil || strings.TrimSpace(string(out.Stdout)) != strconv.Itoa(150<<10) {
+		t.Fatalf("long command with long stdin: %v %q", err, out.Stdout)
+	}
+	list, err := env.c.Audit(ctxFor(t, time.Minute), client.AuditFilter{Session: s.ID, Kind: "exec.start", Limit: 100})
+	if err != nil || len(list.Records) == 0 {
+		t.Fatalf("audit: %v %+v", err, list)
+	}
+	sum := sha256.Sum256([]byte("/bin/sh\x00-c\x00" + cmd))
+	last := list.Records[len(list.Records)-1]
+	if last.Detail["command_sha256"] != hex.EncodeToString(sum[:]) || last.Detail["stdin_bytes"] != float64(150<<10) {
+		t.Fatalf("exec.start record of the long command: %+v", last.Detail)
+	}
 }
