@@ -31,6 +31,7 @@ import (
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
+	"github.com/forkbox/forkbox/userns"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/runtime/runc"
@@ -141,15 +142,23 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	for _, dir := range []string{layout.Sandboxes(), filepath.Dir(layout.Storage("x"))} {
-		if err := os.MkdirAll(dir, 0o710); err != nil {
-			return nil, err
-		}
-		if err := restrictSandboxesDir(dir, storage.DefaultIDShift); err != nil {
-			return nil, err
-		}
+	// Each sandbox's own directory under DATA/sandboxes admits only its
+	// ids (sandbox.identity); the storage directory admits the storage ids,
+	// which sandboxes on a filesystem that cannot be id-mapped run as.
+	dir := filepath.Dir(layout.Storage("x"))
+	if err := os.MkdirAll(dir, 0o710); err != nil {
+		return nil, err
 	}
-	if err := checkIDRange(storage.DefaultIDShift, "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
+	if err := restrictSandboxesDir(dir, storage.DefaultIDShift); err != nil {
+		return nil, err
+	}
+	if err := checkTraversable(layout.Root); err != nil {
+		return nil, err
+	}
+	if err := checkIDRanges(sandboxIDSpans(), "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
+		return nil, err
+	}
+	if err := userns.CheckTools(); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(ctx, layout.Database())
@@ -196,12 +205,25 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil
 	}
+	capacity := withDefaultCapacity(opts.Capacity)
+	if opts.Limits.OpenFileBytes == 0 {
+		opts.Limits.OpenFileBytes = sandbox.OpenFileBytes
+	}
+	fileMax, err := ensureFileMax(fileMaxPath, neededFileMax(capacity, opts.Limits.OpenFileBytes), log)
+	if err != nil {
+		return nil, err
+	}
+	opts.Limits.HostFileMax = fileMax
+	ids, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, layout.Root)
+	if err != nil {
+		return nil, err
+	}
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	mgr := sandbox.NewManager(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
-		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
-		Capacity: withDefaultCapacity(opts.Capacity), Audit: rec, Metrics: ms, Abuse: opts.Abuse,
+		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
+		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 	})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

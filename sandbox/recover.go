@@ -134,7 +134,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		// namespace's rules stay): it loses its network for a while, not
 		// its files and processes, so it is adopted either way and the
 		// egress service is retried in the background.
-		att, err := m.attachNetwork(sb, true)
+		att, err := m.attachNetwork(sb, true, nil)
 		if err != nil {
 			m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
 			m.wg.Add(1)
