@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/userns"
 )
 
@@ -119,13 +118,4 @@ func (m *Manager) releaseIdentity(id string) error {
 		return m.opts.IDs.Release(id)
 	}
 	return nil
-}
-
-// hostRootID is the host uid of a sandbox's root given its identity (nil:
-// the storage ids).
-func hostRootID(id *identity, shift storage.IDShift) uint32 {
-	if id == nil {
-		return shift.UIDBase
-	}
-	return id.hostID
 }

@@ -70,6 +70,13 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("sweep networks", "err", err)
 		}
 	}
+	if m.opts.IDs != nil {
+		// Host id slices of sandboxes that ended while the daemon was
+		// down, or of creates a crash cut short.
+		if err := m.opts.IDs.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
+			m.log.Warn("sweep host id slices", "err", err)
+		}
+	}
 	if err := m.loadPools(ctx); err != nil {
 		return err
 	}
