@@ -469,3 +469,7 @@ func withDefaultCapacity(c sandbox.Capacity) sandbox.Capacity {
 	}
 	return c
 }
+
+// StorageDriver names the storage driver the daemon runs on ("btrfs" or
+// "overlay").
+func (d *Daemon) StorageDriver() string { return d.sdrv.Name() }

@@ -156,6 +156,7 @@ if HOLD:
 // all others.
 func TestHostilePipeBuffersAcrossTenants(t *testing.T) {
 	need(t)
+	needIDMappedStorage(t)
 	ca, a, cb, b := tenantSessions(t)
 	held := hostileHolder(t, ca, a, `
 import fcntl, os, time
@@ -262,4 +263,38 @@ func hostFiles(t *testing.T) (nr, max int64) {
 	nr, _ = strconv.ParseInt(f[0], 10, 64)
 	max, _ = strconv.ParseInt(f[2], 10, 64)
 	return nr, max
+}
+
+// needIDMappedStorage skips t on the overlay storage driver, whose
+// filesystem cannot be id-mapped: there sandboxes keep the shared storage
+// host ids (a documented limit), so per-uid kernel limits are shared.
+func needIDMappedStorage(t *testing.T) {
+	t.Helper()
+	if env.d.StorageDriver() == "overlay" {
+		t.Skip("overlayfs cannot be id-mapped: sandboxes on the overlay driver share the storage host ids (see Known limits)")
+	}
+}
+
+// TestDataDirUnderClosedDirectory: a data directory under a directory
+// others cannot pass (as under /root, 0700) made every create a bare 500
+// "permission denied" from runc; the daemon now refuses to start and says
+// why.
+func TestDataDirUnderClosedDirectory(t *testing.T) {
+	need(t)
+	closed, err := os.MkdirTemp("", "forkbox-closed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(closed)
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d, err := startDaemon(closed + "/data")
+	if err == nil {
+		d.Shutdown(ctxFor(t, time.Minute))
+		t.Fatal("a daemon started on a data directory sandboxes cannot reach")
+	}
+	if !strings.Contains(err.Error(), closed) || !strings.Contains(err.Error(), "cannot pass") {
+		t.Fatalf("the error does not say which directory is in the way: %v", err)
+	}
 }
