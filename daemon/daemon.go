@@ -69,8 +69,11 @@ type Options struct {
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
 	// where it works and overlay otherwise.
 	Storage string
-	// StorageImageBytes sizes the sparse loop-backed image a driver creates
-	// when the data directory's filesystem cannot serve it (0 = 64 GiB).
+	// StorageImageBytes sizes, in bytes, the loop-mounted image a storage
+	// driver creates (its blocks reserved on the host) when the data
+	// directory's filesystem cannot serve it; 0 applies the one default,
+	// storage.DefaultImageBytes (half the free space there, at least 1 GiB,
+	// at most storage.MaxImageBytes). An existing image keeps its size.
 	StorageImageBytes int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).

@@ -18,7 +18,7 @@ import (
 // Options configure the driver.
 type Options struct {
 	// Dir is the driver's directory (DATA/storage/btrfs). If it is not on
-	// btrfs, New creates the sparse image file Dir+".img" of ImageBytes
+	// btrfs, New creates the image file Dir+".img" of ImageBytes
 	// (formatted with mkfs.btrfs once) and mounts it at Dir through a loop
 	// device; on a later start it mounts the existing image again, or
 	// finds it mounted. If Dir is on btrfs already it is used directly;

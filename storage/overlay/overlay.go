@@ -6,7 +6,7 @@
 // of what the sandbox changed.
 //
 // Everything lives on one XFS filesystem at Dir: the host's when Dir is
-// already on XFS, otherwise a sparse image Dir+".img" mounted at Dir
+// already on XFS, otherwise an image Dir+".img" (its blocks reserved) mounted at Dir
 // through a loop device. Disk limits use XFS project quotas (one project
 // per layer) when the filesystem is mounted with prjquota. Kernels built
 // without XFS quota support (CONFIG_XFS_QUOTA) cannot mount prjquota;
@@ -42,7 +42,7 @@ import (
 // Options configures New.
 type Options struct {
 	// Dir is the driver's directory (DATA/storage/overlay). When it is not
-	// on XFS, the sparse image Dir+".img" of ImageBytes is made and
+	// on XFS, the image Dir+".img" of ImageBytes is made and
 	// formatted once (mkfs.xfs, reflink on) and mounted at Dir with
 	// prjquota through a loop device; later starts mount it again or find
 	// it mounted.

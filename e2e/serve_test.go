@@ -1,0 +1,221 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/storage"
+)
+
+// serveProc is `forkbox serve` running as a process of its own (the
+// binary users run, with its own flag defaults), so that a test can stop
+// it the way a crash does (SIGKILL) or check what the command line does
+// by default. Its stderr is kept and shown when the test fails.
+type serveProc struct {
+	dataDir string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error // the process's exit, once done is closed
+	log     *syncBuffer
+	c       *client.Client
+}
+
+// syncBuffer is a bytes.Buffer safe for the writes of a child process's
+// output copier and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startServe runs `forkbox serve` on dataDir with args added, on a free
+// local port, and waits until its API answers (at most 2 minutes). It
+// fails with the daemon's output when the process exits first. The
+// caller stops it (stopServe) after destroying its sessions.
+func startServe(t *testing.T, dataDir string, args ...string) (*serveProc, error) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	p := &serveProc{dataDir: dataDir, done: make(chan struct{}), log: &syncBuffer{}}
+	argv := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent, "--log-level", "info"}, args...)
+	if s := os.Getenv("FORKBOX_STORAGE"); s != "" {
+		argv = append(argv, "--storage", s)
+	}
+	p.cmd = exec.Command(env.cli, argv...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("forkbox serve on %s said:\n%s", dataDir, tail(p.log.String(), 60))
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("forkbox serve exited (%v): %s", p.err, tail(p.log.String(), 20))
+		default:
+		}
+		if key, err := os.ReadFile(filepath.Join(dataDir, "api-key")); err == nil {
+			c := client.New("http://"+addr, strings.TrimSpace(string(key)), &http.Client{Timeout: 5 * time.Second})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, ierr := c.Info(ctx)
+			cancel()
+			if ierr == nil {
+				p.c = client.New("http://"+addr, strings.TrimSpace(string(key)), nil)
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return nil, fmt.Errorf("forkbox serve did not answer within 2 minutes: %s", tail(p.log.String(), 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kill SIGKILLs the daemon, as a crash would, and waits for it to go.
+// Its sandboxes keep running.
+func (p *serveProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop destroys every session of the daemon, then stops it with SIGTERM
+// (its normal shutdown) and waits, at most a minute, before killing it.
+func (p *serveProc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ss, err := p.c.ListSessions(ctx, client.ListOptions{}); err == nil {
+		for _, s := range ss {
+			_ = p.c.DeleteSession(ctx, s.ID)
+		}
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		p.kill()
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// smallFilesystem mounts a tmpfs of size bytes (traversable by the
+// sandbox ids) for a test's data directory and returns its path; at the
+// end the storage a daemon mounted inside is released and the tmpfs
+// unmounted.
+func smallFilesystem(t *testing.T, size int64) string {
+	t.Helper()
+	need(t)
+	dir, err := os.MkdirTemp("", "forkbox-small-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, fmt.Sprintf("size=%d,mode=0711", size)); err != nil {
+		os.Remove(dir)
+		t.Fatalf("mount a %d MiB tmpfs: %v", size>>20, err)
+	}
+	t.Cleanup(func() {
+		data := filepath.Join(dir, "data")
+		_ = daemon.ReleaseStorage(data)
+		os.RemoveAll(storage.Layout{Root: data}.Scratch())
+		var err error
+		for i := 0; i < 50; i++ {
+			if err = unix.Unmount(dir, 0); err == nil || errors.Is(err, unix.EINVAL) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // the loop device lets go of its image
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			t.Errorf("unmount the test's tmpfs: %v", err)
+			_ = unix.Unmount(dir, unix.MNT_DETACH)
+		}
+		os.Remove(dir)
+	})
+	return dir
+}
+
+// TestServeDefaultStorageSize proves `forkbox serve` without
+// --storage-size sizes its storage image by the documented rule (half the
+// free space of the data directory's filesystem, at least 1 GiB, at most
+// 64 GiB) instead of always reserving 64 GiB: on a 2.5 GiB filesystem it
+// starts, with an image of about 1.25 GiB, and runs a sandbox. It used to
+// stop at start-up with "insufficient storage".
+func TestServeDefaultStorageSize(t *testing.T) {
+	fs := smallFilesystem(t, 2560<<20)
+	data := filepath.Join(fs, "data")
+	p, err := startServe(t, data)
+	if err != nil {
+		t.Fatalf("forkbox serve on a 2.5 GiB filesystem without --storage-size: %v", err)
+	}
+	defer p.stop()
+	ctx := ctxFor(t, 2*time.Minute)
+	imgs, _ := filepath.Glob(filepath.Join(data, "storage", "*.img"))
+	if len(imgs) != 1 {
+		t.Fatalf("storage images %v, want the driver's one", imgs)
+	}
+	st, err := os.Stat(imgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() < 1<<30 || st.Size() > 1300<<20 {
+		t.Fatalf("storage image of %d MiB on a 2560 MiB filesystem, want half its free space (about 1280 MiB)", st.Size()>>20)
+	}
+	t.Logf("image %s: %d MiB", filepath.Base(imgs[0]), st.Size()>>20)
+	s, _, err := p.c.CreateSession(ctx, client.CreateRequest{DiskMB: 128}, "")
+	if err != nil {
+		t.Fatalf("create on the small filesystem: %v", err)
+	}
+	out, err := p.c.ExecCollect(ctx, s.ID, client.ExecRequest{Cmd: "echo ok > f && cat f"})
+	if err != nil || string(out.Stdout) != "ok\n" {
+		t.Fatalf("exec: %+v %v", out, err)
+	}
+}
