@@ -75,6 +75,11 @@ type Options struct {
 	// storage.DefaultImageBytes (half the free space there, at least 1 GiB,
 	// at most storage.MaxImageBytes). An existing image keeps its size.
 	StorageImageBytes int64
+	// MaxSnapshotEntries bounds the entries (files, directories, links) a
+	// snapshot may hold; a snapshot past it is refused with 429
+	// resource-exhausted naming the bound. 0 means
+	// storage.DefaultMaxSnapshotEntries.
+	MaxSnapshotEntries int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
 	Pools []v1.Pool
@@ -186,7 +191,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	sdrv, err := openStorage(ctx, layout, opts.Storage, opts.StorageImageBytes, log)
+	sdrv, err := openStorage(ctx, layout, opts, log)
 	if err != nil {
 		return nil, err
 	}

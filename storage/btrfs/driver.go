@@ -33,6 +33,11 @@ type Options struct {
 	// template trees as they are (those are shifted already), so the
 	// driver only records it.
 	Shift storage.IDShift
+	// MaxSnapshotEntries bounds the entries (files, directories, links)
+	// a snapshot may hold, counted over its whole tree; a Snapshot past
+	// it fails with ErrResourceExhausted. 0 means
+	// storage.DefaultMaxSnapshotEntries; negative, no bound.
+	MaxSnapshotEntries int64
 }
 
 // Driver is the btrfs storage.Driver. Under its directory:
@@ -51,12 +56,18 @@ type Driver struct {
 	shift   storage.IDShift
 	rootFd  int  // Dir, open for filesystem-wide ioctls (quotas, limits)
 	mounted bool // New mounted the image (rather than finding btrfs)
+	// maxEntries is Options.MaxSnapshotEntries resolved (0: no bound).
+	maxEntries int64
 
 	// tmplMu is held for reading while a template is snapshotted and for
 	// writing while one is swapped or destroyed; addMu serialises
 	// AddTemplate and RemoveTemplate.
 	tmplMu sync.RWMutex
 	addMu  sync.Mutex
+
+	// metaMu keeps Verify's rewrite of a snapshot's metadata (its stamp)
+	// from bringing back the metadata of a snapshot being removed.
+	metaMu sync.Mutex
 
 	// stale holds the ids of level-0 qgroups of destroyed subvolumes that
 	// the kernel did not let go of yet (see reapQgroups).
@@ -88,7 +99,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted}
+	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted, maxEntries: opts.MaxSnapshotEntries}
+	switch {
+	case d.maxEntries == 0:
+		d.maxEntries = storage.DefaultMaxSnapshotEntries
+	case d.maxEntries < 0:
+		d.maxEntries = 0
+	}
 	for _, sub := range []string{d.templatesDir(), d.layersDir(), d.snapshotsDir()} {
 		if err := os.MkdirAll(sub, 0o711); err != nil {
 			return nil, fmt.Errorf("btrfs: %w: %w", err, errdefs.ErrInternal)

@@ -54,6 +54,11 @@ type Options struct {
 	// Shift maps sandbox ids to host ids: a layer's root directory is
 	// owned by Shift's root.
 	Shift storage.IDShift
+	// MaxSnapshotEntries bounds the entries (files, directories, links,
+	// whiteouts) a snapshot may hold, counted over what it copies (the
+	// layer's changes); past it Snapshot fails with ErrResourceExhausted.
+	// 0 means storage.DefaultMaxSnapshotEntries; negative, no bound.
+	MaxSnapshotEntries int64
 }
 
 // Driver is the overlay storage driver. Its methods are safe for
@@ -68,6 +73,8 @@ type Driver struct {
 	mu sync.Mutex
 	// noReflink makes snapshots copy bytes (tests and measurements).
 	noReflink bool
+	// maxEntries is Options.MaxSnapshotEntries resolved (0: no bound).
+	maxEntries int64
 }
 
 var _ storage.Driver = (*Driver)(nil)
@@ -94,7 +101,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dir: dir, shift: opts.Shift, vol: vol}
+	d := &Driver{dir: dir, shift: opts.Shift, vol: vol, maxEntries: opts.MaxSnapshotEntries}
+	switch {
+	case d.maxEntries == 0:
+		d.maxEntries = storage.DefaultMaxSnapshotEntries
+	case d.maxEntries < 0:
+		d.maxEntries = 0
+	}
 	// Dir and layers/ must be searchable by the sandboxes' root (the
 	// runtime resolves the rootfs path as that user); the rest is the
 	// daemon's.
