@@ -70,9 +70,10 @@ func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snaps
 	return m.opts.Store.GetSnapshotByName(ctx, tenancy.TenantOf(ctx, store.DefaultTenant), ref)
 }
 
-// Snapshot captures session id's files. The sandbox is frozen only until
-// the storage driver has captured them (a paused one stays paused), not
-// while the snapshot is digested, and then keeps running;
+// Snapshot captures session id's files. Their pending writes are flushed
+// to disk first, while the sandbox runs; then the sandbox is frozen only
+// until the storage driver has captured them (a paused one stays paused),
+// not while the snapshot is digested, and then keeps running;
 // because no process runs during the copy, every write is either wholly in
 // the snapshot or not at all (an application that rewrites a file in place
 // with several writes can be caught between them, as after a crash; write
@@ -106,6 +107,14 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	}
 	snapID := newID()
 	began := time.Now()
+	// Write what the sandbox wrote without syncing while it still runs, so
+	// the freeze below covers only what it writes from now on (a large
+	// unsynced write used to be flushed inside the freeze: 587 ms for
+	// 300 MB). A failure only costs that.
+	if err := m.opts.Storage.Flush(ctx, id); err != nil {
+		m.log.Warn("flush before snapshot", "session", id, "err", err)
+	}
+	flushed := time.Now()
 	var mem *memoryCapture
 	if opts.Memory {
 		if mem, err = m.prepareMemory(ctx, sb, rec, snapID); err != nil {
@@ -171,7 +180,8 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		return nil, err
 	}
 	m.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes,
-		"memory_bytes", sn.MemoryBytes, "prepare_ms", ms(prepared.Sub(began)), "capture_ms", ms(captured.Sub(prepared)),
+		"memory_bytes", sn.MemoryBytes, "flush_ms", ms(flushed.Sub(began)), "prepare_ms", ms(prepared.Sub(flushed)),
+		"capture_ms", ms(captured.Sub(prepared)),
 		"store_ms", ms(time.Since(captured)))
 	if mem != nil {
 		m.log.Debug("memory snapshot", "snapshot", snapID, "checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))

@@ -55,6 +55,13 @@ type Driver interface {
 	// adds over that parent, and the sha256 digest of its contents
 	// manifest.
 	Snapshot(ctx context.Context, id, snapID string, captured func()) (SnapshotInfo, error)
+	// Flush writes sandbox id's pending file data to disk while the
+	// sandbox runs (syncfs(2) of the filesystem holding its layer, and so
+	// whatever else is pending there), so that a Snapshot right after,
+	// with the sandbox frozen, has only what was written since to write:
+	// the freeze no longer grows with what the sandbox wrote without
+	// syncing. ErrNotFound for an unknown layer.
+	Flush(ctx context.Context, id string) error
 	// Remove deletes sandbox id's writable layer. Removing a missing layer
 	// is not an error.
 	Remove(ctx context.Context, id string) error
