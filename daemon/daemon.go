@@ -214,8 +214,13 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
-	if err := catalog.Register(ctx); err != nil {
+	unavailable, err := catalog.Register(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("register templates with %s storage: %w", sdrv.Name(), err)
+	}
+	for _, name := range unavailable {
+		log.Warn("template unavailable: its only copy was in a storage volume this daemon does not have; delete and import it again",
+			"template", name, "storage", sdrv.Name())
 	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)

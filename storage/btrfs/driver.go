@@ -75,7 +75,10 @@ type Driver struct {
 	stale   map[uint64]bool
 }
 
-var _ storage.Driver = (*Driver)(nil)
+var (
+	_ storage.Driver         = (*Driver)(nil)
+	_ storage.TemplateStager = (*Driver)(nil)
+)
 
 // New opens the btrfs driver in opts.Dir: it makes sure Dir is on btrfs
 // (mounting or creating its image, see Options), turns qgroups on (and
