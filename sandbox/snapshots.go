@@ -33,6 +33,10 @@ type SnapshotOptions struct {
 	Name string
 	// Memory checkpoints the session's processes and memory too (memory.go).
 	Memory bool
+
+	// provisional records the snapshot as provisional (ForkSession's,
+	// until its forks answer; see reclaimForks).
+	provisional bool
 }
 
 // maxSnapshotName is the longest snapshot name, in bytes.
@@ -163,7 +167,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	sn := &store.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
-		Tenant: rec.Tenant,
+		Tenant: rec.Tenant, Provisional: opts.provisional,
 	}
 	if mem != nil {
 		if err := m.sealMemory(mem, sn); err != nil {
@@ -264,6 +268,10 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 	if opts.Memory && check.Isolation != src.Driver {
 		return nil, nil, errdefs.InvalidField("isolation", "forks of a memory snapshot run on the session's own driver, %q", src.Driver)
 	}
+	// The snapshot stays provisional until the forks are made: a daemon
+	// that stops in between (a crash; nobody learned the snapshot's id)
+	// leaves it for the next start to reclaim (reclaimForks).
+	opts.provisional = true
 	sn, err := m.Snapshot(ctx, id, opts)
 	if err != nil {
 		return nil, nil, err
@@ -277,7 +285,48 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 		}
 		return nil, nil, err
 	}
+	if err := m.opts.Store.KeepSnapshot(context.WithoutCancel(ctx), sn.ID); err != nil {
+		// The forks run; a restart now would give the snapshot an expiry
+		// rather than delete it (its sessions use it).
+		m.log.Warn("keep the snapshot of a fork", "snapshot", sn.ID, "err", err)
+	}
+	sn.Provisional = false
 	return sn, sessions, nil
+}
+
+// reclaimForks deals, at start-up, with the snapshots of forks a previous
+// daemon did not finish (it stopped between the snapshot and the fork's
+// answer, so their caller never learned their ids and nothing would ever
+// delete them; they counted against the tenant's max_snapshots). One that
+// nothing uses is deleted; one whose forked sessions still run (adopted)
+// or that has child snapshots is made to expire now, so the janitor
+// deletes it once they are gone. Run it after the sessions are reconciled.
+func (m *Manager) reclaimForks(ctx context.Context) {
+	snaps, err := m.opts.Store.ListSnapshots(ctx)
+	if err != nil {
+		m.log.Warn("list snapshots to reclaim interrupted forks", "err", err)
+		return
+	}
+	for _, sn := range snaps {
+		if !sn.Provisional {
+			continue
+		}
+		err := m.DeleteSnapshot(ctx, sn.ID, false)
+		switch {
+		case err == nil:
+			m.log.Info("deleted the snapshot of a fork the daemon did not finish", "snapshot", sn.ID, "tenant", sn.Tenant)
+			m.opts.Audit.Record(ctx, audit.Event{Tenant: sn.Tenant, Session: sn.SessionID, Kind: "snapshot.expire",
+				Detail: map[string]any{"snapshot": sn.ID, "reason": "interrupted fork"}})
+		case errors.Is(err, errdefs.ErrConflict):
+			if err := m.opts.Store.ExpireSnapshot(ctx, sn.ID, time.Now()); err != nil {
+				m.log.Warn("expire the snapshot of an interrupted fork", "snapshot", sn.ID, "err", err)
+			} else {
+				m.log.Info("the snapshot of a fork the daemon did not finish expires once unused", "snapshot", sn.ID)
+			}
+		default:
+			m.log.Warn("delete the snapshot of an interrupted fork", "snapshot", sn.ID, "err", err)
+		}
+	}
 }
 
 // inherit fills req's unset fields from rec.
