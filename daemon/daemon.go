@@ -70,9 +70,17 @@ type Options struct {
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
 	// where it works and overlay otherwise.
 	Storage string
-	// StorageImageBytes sizes the sparse loop-backed image a driver creates
-	// when the data directory's filesystem cannot serve it (0 = 64 GiB).
+	// StorageImageBytes sizes, in bytes, the loop-mounted image a storage
+	// driver creates (its blocks reserved on the host) when the data
+	// directory's filesystem cannot serve it; 0 applies the one default,
+	// storage.DefaultImageBytes (half the free space there, at least 1 GiB,
+	// at most storage.MaxImageBytes). An existing image keeps its size.
 	StorageImageBytes int64
+	// MaxSnapshotEntries bounds the entries (files, directories, links) a
+	// snapshot may hold; a snapshot past it is refused with 429
+	// resource-exhausted naming the bound. 0 means
+	// storage.DefaultMaxSnapshotEntries.
+	MaxSnapshotEntries int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
 	Pools []v1.Pool
@@ -192,7 +200,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	sdrv, err := openStorage(ctx, layout, opts.Storage, opts.StorageImageBytes, log)
+	sdrv, err := openStorage(ctx, layout, opts, log)
 	if err != nil {
 		return nil, err
 	}
@@ -228,8 +236,13 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
-	if err := catalog.Register(ctx); err != nil {
+	unavailable, err := catalog.Register(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("register templates with %s storage: %w", sdrv.Name(), err)
+	}
+	for _, name := range unavailable {
+		log.Warn("template unavailable: its only copy was in a storage volume this daemon does not have; delete and import it again",
+			"template", name, "storage", sdrv.Name())
 	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)

@@ -28,7 +28,9 @@ const janitorInterval = 30 * time.Second
 //   - warm-pool members of the previous daemon are torn down (the pools
 //     refill);
 //   - a runtime container, sandbox directory, writable layer or snapshot
-//     with no live session or snapshot record is removed.
+//     with no live session or snapshot record is removed;
+//   - the snapshot of a fork that did not answer (still provisional) is
+//     deleted, or set to expire once its sessions end (reclaimForks).
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSessions(ctx, store.SessionFilter{
 		States: []store.State{store.StateCreating, store.StateRunning, store.StatePaused,
@@ -64,6 +66,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.sweepOrphans(ctx)
 	m.sweepStorage(ctx)
+	m.reclaimForks(ctx)
 	if m.opts.Net != nil {
 		// Networks of sessions that ended while the daemon was down.
 		if err := m.opts.Net.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
