@@ -33,26 +33,6 @@ import (
 // per exec, never a body or an output.
 const daemonRSSBound = 64 << 20
 
-// statusKB reads a "Name:   N kB" line of /proc/self/status, in bytes.
-func statusKB(t *testing.T, name string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", name)
-	return 0
-}
-
 // measureRSS runs load and returns how far the process's peak resident
 // set grew over its resident set before (the kernel's high-water mark,
 // reset first through clear_refs).
@@ -60,12 +40,9 @@ func measureRSS(t *testing.T, load func()) int64 {
 	t.Helper()
 	runtime.GC()
 	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Fatalf("reset the peak resident set: %v", err)
-	}
-	before := statusKB(t, "VmRSS")
+	before := resetPeakRSS(t) // hostile_storage_test.go
 	load()
-	return statusKB(t, "VmHWM") - before
+	return peakRSS(t) - before
 }
 
 // initPid returns the host pid of session id's agent.

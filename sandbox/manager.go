@@ -30,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
+	"github.com/forkbox/forkbox/userns"
 )
 
 // Options configure a Manager.
@@ -51,8 +52,12 @@ type Options struct {
 	AgentPath string
 	// Limits default and bound create requests.
 	Limits v1.Limits
-	// Shift maps sandbox ids to host ids (storage.DefaultIDShift).
+	// Shift maps sandbox ids to the host ids their files have on disk
+	// (storage.DefaultIDShift).
 	Shift storage.IDShift
+	// IDs hands out each sandbox's own host ids (package userns); nil:
+	// sandboxes run on the storage ids in namespaces the runtime makes.
+	IDs *userns.Claims
 	// Net gives sessions that ask for one a network through the egress
 	// proxy; nil: such creates are refused.
 	Net *netpolicy.Service
@@ -112,6 +117,8 @@ type Manager struct {
 	// by snapshot id (memory.go).
 	imgMu  sync.Mutex
 	images map[string]*openImage
+	// idmapOnce logs once that the storage cannot be id-mapped.
+	idmapOnce sync.Once
 	// inflight is the budget of exec bytes in flight (stage.go).
 	inflight *inflight.Budget
 }

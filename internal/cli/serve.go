@@ -16,6 +16,7 @@ import (
 
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/storage"
 )
 
 func newServeCmd() *cobra.Command {
@@ -74,7 +75,9 @@ across daemon restarts and are adopted.`,
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
-	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")
+	f.Int64Var(&imageSize, "storage-size", 0, fmt.Sprintf("size in GiB of the storage image (its blocks reserved on the host) made when the data directory's filesystem cannot host the storage driver (default: half the free space there, at least 1, at most %d)", storage.MaxImageBytes>>30))
+	f.Int64Var(&opts.MaxSnapshotEntries, "max-snapshot-entries", storage.DefaultMaxSnapshotEntries,
+		"most entries (files, directories, links) a snapshot may hold; past it a snapshot gets 429 resource-exhausted")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
