@@ -225,12 +225,18 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if opts.Limits.OpenFileBytes == 0 {
 		opts.Limits.OpenFileBytes = sandbox.OpenFileBytes
 	}
-	fileMax, err := ensureFileMax(fileMaxPath, neededFileMax(capacity, opts.Limits.OpenFileBytes), log)
+	fileMax, err := ensureFileMax(fileMaxPath, neededFileMax(capacity, hostMemoryBytes(), opts.Limits.OpenFileBytes), log)
 	if err != nil {
 		return nil, err
 	}
 	opts.Limits.HostFileMax = fileMax
-	ids, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, layout.Root)
+	// The claims' owner is the data directory's real path: the same
+	// directory reached another way after a restart keeps its claims.
+	owner, err := filepath.EvalSymlinks(layout.Root)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, owner)
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,11 @@ func checkIDFile(file string, ranges bool, spans []idSpan) error {
 // it must walk from / to the sandbox's files: under a 0700 directory (such
 // as /root) every create would fail with a bare "permission denied".
 func checkTraversable(dir string) error {
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil {
 			return err

@@ -22,8 +22,8 @@ func TestCheckIDRanges(t *testing.T) {
 		}
 		return p
 	}
-	spans := sandboxIDSpans() // 100000..165535 and 2^30..
-	if spans[0].first != uint64(storage.DefaultIDShift.UIDBase) || spans[1].first != 1<<30 {
+	spans := sandboxIDSpans() // 100000..165535 and 0x70000000..0x7FFDFFFF
+	if spans[0].first != uint64(storage.DefaultIDShift.UIDBase) || spans[1].first != 0x70000000 {
 		t.Fatalf("spans %+v", spans)
 	}
 	okSub := write("subuid-ok", "# comment\nalice:165536:65536\nbob:34464:65536\ncarol:600000000:65536\n")
@@ -36,8 +36,8 @@ func TestCheckIDRanges(t *testing.T) {
 		"overlapping subgid end": {"", write("subgid-bad", "bob:40000:60001\n"), "", ""},
 		"host uid in range":      {"", "", write("passwd-bad", "svc:x:123456:1000::/:/bin/sh\n"), ""},
 		"host gid in range":      {"", "", "", write("group-bad", "sandboxes:x:100000:\n")},
-		"subuid in the slices":   {write("subuid-slices", "dave:1073800000:65536\n"), "", "", ""},
-		"host uid in the slices": {"", "", write("passwd-slices", "svc:x:1610612735:1000::/:/bin/sh\n"), ""},
+		"subuid in the slices":   {write("subuid-slices", "dave:1879100000:65536\n"), "", "", ""},
+		"host uid in the slices": {"", "", write("passwd-slices", "svc:x:2147352575:1000::/:/bin/sh\n"), ""},
 	} {
 		err := checkIDRanges(spans, files[0], files[1], files[2], files[3])
 		if err == nil || !strings.Contains(err.Error(), "overlap") {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/forkbox/forkbox/sandbox"
 )
@@ -26,17 +27,32 @@ const runtimeHeadroomBytes = 128 << 20
 // neededFileMax is the open-file table that every session capacity c
 // admits fits in beside the host's own files: sessions' memory limits add
 // up to at most c.MaxMemoryMB (admission), and each open file costs a
-// sandbox at least perFile bytes of its memory cgroup.
-func neededFileMax(c sandbox.Capacity, perFile int64) int64 {
+// sandbox at least perFile bytes of its memory cgroup. Open files are
+// kernel memory, which cannot exceed the host's (hostMem bytes, when
+// known): past that the table would only stop bounding host processes.
+func neededFileMax(c sandbox.Capacity, hostMem, perFile int64) int64 {
 	mem := c.MaxMemoryMB<<20 + int64(c.MaxSessions)*runtimeHeadroomBytes
+	if hostMem > 0 && mem > hostMem {
+		mem = hostMem
+	}
 	return hostFileReserve + mem/perFile
+}
+
+// hostMemoryBytes is the host's RAM in bytes, 0 when unknown.
+func hostMemoryBytes() int64 {
+	var si syscall.Sysinfo_t
+	if err := syscall.Sysinfo(&si); err != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }
 
 // ensureFileMax raises the host's open-file table (the file at path,
 // fs.file-max) to need when it is smaller, and returns the size in force.
 // A table smaller than what sandboxes can fill lets one tenant's sandbox
 // make every other sandbox, and the host, fail with ENFILE. When the
-// table cannot be raised it fails, saying what to do.
+// table cannot be raised it fails, saying what to do. The raised size
+// stays after the daemon exits (it is the kernel's).
 func ensureFileMax(path string, need int64, log *slog.Logger) (int64, error) {
 	have, err := readInt(path)
 	if err != nil {

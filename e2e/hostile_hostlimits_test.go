@@ -298,3 +298,42 @@ func TestDataDirUnderClosedDirectory(t *testing.T) {
 		t.Fatalf("the error does not say which directory is in the way: %v", err)
 	}
 }
+
+// TestHostileEgressNamespaceUnchangeable: a sandbox with egress joins a
+// network namespace owned by its own user namespace (it must, to join it
+// from there), so the kernel treats root in the sandbox as the
+// namespace's owner. Root must still be unable to touch what fences it:
+// no CAP_NET_ADMIN, NET_RAW or SYS_ADMIN in any set, links, addresses and
+// routes unchangeable, /proc/sys read-only, no sysfs or proc mount.
+func TestHostileEgressNamespaceUnchangeable(t *testing.T) {
+	s := newSession(t, client.CreateRequest{Network: &client.Network{Allow: []string{"allowed.example:443"}}})
+	res, out, errOut := run(t, s.ID, client.ExecRequest{User: "root", Cmd: `
+grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status
+ip link set lo down && echo CHANGED-LINK
+ip addr add 10.9.9.9/32 dev eth0 && echo CHANGED-ADDR
+ip route del default && echo CHANGED-ROUTE
+echo 1 > /proc/sys/net/ipv4/ip_forward && echo CHANGED-SYSCTL
+mount -t sysfs sysfs /mnt && echo MOUNTED-SYSFS
+mount -t proc proc /mnt && echo MOUNTED-PROC
+true`})
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s %s", res.ExitCode, out, errOut)
+	}
+	if strings.Contains(out, "CHANGED") || strings.Contains(out, "MOUNTED") {
+		t.Errorf("root in an egress sandbox changed its own namespace:\n%s", out)
+	}
+	const forbidden = 1<<12 | 1<<13 | 1<<21 // CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || !strings.HasPrefix(f[0], "Cap") {
+			continue
+		}
+		v, err := strconv.ParseUint(f[1], 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v&forbidden != 0 {
+			t.Errorf("root's %s is %s: it holds NET_ADMIN, NET_RAW or SYS_ADMIN", f[0], f[1])
+		}
+	}
+}

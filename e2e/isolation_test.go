@@ -201,8 +201,8 @@ func TestRootIsUnprivilegedOnHost(t *testing.T) {
 			if uid != 100000 {
 				t.Errorf("sandbox root on overlay storage is host uid %d, want 100000 (%s)", uid, uidLine)
 			}
-		} else if uid < 1<<30 || (uid-1<<30)%65536 != 0 {
-			t.Errorf("sandbox root is host uid %d, want the first id of a slice above 2^30 (%s)", uid, uidLine)
+		} else if uid < 0x70000000 || (uid-0x70000000)%65536 != 0 {
+			t.Errorf("sandbox root is host uid %d, want the first id of a slice from 0x70000000 (%s)", uid, uidLine)
 		}
 	}
 	if !found {

@@ -139,9 +139,10 @@ func (s *Service) Attach(id string, p *Policy, sink Sink, makeNetns func(path st
 	return a, nil
 }
 
-func (s *Service) attach(id string, slot int, p *Policy, sink Sink, makeNetns func(string) error) (a *Attachment, err error) {
+func (s *Service) attach(id string, slot int, p *Policy, sink Sink, makeNetns func(string) error) (_ *Attachment, err error) {
 	gw, sb := slotAddrs(slot)
-	a = &Attachment{NetnsPath: filepath.Join(s.opts.Dir, id), Gateway: gw, Addr: sb, id: id, slot: slot}
+	// a, not the result (nil on every error return), is what the undo reads.
+	a := &Attachment{NetnsPath: filepath.Join(s.opts.Dir, id), Gateway: gw, Addr: sb, id: id, slot: slot}
 	link := HostLinkName(id)
 	defer func() {
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/forkbox/forkbox/internal/testnet"
 )
@@ -192,5 +194,38 @@ func TestSlotAddresses(t *testing.T) {
 	}
 	if n := len(HostLinkName("abcdefghijklmnopqrst")); n > 14 {
 		t.Errorf("host link name is %d bytes; its peer (+1) must fit IFNAMSIZ-1", n)
+	}
+}
+
+// TestAttachFailureLeavesNothing: a namespace that cannot be made (the
+// caller's maker fails, as a user namespace holder can) is an error, not
+// a panic of the undo, and leaves no link, file or slot behind.
+func TestAttachFailureLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, nftables)")
+	}
+	dir := t.TempDir()
+	s, err := NewService(ServiceOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	boom := errors.New("no namespace today")
+	for i := 0; i < 2; i++ {
+		_, err := s.Attach("svcfail", &Policy{}, nil, func(string) error { return boom })
+		if !errors.Is(err, boom) {
+			t.Fatalf("attach %d: %v, want the maker's error", i, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "svcfail")); !os.IsNotExist(err) {
+		t.Errorf("the namespace file is left: %v", err)
+	}
+	if _, err := netlink.LinkByName(HostLinkName("svcfail")); err == nil {
+		t.Error("the host link is left")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.slots) != 0 || len(s.active) != 0 {
+		t.Errorf("slots %v, active %v after failed attaches", s.slots, s.active)
 	}
 }

@@ -91,6 +91,14 @@ func (m *Manager) Recover(ctx context.Context) error {
 // adopt takes over a sandbox that survived a daemon restart. It reports
 // false when the sandbox is not usable.
 func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
+	// A sandbox of a version before host identities has none, and its
+	// directory was left open to everyone (0711) under a then closed
+	// parent: close it to all but its (storage) ids.
+	if _, err := os.Lstat(filepath.Join(sb.dir, identityUserns)); errors.Is(err, os.ErrNotExist) {
+		if err := sandboxDirGroup(sb.dir, m.opts.Shift.GIDBase); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.log.Warn("restrict the directory of an adopted sandbox", "session", sb.id, "err", err)
+		}
+	}
 	drv := m.driverOf(sb)
 	st, err := drv.Status(ctx, sb.id)
 	paused := sb.rec.State == store.StatePaused

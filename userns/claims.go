@@ -41,12 +41,14 @@ import (
 // the range a Linux distribution's accounts live in.
 const SliceSize = 65536
 
-// DefaultRange is where slices come from: 8192 slices of 65536 ids from
-// host id 1073741824 (2^30) up to 1610612735. It is above the ranges that
-// useradd hands out for subordinate ids by default (SUB_UID_MIN..SUB_UID_MAX,
-// 100000..600100000 in login.defs) and below 2^31, which some programs
-// still read as signed.
-var DefaultRange = Range{Base: 1 << 30, Slices: 8192}
+// DefaultRange is where slices come from: 4094 slices of 65536 ids from
+// host id 1879048192 (0x70000000) up to 2147352575 (0x7FFDFFFF), the run
+// systemd's "UIDs and GIDs" table leaves unused: above its container
+// ranges (systemd-nspawn --private-users=pick, up to 0x6FFFFFFF) and the
+// subordinate ids useradd hands out (SUB_UID_MIN..SUB_UID_MAX,
+// 100000..600100000 in login.defs), below its foreign-ids range
+// (0x7FFE0000) and below 2^31, which some programs still read as signed.
+var DefaultRange = Range{Base: 0x70000000, Slices: 4094}
 
 // Range is a run of slices: slice i holds host ids Base+i*SliceSize ..
 // Base+(i+1)*SliceSize-1.
@@ -86,11 +88,13 @@ type Claims struct {
 const DefaultClaimsDir = "/run/forkbox/id-slices"
 
 // OpenClaims opens (creating it, 0700) the claims directory dir for slices
-// of rng, on behalf of owner (a string naming one daemon, such as its data
-// directory; it must not contain a newline). It loads owner's existing
-// claims: the sandboxes that outlived a daemon restart keep their slices.
+// of rng, on behalf of owner: the absolute path of one daemon's data
+// directory, with no newline. It loads owner's existing claims (the
+// sandboxes that outlived a daemon restart keep their slices) and removes
+// claims whose owner directory no longer exists (a data directory that
+// was deleted with sandboxes in it cannot come back for them).
 func OpenClaims(dir string, rng Range, owner string) (*Claims, error) {
-	if owner == "" || strings.ContainsAny(owner, "\n") {
+	if !filepath.IsAbs(owner) || strings.ContainsAny(owner, "\n") {
 		return nil, fmt.Errorf("id slices: bad owner %q", owner)
 	}
 	if rng.Slices <= 0 || rng.End() > 1<<32-1 {
@@ -109,12 +113,23 @@ func OpenClaims(dir string, rng Range, owner string) (*Claims, error) {
 		if !ok {
 			continue
 		}
-		owner, id, err := readClaim(filepath.Join(dir, e.Name()))
-		if err == nil && owner == c.owner {
+		path := filepath.Join(dir, e.Name())
+		owner, id, err := readClaim(path)
+		switch {
+		case err != nil:
+		case owner == c.owner:
 			c.mine[id] = Slice{First: first}
+		case ownerGone(owner):
+			_ = os.Remove(path)
 		}
 	}
 	return c, nil
+}
+
+// ownerGone reports whether a claim's owner directory is gone for good.
+func ownerGone(owner string) bool {
+	_, err := os.Stat(owner)
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // sliceName parses a claim file's name: the decimal first id of a slice of
@@ -151,25 +166,31 @@ func (c *Claims) Claim(id string) (Slice, error) {
 	if s, ok := c.mine[id]; ok {
 		return s, nil
 	}
-	content := []byte(c.owner + "\n" + id + "\n")
+	// The claim is written whole under a temporary name and linked into
+	// place: link(2) fails if the name exists, and a crash never leaves a
+	// claim without its owner.
+	tmp, err := os.CreateTemp(c.dir, ".claim-")
+	if err != nil {
+		return Slice{}, fmt.Errorf("claim id slice: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.WriteString(c.owner + "\n" + id + "\n")
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return Slice{}, fmt.Errorf("claim id slice: %w", werr)
+	}
 	for n := 0; n < c.rng.Slices; n++ {
 		i := (c.next + n) % c.rng.Slices
 		first := c.rng.Base + uint32(i)*SliceSize
 		path := filepath.Join(c.dir, strconv.FormatUint(uint64(first), 10))
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		err := os.Link(tmp.Name(), path)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
 		if err != nil {
 			return Slice{}, fmt.Errorf("claim id slice: %w", err)
-		}
-		_, werr := f.Write(content)
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
-		}
-		if werr != nil {
-			os.Remove(path)
-			return Slice{}, fmt.Errorf("claim id slice: %w", werr)
 		}
 		c.next = i + 1
 		s := Slice{First: first}

@@ -19,7 +19,8 @@ var ErrIDMapUnsupported = errors.New("id-mapped mounts are not supported on this
 // empty directory, id-mapped: a file whose owner on disk is From+i is
 // owned by To+i (i < Size) when seen through dst, and a file created
 // through dst by To+i is stored as From+i. Ids outside the map read as the
-// overflow id (nobody) and cannot create files. ErrIDMapUnsupported when
+// overflow id (nobody) and cannot create files. The mount is nosuid and
+// nodev. ErrIDMapUnsupported when
 // src's filesystem cannot do it. Remove it with RemoveFile or Unmount.
 func MapMount(src, dst string, from, to, size uint32) error {
 	nsfd, err := mappingNamespace(from, to, size)
@@ -32,7 +33,10 @@ func MapMount(src, dst string, from, to, size uint32) error {
 		return fmt.Errorf("open_tree %s: %w", src, err)
 	}
 	defer unix.Close(tree)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(nsfd)}
+	// nosuid and nodev whatever the storage mount has: a sandbox's files
+	// never carry privileges onto the host's side of the mount.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(nsfd)}
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 			return fmt.Errorf("%w (%s: %v)", ErrIDMapUnsupported, src, err)

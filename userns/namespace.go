@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -45,12 +47,49 @@ type NamespaceOptions struct {
 // started as the owner.
 const unshareBin = "unshare"
 
-// CheckTools reports whether what Create runs is installed.
+var unshare struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// unsharePath resolves unshare(1) once: an absolute path to a file owned
+// by root that neither its group nor others may write, in a directory
+// nobody but root may write either. The holder runs as the sandbox's
+// namespace owner, with every capability over the sandbox's namespaces:
+// a binary a host user could replace would hand them those.
+func unsharePath() (string, error) {
+	unshare.once.Do(func() {
+		p, err := exec.LookPath(unshareBin)
+		if err == nil {
+			p, err = filepath.EvalSymlinks(p)
+		}
+		if err == nil {
+			for _, q := range []string{p, filepath.Dir(p)} {
+				var st unix.Stat_t
+				if err = unix.Stat(q, &st); err != nil {
+					break
+				}
+				if st.Uid != 0 || st.Mode&0o022 != 0 {
+					err = fmt.Errorf("%s is not root's alone (uid %d, mode %o)", q, st.Uid, st.Mode&0o7777)
+					break
+				}
+			}
+		}
+		if err != nil {
+			unshare.err = fmt.Errorf("user namespaces: %s(1) from util-linux, owned by root, is needed: %w", unshareBin, err)
+			return
+		}
+		unshare.path = p
+	})
+	return unshare.path, unshare.err
+}
+
+// CheckTools reports whether what Create runs is installed (and safe to
+// run).
 func CheckTools() error {
-	if _, err := exec.LookPath(unshareBin); err != nil {
-		return fmt.Errorf("user namespaces: %s(1) from util-linux is needed: %w", unshareBin, err)
-	}
-	return nil
+	_, err := unsharePath()
+	return err
 }
 
 // Create makes the user namespace (and, with NetPath, a network namespace)
@@ -60,6 +99,10 @@ func CheckTools() error {
 // the id map and mounts the namespace files, then the holder exits. On
 // error nothing is left.
 func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
+	bin, err := unsharePath()
+	if err != nil {
+		return err
+	}
 	args := []string{"--user"}
 	if opts.NetPath != "" {
 		args = append(args, "--net")
@@ -67,7 +110,7 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 	args = append(args, "--", "/bin/sh", "-c", "echo ready; read _; exit 0")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, unshareBin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	owner := opts.Owner.First
@@ -89,10 +132,16 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("user namespace holder: %w", err)
 	}
+	var bound []string
 	defer func() {
 		stdin.Close()
 		if err := cmd.Wait(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("user namespace holder: %w: %s", err, stderr.String())
+		}
+		if retErr != nil {
+			for _, p := range bound {
+				_ = RemoveFile(p)
+			}
 		}
 	}()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
@@ -108,16 +157,16 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 			return fmt.Errorf("user namespace %s: %w", f, err)
 		}
 	}
-	if err := bindNamespace(fmt.Sprintf("/proc/%d/ns/user", pid), opts.UserPath); err != nil {
-		cmd.Process.Kill()
-		return err
-	}
+	binds := [][2]string{{"user", opts.UserPath}}
 	if opts.NetPath != "" {
-		if err := bindNamespace(fmt.Sprintf("/proc/%d/ns/net", pid), opts.NetPath); err != nil {
+		binds = append(binds, [2]string{"net", opts.NetPath})
+	}
+	for _, b := range binds {
+		if err := bindNamespace(fmt.Sprintf("/proc/%d/ns/%s", pid, b[0]), b[1]); err != nil {
 			cmd.Process.Kill()
-			_ = RemoveFile(opts.UserPath)
 			return err
 		}
+		bound = append(bound, b[1])
 	}
 	return nil
 }

@@ -22,12 +22,13 @@ import (
 // Claims knows its owner's slices.
 func TestClaimsAreExclusive(t *testing.T) {
 	dir := t.TempDir()
+	ownerA, ownerB := t.TempDir(), t.TempDir()
 	rng := Range{Base: 1 << 30, Slices: 16}
-	a, err := OpenClaims(dir, rng, "/data/a")
+	a, err := OpenClaims(dir, rng, ownerA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := OpenClaims(dir, rng, "/data/b")
+	b, err := OpenClaims(dir, rng, ownerB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestClaimsAreExclusive(t *testing.T) {
 					t.Errorf("slice %d given to %s and %s", s.First, other, id)
 				}
 				seen[s.First] = id
-			}(c, fmt.Sprintf("sb%d%s", i, c.owner[len(c.owner)-1:]))
+			}(c, fmt.Sprintf("sb%d%s", i, map[*Claims]string{a: "a", b: "b"}[c]))
 		}
 	}
 	wg.Wait()
@@ -66,7 +67,7 @@ func TestClaimsAreExclusive(t *testing.T) {
 	if _, ok := a.Lookup("sb0a"); !ok {
 		t.Fatal("another owner's release took a's claim")
 	}
-	reopened, err := OpenClaims(dir, rng, "/data/a")
+	reopened, err := OpenClaims(dir, rng, ownerA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +83,20 @@ func TestClaimsAreExclusive(t *testing.T) {
 	}
 	if _, err := reopened.Claim("new"); err != nil {
 		t.Fatalf("a released slice was not given again: %v", err)
+	}
+	// b's data directory is deleted: its claims go at the next open.
+	if err := os.Remove(ownerB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenClaims(dir, rng, ownerA); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ = os.ReadDir(dir)
+	if len(entries) != 2 {
+		t.Fatalf("after b's data directory went, %d claims are left, want a's 2", len(entries))
+	}
+	if _, err := OpenClaims(dir, rng, "not/absolute"); err == nil {
+		t.Fatal("a relative owner was taken")
 	}
 }
 

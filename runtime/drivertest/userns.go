@@ -22,7 +22,7 @@ import (
 // and the resource limits the runtime cannot set from outside are in
 // force.
 func (e *env) testJoinUserNamespace(t *testing.T) {
-	claims, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, "drivertest:"+e.dir)
+	claims, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, e.dir)
 	if err != nil {
 		t.Fatal(err)
 	}

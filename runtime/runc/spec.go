@@ -154,9 +154,11 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 			}
 		}
 		// The kernel mounts sysfs only for the user namespace that owns
-		// the network namespace, and this one is the host's (so that the
-		// sandbox cannot change its own firewall): /sys is a small empty
-		// tmpfs instead, with the cgroup tree still under it.
+		// the network namespace, which a joined one may not be (netpolicy
+		// makes host-owned ones for sandboxes without an identity of
+		// their own), and a sandbox has no use for the host's devices:
+		// /sys is a small empty tmpfs instead, with the cgroup tree still
+		// under it.
 		for i := range s.Mounts {
 			if s.Mounts[i].Destination == "/sys" {
 				s.Mounts[i] = specs.Mount{Destination: "/sys", Type: "tmpfs", Source: "sysfs",
