@@ -83,8 +83,8 @@ func TestUncleanPathIsProblem(t *testing.T) {
 	s := newTestServer()
 	for _, target := range []string{
 		"/v1/sessions/x/../y",
-		"/v1/sessions//y",
 		"/v1/sessions/x/files/home/user/../other/secret",
+		"/v1/sessions/x/files/sessions//y",
 		"/v1/sessions/x/files/./a",
 		"/v1/x/../nothing",
 	} {
@@ -93,6 +93,44 @@ func TestUncleanPathIsProblem(t *testing.T) {
 		if p.Type != "/problems/invalid-argument" || p.Field != "path" || w.Header().Get("Location") != "" {
 			t.Errorf("%s: %+v (Location %q)", target, p, w.Header().Get("Location"))
 		}
+	}
+}
+
+// TestMissingIDIsProblem proves a path whose session, snapshot, template,
+// tenant, key or process id is empty ("/v1/sessions//exec", what a client
+// makes of an empty id) is a 400 naming the missing id, not "the URL path
+// is not clean".
+func TestMissingIDIsProblem(t *testing.T) {
+	s := newTestServer()
+	for target, want := range map[string]string{
+		"/v1/sessions//exec":                 "a session id is required",
+		"/v1/sessions//":                     "a session id is required",
+		"/v1/snapshots//fork":                "a snapshot id is required",
+		"/v1/templates//x":                   "a template name is required",
+		"/v1/tenants//keys":                  "a tenant name is required",
+		"/v1/sessions/abc/processes//stream": "a process id is required",
+	} {
+		p := problemOf(t, serve(s, "POST", target), http.StatusBadRequest)
+		if p.Type != "/problems/invalid-argument" || p.Field != "id" || !strings.Contains(p.Detail, want) {
+			t.Errorf("%s: %+v, want field id: %s", target, p, want)
+		}
+	}
+}
+
+// TestRestWildcardNotRedirected proves a files path without a file
+// ("/v1/sessions/x/files") is a 400 problem naming the empty path, not
+// the mux's text/html redirect to ".../files/".
+func TestRestWildcardNotRedirected(t *testing.T) {
+	s := newTestServer()
+	for _, method := range []string{"GET", "PUT", "DELETE"} {
+		w := serve(s, method, "/v1/sessions/x/files")
+		p := problemOf(t, w, http.StatusBadRequest)
+		if p.Field != "path" || !strings.Contains(p.Detail, "is empty") || w.Header().Get("Location") != "" {
+			t.Errorf("%s: %+v (Location %q)", method, p, w.Header().Get("Location"))
+		}
+	}
+	if name, ok := redirectsToRest("GET /v1/sessions/{id}/files/{path...}", "/v1/sessions/x/files/a"); ok {
+		t.Errorf("a path with a file is redirected (%s)", name)
 	}
 }
 

@@ -269,7 +269,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 			return nil, terminatedError(&r)
 		}
 		m.log.Error("create failed", "session", sb.id, "err", err)
-		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
+		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, publicDetail(err))
 		if idempotencyKey != "" {
 			// A retry with the key must try again (and get this error again,
 			// or a session), not be told 200 with this failed one.
@@ -422,7 +422,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		err = m.driverOf(sb).Create(ctx, rcfg)
 	}
 	if err != nil {
-		return err
+		return templateMountError(err, tpl)
 	}
 	launched := time.Now()
 	sb.agent = newAgentConn(socket)
@@ -548,4 +548,32 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// templateMountError turns a runtime's failure to mount one of the
+// sandbox's own files into imported template tpl (its /etc/hosts is a
+// symlink into /proc, say: storage.PrepareMountTargets replaces such
+// entries at import, so only templates imported before it have them)
+// into an invalid-argument error naming the template. Other errors, and
+// any error with the built-in template (which forkbox writes itself),
+// are returned as they are.
+func templateMountError(err error, tpl *storage.Template) error {
+	var me *runtime.MountError
+	if !errors.As(err, &me) || tpl.Source == "builtin" {
+		return err
+	}
+	return errdefs.InvalidField("template", "template %q cannot be started: %v, because the template has a symlink, "+
+		"a directory or a special file there; delete the template and import it again (imports now replace such entries)",
+		tpl.Name, me)
+}
+
+// publicDetail is the end detail a failed create leaves on its session
+// record, which clients read: the error's message when its class is shown
+// to them, else a pointer to the daemon's log (an internal error's text
+// holds host paths and runtime output).
+func publicDetail(err error) string {
+	if errdefs.Class(err) == errdefs.ErrInternal {
+		return "the sandbox could not be started; the daemon's log has the cause"
+	}
+	return err.Error()
 }
