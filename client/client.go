@@ -256,8 +256,9 @@ var idNames = map[string]string{
 // checkID refuses, before any request is sent, a resource id or name that
 // cannot name anything and would make a path the daemon cannot route:
 // "" ("a session id is required") and "." or ".." (path segments that
-// URL escaping keeps). The error is an errdefs.FieldError (class
-// ErrInvalidArgument) of field "id" ("name" for templates and tenants).
+// URL escaping keeps). The error reads as that sentence and unwraps to an
+// errdefs.FieldError (class ErrInvalidArgument) of field "id" ("name" for
+// templates and tenants).
 func checkID(kind, v string) error {
 	field := "id"
 	if kind == "template" || kind == "tenant" {
@@ -265,9 +266,19 @@ func checkID(kind, v string) error {
 	}
 	switch v {
 	case "":
-		return &errdefs.FieldError{Field: field, Reason: idNames[kind] + " is required"}
+		return &idError{&errdefs.FieldError{Field: field, Reason: idNames[kind] + " is required"}}
 	case ".", "..":
-		return &errdefs.FieldError{Field: field, Reason: fmt.Sprintf("%q is not %s", v, idNames[kind])}
+		return &idError{&errdefs.FieldError{Field: field, Reason: fmt.Sprintf("%q is not %s", v, idNames[kind])}}
 	}
 	return nil
 }
+
+// idError is checkID's error: its message is the reason alone ("a session
+// id is required"), the field error is its cause.
+type idError struct{ fe *errdefs.FieldError }
+
+// Error returns the reason.
+func (e *idError) Error() string { return e.fe.Reason }
+
+// Unwrap returns the field error.
+func (e *idError) Unwrap() error { return e.fe }

@@ -61,7 +61,11 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 			// The answer says why without the host path; the log has it.
 			m.log.Warn("agent unreachable", "session", id, "socket", de.Path, "err", de.Err)
 		}
-		return fmt.Errorf("agent: %v: %w", err, errdefs.ErrUnavailable)
+		msg := err.Error()
+		if ce != nil {
+			msg = ce.Message() // (without the code Connect puts first)
+		}
+		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
 	}
 	msg := ce.Message()
 	switch ce.Code() {

@@ -314,6 +314,9 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	if err != nil {
 		return fmt.Errorf("writable layer: %w", err)
 	}
+	if err := checkMountTargets(rootfs, tpl); err != nil {
+		return err
+	}
 	hosts := filepath.Join(sb.dir, "hosts")
 	hostsData := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", sb.id)
 	if err := os.WriteFile(hosts, []byte(hostsData), 0o644); err != nil {
@@ -565,6 +568,58 @@ func templateMountError(err error, tpl *storage.Template) error {
 	return errdefs.InvalidField("template", "template %q cannot be started: %v, because the template has a symlink, "+
 		"a directory or a special file there; delete the template and import it again (imports now replace such entries)",
 		tpl.Name, me)
+}
+
+// checkMountTargets refuses, before the runtime is asked, a root
+// filesystem of imported template tpl whose etc or storage.MountTargets
+// are of a kind the sandbox's own files cannot be mounted over (only
+// templates imported before storage.PrepareMountTargets existed have
+// them): the runtimes fail on them with errors that do not always say
+// which path (runsc), so the check is made here for every tier. Missing
+// entries are fine (the runtime creates them). Nothing is followed: etc
+// must be a real directory before anything in it is looked at.
+func checkMountTargets(rootfs string, tpl *storage.Template) error {
+	if tpl.Source == "builtin" {
+		return nil
+	}
+	bad := func(target, kind string) error {
+		return errdefs.InvalidField("template", "template %q cannot be started: its %s is %s, which the sandbox's own "+
+			"file cannot be mounted over; delete the template and import it again (imports now replace such entries)",
+			tpl.Name, target, kind)
+	}
+	fi, err := os.Lstat(filepath.Join(rootfs, "etc"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return bad("/etc", kindOf(fi.Mode()))
+	}
+	for _, rel := range storage.MountTargets {
+		fi, err := os.Lstat(filepath.Join(rootfs, rel))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return err
+		case !fi.Mode().IsRegular():
+			return bad("/"+rel, kindOf(fi.Mode()))
+		}
+	}
+	return nil
+}
+
+// kindOf names the kind of file of mode m ("a symlink").
+func kindOf(m os.FileMode) string {
+	switch {
+	case m&os.ModeSymlink != 0:
+		return "a symlink"
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a regular file"
+	}
+	return "a special file"
 }
 
 // publicDetail is the end detail a failed create leaves on its session
