@@ -489,8 +489,22 @@ func TestHostileRoutingErrorsAreProblems(t *testing.T) {
 		{"PATCH", "/v1/sessions", 405, "", "PATCH"},
 		{"GET", "/v1/nothing", 404, "", "no such endpoint"},
 	} {
-		status, ctype, body := rawRequest(t, c.method, c.path, "", env.key, nil)
-		p := problemBody(t, body)
+		// (Redirects are answers here, not followed.)
+		req, err := http.NewRequestWithContext(ctxFor(t, time.Minute), c.method, env.d.URL+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+env.key)
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		status, ctype, body := resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+		var p client.Error
+		_ = json.Unmarshal(b, &p)
 		if status != c.status || ctype != "application/problem+json" || p.Field != c.field || !strings.Contains(p.Detail, c.text) {
 			t.Errorf("%s %s: %d %s %s, want %d problem+json naming %q: ...%s...", c.method, c.path, status, ctype, body,
 				c.status, c.field, c.text)
