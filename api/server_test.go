@@ -2,13 +2,17 @@ package api
 
 import (
 	"encoding/json"
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/hostpath"
 )
 
 // newTestServer returns a Server with the real routes and no manager,
@@ -205,5 +209,27 @@ func TestProblemDocs(t *testing.T) {
 	p := problemOf(t, serve(s, "GET", "/problems/no-such-problem"), http.StatusNotFound)
 	if p.Type != "/problems/not-found" {
 		t.Fatalf("%+v", p)
+	}
+}
+
+// TestProblemDetailHidesHostPaths proves a detail that still names a path
+// under the daemon's own directories (a storage error of a full disk, say)
+// is answered with the path hidden, in the audit note too, and logged in
+// full.
+func TestProblemDetailHidesHostPaths(t *testing.T) {
+	var logged strings.Builder
+	s := &Server{log: slog.New(slog.NewTextHandler(&logged, nil)), mux: http.NewServeMux(),
+		hide: hostpath.New("/var/lib/forkbox-x")}
+	s.mux.HandleFunc("GET /full", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("writable layer: write /var/lib/forkbox-x/storage/overlay/layers/a/upper/f: no space left: %w",
+			errdefs.ErrInsufficientStorage))
+	})
+	p := problemOf(t, serve(s, "GET", "/full"), http.StatusInsufficientStorage)
+	if strings.Contains(p.Detail, "/var/lib/forkbox-x") || !strings.Contains(p.Detail, hostpath.Hidden) ||
+		!strings.Contains(p.Detail, "no space left") {
+		t.Errorf("detail %q", p.Detail)
+	}
+	if !strings.Contains(logged.String(), "/var/lib/forkbox-x/storage/overlay/layers/a/upper/f") {
+		t.Errorf("the log lacks the original: %s", logged.String())
 	}
 }
