@@ -112,10 +112,11 @@ func (a *Agent) fileUser(r *http.Request) (*account, error) {
 
 // handleFileDownload serves GET /files?path=P[&username=U]: the regular
 // file P (relative to U's home), streamed as application/octet-stream with
-// its Content-Length (Range requests are honoured). Errors are JSON bodies:
+// its Content-Length (Range requests are honoured); a file whose size stat
+// does not give (a /proc or /sys file, an empty one) is read to EOF and
+// sent chunked, without Range support (streamToEOF). Errors are JSON bodies:
 // 400 no path / a directory / not a regular file, 401 unknown user, 404
-// missing, 403 permission, 500 otherwise. Responses are never compressed,
-// so the length is always known.
+// missing, 403 permission, 500 otherwise. Responses are never compressed.
 func (a *Agent) handleFileDownload(w http.ResponseWriter, r *http.Request) {
 	acc, err := a.fileUser(r)
 	if err != nil {
@@ -153,6 +154,10 @@ func (a *Agent) handleFileDownload(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if cd := mime.FormatMediaType("attachment", map[string]string{"filename": fi.Name()}); cd != "" {
 		w.Header().Set("Content-Disposition", cd)
+	}
+	if sizeUnknown(f, fi.Size()) {
+		streamToEOF(w, f)
+		return
 	}
 	http.ServeContent(w, r, "", fi.ModTime(), f)
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -404,4 +405,46 @@ func TestRelativePaths(t *testing.T) {
 	if e := st.Msg.GetEntry(); e.GetPath() != "/"+rel || e.GetOwner() != "54321" || e.GetSize() != 3 {
 		t.Fatalf("bad entry %v", e)
 	}
+}
+
+// TestDownloadGeneratedFiles proves files whose stat size is not their
+// length are read to EOF: /proc files (size 0), a sysfs attribute (size
+// 4096, a few bytes long) and a /proc file longer than one chunk (sent
+// chunked); an unreadable one (/proc/self/mem at offset 0: EIO) is a JSON
+// 500, not a torn or empty 200.
+func TestDownloadGeneratedFiles(t *testing.T) {
+	requireRoot(t)
+	srv, _ := newTestAgent(t)
+	get := func(p string) (*http.Response, []byte) {
+		t.Helper()
+		resp, err := http.Get(filesURL(srv.URL, "path", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s: reading the answer: %v", p, err)
+		}
+		return resp, b
+	}
+	for _, p := range []string{"/proc/self/environ", "/proc/self/cmdline", "/sys/devices/system/cpu/online", "/proc/kallsyms"} {
+		want, err := os.ReadFile(p)
+		if err != nil || len(want) == 0 {
+			t.Logf("%s: not readable here (%v), skipped", p, err)
+			continue
+		}
+		resp, b := get(p)
+		if resp.StatusCode != 200 || !bytes.Equal(b, want) {
+			t.Errorf("%s: %d, %d bytes, want 200 with the %d bytes a read to EOF gives", p, resp.StatusCode, len(b), len(want))
+		}
+		if len(want) < streamChunk && resp.Header.Get("Content-Length") != strconv.Itoa(len(want)) {
+			t.Errorf("%s: Content-Length %q, want %d", p, resp.Header.Get("Content-Length"), len(want))
+		}
+		if len(want) > streamChunk && resp.ContentLength != -1 {
+			t.Errorf("%s (%d bytes): Content-Length %d, want a chunked answer", p, len(want), resp.ContentLength)
+		}
+	}
+	resp, b := get("/proc/self/mem")
+	wantJSONError(t, resp.StatusCode, b, http.StatusInternalServerError)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
@@ -24,11 +25,22 @@ const (
 // since and until (RFC 3339), after (a seq), limit (1-1000, default 100).
 // JSON {records, next}; with format=jsonl (or Accept:
 // application/x-ndjson) every matching record, one JSON object per line,
-// in order: the export.
+// in order: the export (format=json is the paged JSON whatever Accept
+// says). Any other format or outcome is a 400 naming the parameter.
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	caller, _ := tenancy.From(r.Context())
-	f := store.AuditFilter{Tenant: q.Get("tenant"), Session: q.Get("session"), Kind: q.Get("kind"), Outcome: q.Get("outcome")}
+	format, err := oneOf(r, "format", "json", "jsonl")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	outcome, err := oneOf(r, "outcome", audit.OK, audit.Error, audit.Denied)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	f := store.AuditFilter{Tenant: q.Get("tenant"), Session: q.Get("session"), Kind: q.Get("kind"), Outcome: outcome}
 	if !caller.Admin {
 		if f.Tenant != "" && f.Tenant != caller.Tenant {
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "a tenant key reads its own tenant's audit records only"))
@@ -66,7 +78,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	if q.Get("format") == "jsonl" || r.Header.Get("Accept") == "application/x-ndjson" {
+	if format == "jsonl" || format == "" && r.Header.Get("Accept") == "application/x-ndjson" {
 		s.exportAudit(w, r, f)
 		return
 	}

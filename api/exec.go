@@ -284,7 +284,7 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sand
 			return
 		}
 		if r.Context().Err() == nil {
-			p := ProblemFor(err)
+			p := s.problemOf(r, err)
 			p.Instance, p.RequestID = r.URL.Path, w.Header().Get(requestIDHeader)
 			_ = out.jsonEvent("error", p)
 		}

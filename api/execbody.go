@@ -50,6 +50,9 @@ type execBody struct {
 
 // readExecBody reads an exec request body from r for p's session.
 func readExecBody(r *http.Request, p *sandbox.ExecPrep) (*execBody, error) {
+	if err := httpjson.CheckMediaType(r.Header.Get("Content-Type")); err != nil {
+		return nil, err
+	}
 	d := jsonstream.NewDecoder(budgetedBody(r, p))
 	b := &execBody{}
 	smallLeft := maxSmallMembers
@@ -130,6 +133,9 @@ func smallMember(req *v1.ExecRequest, key string) any {
 
 // readStdinBody reads a stdin request body ({data, close}) like an exec body.
 func readStdinBody(r *http.Request, p *sandbox.ExecPrep) (inline []byte, staged *sandbox.Staged, closeAfter bool, size int64, err error) {
+	if err := httpjson.CheckMediaType(r.Header.Get("Content-Type")); err != nil {
+		return nil, nil, false, 0, err
+	}
 	d := jsonstream.NewDecoder(budgetedBody(r, p))
 	err = decodeObject(d, func(key string) error {
 		switch key {
@@ -226,10 +232,6 @@ func budgetedBody(r *http.Request, p *sandbox.ExecPrep) io.Reader {
 		return n, err
 	})
 }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 
 // readLongString reads the next value (a string or null) of member field:
 // its decoded bytes (base64-decoded too, with isBase64) are returned

@@ -41,7 +41,8 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDownload: GET /v1/sessions/{id}/files/{path...}[?user=NAME]
-// streams the file's bytes.
+// streams the file's bytes: with Content-Length when the file's size is
+// its length, chunked when it is not known (a /proc or /sys file).
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 	p, err := filePath(r)
 	if err != nil {
@@ -55,14 +56,14 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	note.Set("bytes", size)
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, rc)
+	n, _ := io.Copy(w, rc)
+	note.Set("bytes", n)
 }
 
 // handleRemove: DELETE /v1/sessions/{id}/files/{path...} removes a file or

@@ -10,8 +10,10 @@ import (
 // maxExecBody).
 const maxJSONBody = 1 << 20
 
-// decodeJSON strictly decodes the request body into v (httpjson.Decode,
-// unknown fields refused); an empty body decodes as {} when allowEmpty.
+// decodeJSON strictly decodes the request body into v (httpjson.Decode:
+// one JSON object, exact-case names, unknown fields refused, a non-JSON
+// Content-Type refused with 415, over limit bytes 413); an empty body
+// decodes as {} when allowEmpty.
 func decodeJSON(r *http.Request, v any, limit int64, allowEmpty bool) error {
 	return httpjson.Decode(r, v, limit, httpjson.Options{AllowEmpty: allowEmpty})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/tenancy"
@@ -54,8 +55,9 @@ var problemClasses = []problemClass{
 }
 
 // typedProblems are the problem types more precise than their class
-// (errdefs.TypedError): the system design's section 4.3, and the daily
-// CPU budget.
+// (errdefs.TypedError): the system design's section 4.3, the daily CPU
+// budget and the tenant quotas, an agent's own failure (502), and bodies
+// refused before decoding (413, 415).
 var typedProblems = []problemClass{
 	{errdefs.ErrInvalidArgument, http.StatusBadRequest, sandbox.ProblemImageNotApproved, "Image not approved",
 		"The template (or the snapshot's template) is not on the tenant's approved list."},
@@ -78,6 +80,12 @@ var typedProblems = []problemClass{
 		"A memory snapshot of the session cut the command's output stream; the command keeps running. " +
 			"Re-attach (GET /v1/sessions/{id}/processes/{pid}/stream) for its output from then on and its exit; " +
 			"do not retry the exec, which would run the command again."},
+	{errdefs.ErrInternal, http.StatusBadGateway, sandbox.ProblemAgentFailed, "Agent failed",
+		"The sandbox's agent could not do this (for example an I/O error on a file in the sandbox); `detail` has its message. The same call fails the same way again."},
+	{errdefs.ErrInvalidArgument, http.StatusRequestEntityTooLarge, httpjson.ProblemContentTooLarge, "Content too large",
+		"The request body is larger than the endpoint accepts; `detail` says the limit in bytes."},
+	{errdefs.ErrInvalidArgument, http.StatusUnsupportedMediaType, httpjson.ProblemUnsupportedMediaType, "Unsupported media type",
+		"The body's Content-Type is not JSON: send `Content-Type: application/json` (a body without Content-Type is read as JSON)."},
 }
 
 // problemPath is the path prefix of problem type URIs.
@@ -130,9 +138,21 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p v1.Problem) {
 	_ = json.NewEncoder(w).Encode(p)
 }
 
+// problemOf is ProblemFor(err) with host paths removed from the detail
+// (the log keeps them).
+func (s *Server) problemOf(r *http.Request, err error) v1.Problem {
+	p := ProblemFor(err)
+	if d, hidden := s.hide.Redact(p.Detail); hidden {
+		s.log.Warn("host path hidden from a problem detail", "method", r.Method, "path", r.URL.Path,
+			"request_id", r.Header.Get(requestIDHeader), "detail", p.Detail)
+		p.Detail = d
+	}
+	return p
+}
+
 // writeError maps err to a problem and writes it.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := ProblemFor(err)
+	p := s.problemOf(r, err)
 	var te *errdefs.TypedError
 	if errors.As(err, &te) && te.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((te.RetryAfter+time.Second-1)/time.Second)))
@@ -144,7 +164,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// this answer and nothing failed on our side.
 		s.log.Debug("client gone", "method", r.Method, "path", r.URL.Path,
 			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "err", err)
-	case te != nil:
+	case te != nil && te.Class != errdefs.ErrInternal:
 		// A policy answer (capacity-unavailable), not a failure.
 		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path,
 			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "problem", te.Type,

@@ -21,6 +21,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/runtime"
@@ -46,15 +47,19 @@ type Server struct {
 	// audit records requests; metrics serves GET /metrics.
 	audit   *audit.Recorder
 	metrics *metrics.Set
+	// hide keeps the daemon's host paths out of problem details.
+	hide *hostpath.Redactor
 }
 
 // New returns the API server over the given manager, store and catalog.
 // spoolDir is where uploads are staged (on the data directory's
-// filesystem); rec records audited requests; ms serves GET /metrics.
+// filesystem); rec records audited requests; ms serves GET /metrics; hide
+// removes host paths from every error detail either API answers (and
+// from the audit record of the failure), which the log then has in full.
 func New(mgr *sandbox.Manager, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
-	ms *metrics.Set, log *slog.Logger) *Server {
+	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir,
-		e2b: e2b.New(mgr, st, rec, log), audit: rec, metrics: ms}
+		e2b: e2b.New(mgr, st, rec, hide, log), audit: rec, metrics: ms, hide: hide}
 	s.routes()
 	return s
 }
@@ -162,10 +167,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for
 		// "/v1/sessions/a/files/x/../y" is another resource; say so instead.
-		writeProblem(w, r, v1.Problem{Type: problemPath + "invalid-argument", Title: "Invalid argument",
-			Status: http.StatusBadRequest, Field: "path", Detail: "the URL path is not clean (it has '..', '.' or '//' segments)"})
+		s.writeError(w, r, uncleanPathError(r.URL.EscapedPath()))
 	} else if h, pattern := s.mux.Handler(r); pattern == "" {
 		s.notFoundOrMethod(w, r, h)
+	} else if name, ok := redirectsToRest(pattern, r.URL.Path); ok {
+		// The mux would redirect ".../files" to ".../files/" (text/html),
+		// where the rest of the path is empty.
+		s.writeError(w, r, errdefs.InvalidField(name, "is empty"))
 	} else {
 		s.mux.ServeHTTP(w, r) // (Handler does not set path values; ServeHTTP does)
 	}
@@ -198,6 +206,45 @@ func isCleanPath(p string) bool {
 		c += "/"
 	}
 	return c == p
+}
+
+// collectionIDs names what the path segment after each collection of the
+// API is, for the error of a path where it is empty
+// ("/v1/sessions//exec").
+var collectionIDs = map[string]string{
+	"sessions": "a session id", "snapshots": "a snapshot id", "templates": "a template name",
+	"tenants": "a tenant name", "keys": "a key id", "pools": "a template name", "processes": "a process id",
+}
+
+// uncleanPathError is the invalid-argument error for the escaped URL path
+// p, which isCleanPath refused: an empty segment after a collection is a
+// missing id ("a session id is required", field "id"), anything else a
+// path that is not clean (field "path").
+func uncleanPathError(p string) error {
+	segs := strings.Split(p, "/")   // ["", "v1", collection, id, ...]
+	for _, i := range []int{3, 5} { // /v1/sessions/{id}, /v1/sessions/{id}/processes/{pid}
+		if len(segs) > i && segs[1] == "v1" && segs[i] == "" && (i == 3 || segs[2] == "sessions") {
+			if what, ok := collectionIDs[segs[i-1]]; ok {
+				return errdefs.InvalidField("id", "%s is required", what)
+			}
+		}
+	}
+	return errdefs.InvalidField("path", "the URL path is not clean (it has '..', '.' or '//' segments)")
+}
+
+// redirectsToRest reports whether the mux would redirect path to path+"/"
+// to match pattern, whose last segment is a rest wildcard ("{path...}"):
+// path stops right before that segment. name is the wildcard's.
+func redirectsToRest(pattern, path string) (name string, ok bool) {
+	_, pp, _ := strings.Cut(pattern, " ")
+	i := strings.LastIndex(pp, "/{")
+	if i < 0 || !strings.HasSuffix(pp, "...}") || strings.HasSuffix(path, "/") {
+		return "", false
+	}
+	if strings.Count(path, "/") != strings.Count(pp, "/")-1 {
+		return "", false
+	}
+	return strings.TrimSuffix(pp[i+2:], "...}"), true
 }
 
 type statusRecorder struct {

@@ -2,13 +2,17 @@ package api
 
 import (
 	"encoding/json"
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/hostpath"
 )
 
 // newTestServer returns a Server with the real routes and no manager,
@@ -83,8 +87,8 @@ func TestUncleanPathIsProblem(t *testing.T) {
 	s := newTestServer()
 	for _, target := range []string{
 		"/v1/sessions/x/../y",
-		"/v1/sessions//y",
 		"/v1/sessions/x/files/home/user/../other/secret",
+		"/v1/sessions/x/files/sessions//y",
 		"/v1/sessions/x/files/./a",
 		"/v1/x/../nothing",
 	} {
@@ -93,6 +97,44 @@ func TestUncleanPathIsProblem(t *testing.T) {
 		if p.Type != "/problems/invalid-argument" || p.Field != "path" || w.Header().Get("Location") != "" {
 			t.Errorf("%s: %+v (Location %q)", target, p, w.Header().Get("Location"))
 		}
+	}
+}
+
+// TestMissingIDIsProblem proves a path whose session, snapshot, template,
+// tenant, key or process id is empty ("/v1/sessions//exec", what a client
+// makes of an empty id) is a 400 naming the missing id, not "the URL path
+// is not clean".
+func TestMissingIDIsProblem(t *testing.T) {
+	s := newTestServer()
+	for target, want := range map[string]string{
+		"/v1/sessions//exec":                 "a session id is required",
+		"/v1/sessions//":                     "a session id is required",
+		"/v1/snapshots//fork":                "a snapshot id is required",
+		"/v1/templates//x":                   "a template name is required",
+		"/v1/tenants//keys":                  "a tenant name is required",
+		"/v1/sessions/abc/processes//stream": "a process id is required",
+	} {
+		p := problemOf(t, serve(s, "POST", target), http.StatusBadRequest)
+		if p.Type != "/problems/invalid-argument" || p.Field != "id" || !strings.Contains(p.Detail, want) {
+			t.Errorf("%s: %+v, want field id: %s", target, p, want)
+		}
+	}
+}
+
+// TestRestWildcardNotRedirected proves a files path without a file
+// ("/v1/sessions/x/files") is a 400 problem naming the empty path, not
+// the mux's text/html redirect to ".../files/".
+func TestRestWildcardNotRedirected(t *testing.T) {
+	s := newTestServer()
+	for _, method := range []string{"GET", "PUT", "DELETE"} {
+		w := serve(s, method, "/v1/sessions/x/files")
+		p := problemOf(t, w, http.StatusBadRequest)
+		if p.Field != "path" || !strings.Contains(p.Detail, "is empty") || w.Header().Get("Location") != "" {
+			t.Errorf("%s: %+v (Location %q)", method, p, w.Header().Get("Location"))
+		}
+	}
+	if name, ok := redirectsToRest("GET /v1/sessions/{id}/files/{path...}", "/v1/sessions/x/files/a"); ok {
+		t.Errorf("a path with a file is redirected (%s)", name)
 	}
 }
 
@@ -167,5 +209,27 @@ func TestProblemDocs(t *testing.T) {
 	p := problemOf(t, serve(s, "GET", "/problems/no-such-problem"), http.StatusNotFound)
 	if p.Type != "/problems/not-found" {
 		t.Fatalf("%+v", p)
+	}
+}
+
+// TestProblemDetailHidesHostPaths proves a detail that still names a path
+// under the daemon's own directories (a storage error of a full disk, say)
+// is answered with the path hidden, in the audit note too, and logged in
+// full.
+func TestProblemDetailHidesHostPaths(t *testing.T) {
+	var logged strings.Builder
+	s := &Server{log: slog.New(slog.NewTextHandler(&logged, nil)), mux: http.NewServeMux(),
+		hide: hostpath.New("/var/lib/forkbox-x")}
+	s.mux.HandleFunc("GET /full", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, fmt.Errorf("writable layer: write /var/lib/forkbox-x/storage/overlay/layers/a/upper/f: no space left: %w",
+			errdefs.ErrInsufficientStorage))
+	})
+	p := problemOf(t, serve(s, "GET", "/full"), http.StatusInsufficientStorage)
+	if strings.Contains(p.Detail, "/var/lib/forkbox-x") || !strings.Contains(p.Detail, hostpath.Hidden) ||
+		!strings.Contains(p.Detail, "no space left") {
+		t.Errorf("detail %q", p.Detail)
+	}
+	if !strings.Contains(logged.String(), "/var/lib/forkbox-x/storage/overlay/layers/a/upper/f") {
+		t.Errorf("the log lacks the original: %s", logged.String())
 	}
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/forkbox/forkbox/api/access"
@@ -146,13 +145,10 @@ func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
 // while sessions or child snapshots use it (force destroys and deletes
 // them first).
 func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	force := false
-	if f := r.URL.Query().Get("force"); f != "" {
-		var err error
-		if force, err = strconv.ParseBool(f); err != nil {
-			s.writeError(w, r, errdefs.InvalidField("force", "must be true or false"))
-			return
-		}
+	force, err := boolParam(r, "force")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
 	if err := s.mgr.DeleteSnapshot(r.Context(), r.PathValue("id"), force); err != nil {
 		s.writeError(w, r, err)

@@ -2,12 +2,16 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/tenancy"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -18,9 +22,14 @@ import (
 // maxTemplateUpload caps an uploaded image tarball, in bytes.
 const maxTemplateUpload = 64 << 30
 
-// templateView is the API view of a template.
+// templateView is the API view of a template. An older import's Source
+// is the host path of its upload: it shows as "upload".
 func templateView(t *storage.Template) v1.Template {
-	return v1.Template{Name: t.Name, Source: t.Source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
+	source := t.Source
+	if filepath.IsAbs(source) {
+		source = "upload"
+	}
+	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
 }
 
@@ -52,7 +61,11 @@ func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	access.NoteFrom(r.Context()).Set("template", name)
-	shared := r.URL.Query().Get("shared") == "true"
+	shared, err := boolParam(r, "shared")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if caller, _ := tenancy.From(r.Context()); shared && !caller.Admin {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
 		return
@@ -76,19 +89,15 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	}
 	spool, err := os.CreateTemp(s.spoolDir, template.UploadPattern)
 	if err != nil {
-		s.writeError(w, r, err)
+		s.writeError(w, r, fmt.Errorf("spool the upload: %w", err)) // (internal: the detail is not shown)
 		return
 	}
 	defer os.Remove(spool.Name())
-	_, err = io.Copy(spool, http.MaxBytesReader(w, r.Body, maxTemplateUpload))
-	if cerr := spool.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		s.writeError(w, r, errdefs.InvalidField("body", "upload failed: %v", err))
+	if err := s.spoolUpload(spool, http.MaxBytesReader(w, r.Body, maxTemplateUpload)); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
-	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), shared)
+	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), "upload", shared)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -101,7 +110,6 @@ func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	t.Source = "upload"
 	writeJSON(w, http.StatusCreated, templateView(t))
 }
 
@@ -113,3 +121,42 @@ func (s *Server) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// spoolUpload copies an uploaded image from body into the spool file f
+// and closes f. Errors name no host path: a body over maxTemplateUpload
+// is content-too-large (413), a body cut short a "body" field error, a
+// full disk under the data directory insufficient storage, other write
+// errors internal (the spool's path goes to the log only).
+func (s *Server) spoolUpload(f *os.File, body io.Reader) error {
+	var readErr error
+	_, err := io.Copy(f, readerFunc(func(p []byte) (int, error) {
+		n, err := body.Read(p)
+		if err != nil && err != io.EOF {
+			readErr = err
+		}
+		return n, err
+	}))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	var big *http.MaxBytesError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(readErr, &big):
+		return httpjson.TooLarge("body", big.Limit)
+	case readErr != nil:
+		return errdefs.InvalidField("body", "upload cut short: %v", readErr)
+	}
+	s.log.Error("spool a template upload", "file", f.Name(), "err", err)
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return errdefs.Newf(errdefs.ErrInsufficientStorage, "no room on the forkbox host for the upload")
+	}
+	return fmt.Errorf("spool the upload: %w", errdefs.ErrInternal)
+}
+
+// readerFunc is an io.Reader made of a function.
+type readerFunc func([]byte) (int, error)
+
+// Read calls f.
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

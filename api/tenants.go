@@ -157,6 +157,11 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "the default tenant cannot be deleted"))
 		return
 	}
+	force, err := boolParam(r, "force")
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if _, err := s.store.GetTenant(ctx, name); err != nil {
 		s.writeError(w, r, err)
 		return
@@ -169,7 +174,7 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && r.URL.Query().Get("force") != "true" {
+	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
 		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
 			"tenant %s has %d sessions, %d snapshots and %d templates; remove them first or force", name, n, len(snaps), len(own)))
 		return

@@ -102,7 +102,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
 }
 
-// Unwrap returns the errdefs class matching the problem type.
+// Unwrap returns the errdefs class matching the problem type; a type
+// more precise than its class (tenant-quota-exceeded, agent-failed, ...)
+// or an answer that is no problem document is classed by its HTTP status.
 func (e *Error) Unwrap() error {
 	switch strings.TrimPrefix(e.Type, "/problems/") {
 	case "invalid-argument":
@@ -122,6 +124,32 @@ func (e *Error) Unwrap() error {
 	case "insufficient-storage":
 		return errdefs.ErrInsufficientStorage
 	case "unavailable":
+		return errdefs.ErrUnavailable
+	}
+	return classOfStatus(e.Status)
+}
+
+// classOfStatus is the errdefs class of an HTTP status, as the daemon maps
+// them (api/problem.go): 413 and 415 are invalid arguments.
+func classOfStatus(status int) error {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		return errdefs.ErrInvalidArgument
+	case http.StatusUnauthorized:
+		return errdefs.ErrUnauthenticated
+	case http.StatusForbidden:
+		return errdefs.ErrPermissionDenied
+	case http.StatusNotFound:
+		return errdefs.ErrNotFound
+	case http.StatusConflict:
+		return errdefs.ErrConflict
+	case http.StatusGone:
+		return errdefs.ErrTerminated
+	case http.StatusTooManyRequests:
+		return errdefs.ErrResourceExhausted
+	case http.StatusInsufficientStorage:
+		return errdefs.ErrInsufficientStorage
+	case http.StatusServiceUnavailable:
 		return errdefs.ErrUnavailable
 	}
 	return errdefs.ErrInternal
@@ -217,3 +245,40 @@ func IsNotFound(err error) bool { return errors.Is(err, errdefs.ErrNotFound) }
 func decodeBody(resp *http.Response, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
+
+// idNames says what the path parameter of each kind of resource is called
+// in the error for a missing one.
+var idNames = map[string]string{
+	"session": "a session id", "snapshot": "a snapshot id", "template": "a template name",
+	"tenant": "a tenant name", "key": "a key id",
+}
+
+// checkID refuses, before any request is sent, a resource id or name that
+// cannot name anything and would make a path the daemon cannot route:
+// "" ("a session id is required") and "." or ".." (path segments that
+// URL escaping keeps). The error reads as that sentence and unwraps to an
+// errdefs.FieldError (class ErrInvalidArgument) of field "id" ("name" for
+// templates and tenants).
+func checkID(kind, v string) error {
+	field := "id"
+	if kind == "template" || kind == "tenant" {
+		field = "name"
+	}
+	switch v {
+	case "":
+		return &idError{&errdefs.FieldError{Field: field, Reason: idNames[kind] + " is required"}}
+	case ".", "..":
+		return &idError{&errdefs.FieldError{Field: field, Reason: fmt.Sprintf("%q is not %s", v, idNames[kind])}}
+	}
+	return nil
+}
+
+// idError is checkID's error: its message is the reason alone ("a session
+// id is required"), the field error is its cause.
+type idError struct{ fe *errdefs.FieldError }
+
+// Error returns the reason.
+func (e *idError) Error() string { return e.fe.Reason }
+
+// Unwrap returns the field error.
+func (e *idError) Unwrap() error { return e.fe }

@@ -17,6 +17,9 @@ import (
 // Exec runs req and streams its output into stdout and stderr (either may
 // be nil) as it arrives; it returns when the command ends.
 func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, stderr io.Writer) (*ExecResult, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	req.Background = false
 	return c.stream(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", req, stdout, stderr, nil)
 }
@@ -24,6 +27,9 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest, stdout, s
 // ExecCollect runs req and returns its output in one result (at most 16
 // MiB of each stream).
 func (c *Client) ExecCollect(ctx context.Context, id string, req ExecRequest) (*ExecOutput, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	req.Background = false
 	out := &ExecOutput{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", nil, nil, req, out)
@@ -32,6 +38,9 @@ func (c *Client) ExecCollect(ctx context.Context, id string, req ExecRequest) (*
 
 // ExecBackground starts req and returns its pid at once.
 func (c *Client) ExecBackground(ctx context.Context, id string, req ExecRequest) (int, error) {
+	if err := checkID("session", id); err != nil {
+		return 0, err
+	}
 	req.Background = true
 	var out v1.BackgroundStarted
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/exec", nil, nil, req, &out)
@@ -40,6 +49,9 @@ func (c *Client) ExecBackground(ctx context.Context, id string, req ExecRequest)
 
 // Processes lists the session's running commands.
 func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	var out v1.ProcessList
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/processes", nil, nil, nil, &out)
 	return out.Processes, err
@@ -47,18 +59,27 @@ func (c *Client) Processes(ctx context.Context, id string) ([]Process, error) {
 
 // Attach re-attaches to command pid: its output from now on, then its result.
 func (c *Client) Attach(ctx context.Context, id string, pid int, stdout, stderr io.Writer) (*ExecResult, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	path := "/v1/sessions/" + url.PathEscape(id) + "/processes/" + strconv.Itoa(pid) + "/stream"
 	return c.stream(ctx, http.MethodGet, path, nil, stdout, stderr, nil)
 }
 
 // Kill kills command pid's process group.
 func (c *Client) Kill(ctx context.Context, id string, pid int) error {
+	if err := checkID("session", id); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id)+"/processes/"+strconv.Itoa(pid), nil, nil, nil, nil)
 	return err
 }
 
 // Signal sends 9 (SIGKILL) or 15 (SIGTERM) to command pid's process group.
 func (c *Client) Signal(ctx context.Context, id string, pid, signal int) error {
+	if err := checkID("session", id); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/processes/"+strconv.Itoa(pid)+"/signal",
 		nil, nil, v1.Signal{Signal: signal}, nil)
 	return err
@@ -67,6 +88,9 @@ func (c *Client) Signal(ctx context.Context, id string, pid, signal int) error {
 // SendStdin writes data to command pid's stdin (started with KeepStdin),
 // closing it afterwards when close is set.
 func (c *Client) SendStdin(ctx context.Context, id string, pid int, data []byte, close bool) error {
+	if err := checkID("session", id); err != nil {
+		return err
+	}
 	body := v1.StdinRequest{Data: data, Close: close}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/processes/"+strconv.Itoa(pid)+"/stdin",
 		nil, nil, body, nil)

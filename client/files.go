@@ -29,6 +29,9 @@ func userQuery(user string) url.Values {
 // Upload streams r into the absolute path p in the sandbox, as user ("" =
 // the session's default). size is r's length in bytes or -1 if unknown.
 func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int64, user string) (*Entry, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	resp, err := c.do(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: userQuery(user),
 		body: r, size: size, contentType: "application/octet-stream", accept: "application/json"})
 	if err != nil {
@@ -41,6 +44,9 @@ func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int
 
 // Download opens the file at absolute path p; the caller closes it.
 func (c *Client) Download(ctx context.Context, id, p, user string) (io.ReadCloser, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	resp, err := c.do(ctx, request{method: http.MethodGet, path: filesPath(id, p), query: userQuery(user)})
 	if err != nil {
 		return nil, err
@@ -50,12 +56,18 @@ func (c *Client) Download(ctx context.Context, id, p, user string) (io.ReadClose
 
 // Remove deletes a file or directory tree.
 func (c *Client) Remove(ctx context.Context, id, p, user string) error {
+	if err := checkID("session", id); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodDelete, filesPath(id, p), userQuery(user), nil, nil, nil)
 	return err
 }
 
 // Stat describes path p.
 func (c *Client) Stat(ctx context.Context, id, p, user string) (*Entry, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	q := url.Values{"path": {p}}
 	if user != "" {
 		q.Set("user", user)
@@ -67,6 +79,9 @@ func (c *Client) Stat(ctx context.Context, id, p, user string) (*Entry, error) {
 
 // ListDir lists directory p down to depth levels (1 = its entries).
 func (c *Client) ListDir(ctx context.Context, id, p string, depth int, user string) ([]Entry, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	q := url.Values{"path": {p}, "depth": {strconv.Itoa(depth)}}
 	if user != "" {
 		q.Set("user", user)
@@ -78,6 +93,9 @@ func (c *Client) ListDir(ctx context.Context, id, p string, depth int, user stri
 
 // MakeDir creates directory p and its parents.
 func (c *Client) MakeDir(ctx context.Context, id, p, user string) (*Entry, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	e := &Entry{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/mkdir", nil, nil,
 		v1.PathRequest{Path: p, User: user}, e)
@@ -86,6 +104,9 @@ func (c *Client) MakeDir(ctx context.Context, id, p, user string) (*Entry, error
 
 // Move renames source to destination.
 func (c *Client) Move(ctx context.Context, id, source, destination, user string) (*Entry, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	e := &Entry{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/fs/move", nil, nil,
 		v1.MoveRequest{Source: source, Destination: destination, User: user}, e)
@@ -102,6 +123,9 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 // ImportTemplate uploads an image tarball (`docker save` output or an OCI
 // layout packed as a tar) as template name; ref picks one of several images.
 func (c *Client) ImportTemplate(ctx context.Context, name, ref string, tarball io.Reader, size int64) (*Template, error) {
+	if err := checkID("template", name); err != nil {
+		return nil, err
+	}
 	var q url.Values
 	if ref != "" {
 		q = url.Values{"ref": {ref}}
@@ -118,6 +142,9 @@ func (c *Client) ImportTemplate(ctx context.Context, name, ref string, tarball i
 
 // DeleteTemplate removes a template no session uses.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
+	if err := checkID("template", name); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, nil)
 	return err
 }

@@ -27,6 +27,9 @@ func (c *Client) CreateSession(ctx context.Context, req CreateRequest, idempoten
 
 // GetSession returns one session (also an ended one).
 func (c *Client) GetSession(ctx context.Context, id string) (*Session, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	s := &Session{}
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, nil, nil, s)
 	return s, err
@@ -64,12 +67,18 @@ func (c *Client) ListSessions(ctx context.Context, opts ListOptions) ([]Session,
 
 // DeleteSession destroys a session now.
 func (c *Client) DeleteSession(ctx context.Context, id string) error {
+	if err := checkID("session", id); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, nil, nil, nil)
 	return err
 }
 
 // SetTimeout makes the session end seconds from now.
 func (c *Client) SetTimeout(ctx context.Context, id string, seconds int64) (*Session, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	s := &Session{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/timeout", nil, nil,
 		v1.TimeoutRequest{TimeoutS: seconds}, s)
@@ -78,6 +87,9 @@ func (c *Client) SetTimeout(ctx context.Context, id string, seconds int64) (*Ses
 
 // Usage reads a session's resource use.
 func (c *Client) Usage(ctx context.Context, id string) (*Usage, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	u := &Usage{}
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/usage", nil, nil, nil, u)
 	return u, err
@@ -86,6 +98,9 @@ func (c *Client) Usage(ctx context.Context, id string) (*Usage, error) {
 // Egress returns up to limit (1-1000) of a session's egress records, oldest
 // first, after the first skip.
 func (c *Client) Egress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
 	var out v1.EgressList
 	q := url.Values{"skip": {strconv.Itoa(skip)}, "limit": {strconv.Itoa(limit)}}
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"/egress", q, nil, nil, &out)

@@ -20,6 +20,9 @@ import (
 // '-', starting with a letter) with policy p and returns it. A taken name
 // is errdefs.ErrConflict; a bad name or policy errdefs.ErrInvalidArgument.
 func (c *Client) CreateTenant(ctx context.Context, name string, p TenantPolicy) (*Tenant, error) {
+	if err := checkID("tenant", name); err != nil {
+		return nil, err
+	}
 	t := &Tenant{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/tenants", nil, nil, TenantRequest{Name: name, Policy: p}, t)
 	if err != nil {
@@ -37,6 +40,9 @@ func (c *Client) Tenants(ctx context.Context) ([]Tenant, error) {
 
 // GetTenant returns tenant name; an unknown one is errdefs.ErrNotFound.
 func (c *Client) GetTenant(ctx context.Context, name string) (*Tenant, error) {
+	if err := checkID("tenant", name); err != nil {
+		return nil, err
+	}
 	t := &Tenant{}
 	_, err := c.doJSON(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(name), nil, nil, nil, t)
 	if err != nil {
@@ -50,6 +56,9 @@ func (c *Client) GetTenant(ctx context.Context, name string) (*Tenant, error) {
 // the updated tenant; an unknown one is errdefs.ErrNotFound, a bad policy
 // errdefs.ErrInvalidArgument.
 func (c *Client) UpdateTenant(ctx context.Context, name string, p TenantPolicy, clearFlag bool) (*Tenant, error) {
+	if err := checkID("tenant", name); err != nil {
+		return nil, err
+	}
 	t := &Tenant{}
 	_, err := c.doJSON(ctx, http.MethodPut, "/v1/tenants/"+url.PathEscape(name), nil, nil,
 		TenantRequest{Policy: p, ClearFlag: clearFlag}, t)
@@ -63,6 +72,9 @@ func (c *Client) UpdateTenant(ctx context.Context, name string, p TenantPolicy, 
 // snapshots that is errdefs.ErrConflict unless force, which destroys them
 // too. An unknown tenant is errdefs.ErrNotFound.
 func (c *Client) DeleteTenant(ctx context.Context, name string, force bool) error {
+	if err := checkID("tenant", name); err != nil {
+		return err
+	}
 	var q url.Values
 	if force {
 		q = url.Values{"force": {"true"}}
@@ -76,6 +88,9 @@ func (c *Client) DeleteTenant(ctx context.Context, name string, force bool) erro
 // returned NewKey holds the secret, which cannot be read again. An unknown
 // tenant is errdefs.ErrNotFound.
 func (c *Client) CreateKey(ctx context.Context, tenant, name string, admin bool) (*NewKey, error) {
+	if err := checkID("tenant", tenant); err != nil {
+		return nil, err
+	}
 	k := &NewKey{}
 	_, err := c.doJSON(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", nil, nil,
 		KeyRequest{Name: name, Admin: admin}, k)
@@ -100,6 +115,9 @@ func (c *Client) Keys(ctx context.Context, tenant string) ([]APIKey, error) {
 // RevokeKey revokes API key id; it stops authenticating at once. An unknown
 // id is errdefs.ErrNotFound.
 func (c *Client) RevokeKey(ctx context.Context, id string) error {
+	if err := checkID("key", id); err != nil {
+		return err
+	}
 	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/keys/"+url.PathEscape(id), nil, nil, nil, nil)
 	return err
 }

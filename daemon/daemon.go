@@ -28,6 +28,7 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
@@ -280,7 +281,9 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		mgr.Close()
 		return nil, err
 	}
-	apiServer := api.New(mgr, st, catalog, layout.Templates(), rec, ms, log)
+	// No answer names the data directory or the decrypted checkpoints.
+	hide := hostpath.New(layout.Root, layout.Scratch())
+	apiServer := api.New(mgr, st, catalog, layout.Templates(), rec, ms, hide, log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,26 +66,65 @@ func newAgentConn(socket string) *agentConn {
 // any socket on the host (another sandbox's agent): so the link the host
 // made is read once, the file it names is opened with O_NOFOLLOW and must
 // be a socket, and the connection goes through that descriptor.
+//
+// Errors are *dialError values, whose message names no host path (it
+// reaches API clients); the path is in their Path for the log.
 func dialAgent(ctx context.Context, path string) (net.Conn, error) {
-	path, err := agentSocketFile(path)
+	file, err := agentSocketFile(path)
 	if err != nil {
-		return nil, err
+		return nil, &dialError{Path: path, Err: err}
 	}
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(file, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		return nil, &dialError{Path: file, Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, err
+		return nil, &dialError{Path: file, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("agent socket %s is not a socket", path)
+		return nil, &dialError{Path: file, Err: errNotSocket}
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+	conn, err := d.DialContext(ctx, "unix", "/proc/self/fd/"+strconv.Itoa(fd))
+	if err != nil {
+		return nil, &dialError{Path: file, Err: err}
+	}
+	return conn, nil
 }
+
+// errNotSocket: what the agent's socket path names is not a socket.
+var errNotSocket = errors.New("not a socket")
+
+// dialError is a failure to connect to an agent's socket at Path (a host
+// path, for logs). Its message says why without the path: the errno's
+// text ("connection refused", "no such file or directory"), or that the
+// dial was cancelled or timed out.
+type dialError struct {
+	Path string
+	Err  error
+}
+
+// Error returns "connect to the sandbox's agent: <reason>".
+func (e *dialError) Error() string {
+	reason := "failed"
+	var errno unix.Errno
+	switch {
+	case errors.Is(e.Err, errNotSocket):
+		reason = "its socket is not a socket"
+	case errors.Is(e.Err, context.Canceled):
+		reason = "cancelled"
+	case errors.Is(e.Err, context.DeadlineExceeded):
+		reason = "timed out"
+	case errors.As(e.Err, &errno):
+		reason = errno.Error()
+	}
+	return "connect to the sandbox's agent: " + reason
+}
+
+// Unwrap returns the underlying error (with the path).
+func (e *dialError) Unwrap() error { return e.Err }
 
 // agentSocketFile returns the file the agent's socket is at: path itself,
 // or the target of path when path is a symlink (which the host made; the

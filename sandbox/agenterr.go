@@ -14,6 +14,19 @@ import (
 	"github.com/forkbox/forkbox/store"
 )
 
+// ProblemAgentFailed is the problem type (errdefs.TypedError.Type) of a
+// call the sandbox's agent answered with an internal failure of its own
+// (an I/O error on a file in the sandbox, say): a deterministic failure,
+// reported as a bad gateway (HTTP 502), not as the retryable
+// unavailable class.
+const ProblemAgentFailed = "agent-failed"
+
+// agentFailed returns the ErrInternal TypedError of ProblemAgentFailed
+// with the agent's message (which names paths inside the sandbox only).
+func agentFailed(msg string) error {
+	return errdefs.Typed(errdefs.ErrInternal, ProblemAgentFailed, "the sandbox's agent failed: %s", msg)
+}
+
 // setUser names the user of an agent call the way envd expects it.
 func setUser(h interface{ Set(string, string) }, user string) {
 	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
@@ -21,7 +34,9 @@ func setUser(h interface{ Set(string, string) }, user string) {
 
 // agentError maps an agent (Connect) error to an errdefs class. field names
 // the request field an invalid_argument or not_found refers to, if any. When
-// the sandbox ended meanwhile, the error says so (ErrTerminated).
+// the sandbox ended meanwhile, the error says so (ErrTerminated). The
+// agent's own internal failures are ProblemAgentFailed (HTTP 502); failing
+// to reach it, or a deadline, is ErrUnavailable (HTTP 503, retryable).
 func (m *Manager) agentError(ctx context.Context, id string, err error, field string) error {
 	if err == nil {
 		return nil
@@ -41,7 +56,16 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 		if ended := m.checkDead(ctx, id); ended != nil {
 			return ended
 		}
-		return fmt.Errorf("agent: %v: %w", err, errdefs.ErrUnavailable)
+		var de *dialError
+		if errors.As(err, &de) {
+			// The answer says why without the host path; the log has it.
+			m.log.Warn("agent unreachable", "session", id, "socket", de.Path, "err", de.Err)
+		}
+		msg := err.Error()
+		if ce != nil {
+			msg = ce.Message() // (without the code Connect puts first)
+		}
+		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
 	}
 	msg := ce.Message()
 	switch ce.Code() {
@@ -63,6 +87,12 @@ func (m *Manager) agentError(ctx context.Context, id string, err error, field st
 		return fmt.Errorf("%s: %w", msg, errdefs.ErrPermissionDenied)
 	case connect.CodeResourceExhausted:
 		return fmt.Errorf("%s: %w", msg, errdefs.ErrResourceExhausted)
+	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss, connect.CodeUnimplemented:
+		// The agent answered: it failed, and will fail the same way again.
+		if ended := m.endedError(ctx, id); ended != nil {
+			return ended
+		}
+		return agentFailed(msg)
 	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
 		if ctx.Err() != nil {
 			return ctx.Err()

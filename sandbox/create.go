@@ -269,7 +269,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 			return nil, terminatedError(&r)
 		}
 		m.log.Error("create failed", "session", sb.id, "err", err)
-		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, err.Error())
+		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, publicDetail(err))
 		if idempotencyKey != "" {
 			// A retry with the key must try again (and get this error again,
 			// or a session), not be told 200 with this failed one.
@@ -313,6 +313,9 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		storage.Source{Template: req.Template, Snapshot: req.Snapshot}, req.DiskMB<<20)
 	if err != nil {
 		return fmt.Errorf("writable layer: %w", err)
+	}
+	if err := checkMountTargets(rootfs, tpl); err != nil {
+		return err
 	}
 	ident, err := m.newIdentity(sb, rootfs)
 	if err != nil {
@@ -440,7 +443,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		err = m.driverOf(sb).Create(ctx, rcfg)
 	}
 	if err != nil {
-		return err
+		return templateMountError(err, tpl)
 	}
 	launched := time.Now()
 	sb.agent = newAgentConn(socket)
@@ -566,4 +569,84 @@ func (k *keyedMutex) lock(key string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// templateMountError turns a runtime's failure to mount one of the
+// sandbox's own files into imported template tpl (its /etc/hosts is a
+// symlink into /proc, say: storage.PrepareMountTargets replaces such
+// entries at import, so only templates imported before it have them)
+// into an invalid-argument error naming the template. Other errors, and
+// any error with the built-in template (which forkbox writes itself),
+// are returned as they are.
+func templateMountError(err error, tpl *storage.Template) error {
+	var me *runtime.MountError
+	if !errors.As(err, &me) || tpl.Source == "builtin" {
+		return err
+	}
+	return errdefs.InvalidField("template", "template %q cannot be started: %v, because the template has a symlink, "+
+		"a directory or a special file there; delete the template and import it again (imports now replace such entries)",
+		tpl.Name, me)
+}
+
+// checkMountTargets refuses, before the runtime is asked, a root
+// filesystem of imported template tpl whose etc or storage.MountTargets
+// are of a kind the sandbox's own files cannot be mounted over (only
+// templates imported before storage.PrepareMountTargets existed have
+// them): the runtimes fail on them with errors that do not always say
+// which path (runsc), so the check is made here for every tier. Missing
+// entries are fine (the runtime creates them). Nothing is followed: etc
+// must be a real directory before anything in it is looked at.
+func checkMountTargets(rootfs string, tpl *storage.Template) error {
+	if tpl.Source == "builtin" {
+		return nil
+	}
+	bad := func(target, kind string) error {
+		return errdefs.InvalidField("template", "template %q cannot be started: its %s is %s, which the sandbox's own "+
+			"file cannot be mounted over; delete the template and import it again (imports now replace such entries)",
+			tpl.Name, target, kind)
+	}
+	fi, err := os.Lstat(filepath.Join(rootfs, "etc"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return bad("/etc", kindOf(fi.Mode()))
+	}
+	for _, rel := range storage.MountTargets {
+		fi, err := os.Lstat(filepath.Join(rootfs, rel))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return err
+		case !fi.Mode().IsRegular():
+			return bad("/"+rel, kindOf(fi.Mode()))
+		}
+	}
+	return nil
+}
+
+// kindOf names the kind of file of mode m ("a symlink").
+func kindOf(m os.FileMode) string {
+	switch {
+	case m&os.ModeSymlink != 0:
+		return "a symlink"
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a regular file"
+	}
+	return "a special file"
+}
+
+// publicDetail is the end detail a failed create leaves on its session
+// record, which clients read: the error's message when its class is shown
+// to them, else a pointer to the daemon's log (an internal error's text
+// holds host paths and runtime output).
+func publicDetail(err error) string {
+	if errdefs.Class(err) == errdefs.ErrInternal {
+		return "the sandbox could not be started; the daemon's log has the cause"
+	}
+	return err.Error()
 }

@@ -159,7 +159,10 @@ func (r *releasingReader) Close() error {
 	return err
 }
 
-// filesHTTPError maps the agent's /files JSON error ({code, message}).
+// filesHTTPError maps the agent's /files JSON error ({code, message}):
+// 400 (path) and 401 (user) are field errors, 404, 403 and 507 their
+// classes, 502-504 ErrUnavailable, any other (the agent's 500) is
+// ProblemAgentFailed.
 func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Response) error {
 	var body struct {
 		Code    int    `json:"code"`
@@ -185,7 +188,12 @@ func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Resp
 	if ended := m.endedError(ctx, id); ended != nil {
 		return ended
 	}
-	return fmt.Errorf("agent files: %s: %w", msg, errdefs.ErrUnavailable)
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return fmt.Errorf("agent files: %s: %w", msg, errdefs.ErrUnavailable)
+	}
+	// The agent answered and failed (a 500): the same call fails again.
+	return agentFailed(msg)
 }
 
 // Stat describes path.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/forkbox/forkbox/runtime"
 )
@@ -20,7 +21,9 @@ const baseTemplateVersion = 3
 // Template is a template's metadata, stored as template.json beside its rootfs.
 type Template struct {
 	Name string `json:"name"`
-	// Source says where the rootfs came from: "builtin" or the imported path.
+	// Source says where the rootfs came from: "builtin" or "upload"
+	// (templates imported before it said "upload" hold the host path of
+	// the upload; the API shows those as "upload" too).
 	Source string `json:"source"`
 	// Digest is the image manifest digest ("sha256:...") of imported templates.
 	Digest string `json:"digest,omitempty"`
@@ -112,4 +115,62 @@ func PrepareUserDirs(rootfs string, shift IDShift) error {
 		return err
 	}
 	return os.Lchown(agent, shift.UID(RootUID), shift.GID(RootUID))
+}
+
+// MountTargets are the files of a template's rootfs that every sandbox
+// gets its own copy of, bind-mounted over them (its hostname, hosts entry,
+// machine id, and with a network its resolver): see sandbox.start.
+var MountTargets = []string{"etc/hosts", "etc/hostname", "etc/machine-id", "etc/resolv.conf"}
+
+// PrepareMountTargets makes rootfs safe to mount MountTargets over: etc
+// is a real directory and each target a regular file. An image is
+// attacker-controlled, and a target that is a symlink (into /proc, say:
+// the runtime refuses to mount there), a directory or a special file
+// would make every create of the template fail; such an entry is removed
+// (a directory with all it holds) and replaced by an empty file, 0644,
+// owned by the sandbox's root through shift, and a missing one is made
+// the same way. Regular files keep their content (an image's own
+// resolv.conf stays for sandboxes without a network, where nothing is
+// mounted over it). Nothing is followed: entries are examined with Lstat
+// and created with O_EXCL|O_NOFOLLOW.
+func PrepareMountTargets(rootfs string, shift IDShift) error {
+	uid, gid := shift.UID(RootUID), shift.GID(RootUID)
+	etc := filepath.Join(rootfs, "etc")
+	if fi, err := os.Lstat(etc); err == nil && !fi.IsDir() {
+		if err := os.Remove(etc); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(etc, 0o755); err == nil {
+		if err := os.Lchown(etc, uid, gid); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	for _, rel := range MountTargets {
+		p := filepath.Join(rootfs, rel)
+		fi, err := os.Lstat(p)
+		switch {
+		case err == nil && fi.Mode().IsRegular():
+			continue
+		case err == nil:
+			if err := RemoveTree(p); err != nil {
+				return err
+			}
+		case !errors.Is(err, os.ErrNotExist):
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+		if err != nil {
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		if err := os.Lchown(p, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -117,10 +117,14 @@ func (c *Catalog) EnsureBase(ctx context.Context) error {
 // Import unpacks the image at src (an OCI layout directory, or a tarball
 // from `docker save` or of an OCI layout) as template name, owned by
 // ctx's caller's tenant (shared: by nobody, visible to every tenant; for
-// admin keys). ref picks one image when src holds several. ErrConflict
-// when name exists (names are global: another tenant's template holds the
-// name too); ErrInvalidArgument for a bad name or image.
-func (c *Catalog) Import(ctx context.Context, name, src, ref string, shared bool) (*storage.Template, error) {
+// admin keys). ref picks one image when src holds several; source is what
+// the template's Source says it came from ("upload"; not a host path,
+// which its viewers should not learn). ErrConflict when name exists
+// (names are global: another tenant's template holds the name too);
+// ErrInvalidArgument for a bad name or image (the message names paths in
+// the image only). The files every sandbox mounts over are made safe
+// first (storage.PrepareMountTargets).
+func (c *Catalog) Import(ctx context.Context, name, src, ref, source string, shared bool) (*storage.Template, error) {
 	if err := c.CheckImportName(name); err != nil {
 		return nil, err
 	}
@@ -162,8 +166,11 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref string, shared bool
 	if err := storage.PrepareUserDirs(rootfs, c.shift); err != nil {
 		return nil, fmt.Errorf("prepare template: %w", err)
 	}
+	if err := storage.PrepareMountTargets(rootfs, c.shift); err != nil {
+		return nil, fmt.Errorf("prepare template: %w", err)
+	}
 	t := &storage.Template{
-		Name: name, Source: src, Digest: img.Digest, Env: img.Env, Workdir: img.WorkingDir,
+		Name: name, Source: source, Digest: img.Digest, Env: img.Env, Workdir: img.WorkingDir,
 		SizeBytes: img.SizeBytes, CreatedAt: time.Now().UTC().Format(time.RFC3339), Storage: held,
 	}
 	if err := storage.SaveTemplate(tmp, t); err != nil {

@@ -25,14 +25,24 @@ const RequestIDHeader = "X-Request-Id"
 // present (E2B clients may send a user token as Bearer beside it).
 func Secret(r *http.Request, preferHeader bool) string {
 	header := strings.TrimSpace(r.Header.Get("X-API-Key"))
-	bearer := ""
-	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		bearer = strings.TrimSpace(v)
-	}
+	bearer := BearerToken(r.Header.Get("Authorization"))
 	if bearer == "" || (preferHeader && header != "") {
 		return header
 	}
 	return bearer
+}
+
+// BearerToken returns the token of an Authorization header value of the
+// Bearer scheme, or "" for any other value. The scheme name is matched
+// case-insensitively and may be followed by any run of spaces and tabs
+// (RFC 9110 §11.1 and §11.4: "bearer KEY" is "Bearer KEY").
+func BearerToken(authorization string) string {
+	v := strings.TrimLeft(authorization, " \t")
+	i := strings.IndexAny(v, " \t")
+	if i < 0 || !strings.EqualFold(v[:i], "Bearer") {
+		return ""
+	}
+	return strings.Trim(v[i:], " \t")
 }
 
 // Caller builds the caller of request r authenticated with key k; the

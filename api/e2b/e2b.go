@@ -30,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
@@ -56,13 +57,14 @@ type Handler struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *cpuSampler
+	hide    *hostpath.Redactor
 }
 
 // New returns the E2B handler over the sandbox manager; keys authenticates
 // API keys (the same keys as the forkbox API); rec records audited
-// requests.
-func New(mgr *sandbox.Manager, keys *store.Store, rec *audit.Recorder, log *slog.Logger) *Handler {
-	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler()}
+// requests; hide removes host paths from error messages.
+func New(mgr *sandbox.Manager, keys *store.Store, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
+	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide}
 	h.routes()
 	return h
 }
@@ -202,7 +204,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 			err = errdefs.InvalidField("network.allowOut", "%s", fe.Reason)
 		}
 	}
-	msg := err.Error()
+	msg := h.message(r, err)
 	problem := ""
 	var te *errdefs.TypedError
 	if errors.As(err, &te) {
@@ -226,8 +228,20 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, status, msg)
 }
 
-// decode reads a control-plane JSON body into v. Unknown fields are
-// ignored (E2B adds optional fields often); an empty body is {}.
+// message is err's text for an E2B error body, with host paths removed
+// (logged in full when there were any).
+func (h *Handler) message(r *http.Request, err error) string {
+	msg, hidden := h.hide.Redact(err.Error())
+	if hidden {
+		h.log.Warn("host path hidden from an e2b error", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	return msg
+}
+
+// decode reads a control-plane JSON body into v as E2B's own server (Go's
+// encoding/json) does: unknown fields are ignored (E2B adds optional
+// fields often), names match in any case, the Content-Type is not looked
+// at; an empty body is {}.
 func decode(r *http.Request, v any) error {
-	return httpjson.Decode(r, v, maxBody, httpjson.Options{AllowEmpty: true, AllowUnknown: true})
+	return httpjson.Decode(r, v, maxBody, httpjson.Options{AllowEmpty: true, Peer: true})
 }

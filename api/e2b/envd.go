@@ -62,7 +62,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	if r.URL.Path == "/health" {
 		if err := h.mgr.AgentHealthy(r.Context(), id); err != nil {
-			writeError(w, http.StatusBadGateway, notRunning(id, err))
+			writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -74,12 +74,12 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
-		writeError(w, http.StatusBadGateway, notRunning(id, err))
+		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
 		return
 	}
 	conn, err := h.mgr.OpenEnvd(r.Context(), id)
 	if err != nil {
-		writeError(w, http.StatusBadGateway, notRunning(id, err))
+		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
 		return
 	}
 	defer conn.Release()
@@ -145,7 +145,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 				writeError(w, http.StatusBadRequest, "reading the request body: "+body.err.Error())
 				return
 			}
-			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: agent unreachable: %v", id, err))
+			writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: agent unreachable: %s", id, h.message(r, err)))
 		},
 		ErrorLog: log.New(proxyLogWriter{h}, "", 0),
 	}
@@ -207,17 +207,18 @@ func (b *bodyError) Read(p []byte) (int, error) {
 
 func (b *bodyError) Close() error { return b.r.Close() }
 
-// notRunning is the message of a 502 for a sandbox that cannot serve envd.
-func notRunning(id string, err error) string {
+// notRunning is the message of a 502 for a sandbox that cannot serve envd
+// (no host path in it: see message).
+func (h *Handler) notRunning(r *http.Request, id string, err error) string {
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		return fmt.Sprintf("sandbox %s not found", id)
 	case errors.Is(err, errdefs.ErrTerminated):
-		return fmt.Sprintf("sandbox %s is not running: %v", id, err)
+		return fmt.Sprintf("sandbox %s is not running: %s", id, h.message(r, err))
 	case errors.Is(err, errdefs.ErrConflict):
-		return fmt.Sprintf("sandbox %s is not running: %v; connect to resume it", id, err)
+		return fmt.Sprintf("sandbox %s is not running: %s; connect to resume it", id, h.message(r, err))
 	}
-	return fmt.Sprintf("sandbox %s is not reachable: %v", id, err)
+	return fmt.Sprintf("sandbox %s is not reachable: %s", id, h.message(r, err))
 }
 
 // proxyLogWriter sends the reverse proxy's own log lines to the handler's

@@ -11,13 +11,15 @@ import (
 )
 
 // splitRemote parses "ID:/path" (a path in a sandbox); ok is false for a
-// local path. A local path containing ':' can be written as ./a:b.
+// local path. A local path containing ':' can be written as ./a:b. ":/path"
+// is a sandbox path without an id (the client then says an id is
+// required).
 func splitRemote(s string) (id, path string, ok bool) {
 	if strings.HasPrefix(s, "/") || strings.HasPrefix(s, ".") {
 		return "", s, false
 	}
 	id, path, ok = strings.Cut(s, ":")
-	if !ok || id == "" || strings.Contains(id, "/") {
+	if !ok || strings.Contains(id, "/") {
 		return "", s, false
 	}
 	return id, path, true

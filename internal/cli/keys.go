@@ -84,7 +84,7 @@ the whole key). The secret is shown this once: only its hash is stored.`,
 			}
 			for _, id := range args {
 				if err := c.RevokeKey(cmd.Context(), id); err != nil {
-					return fmt.Errorf("%s: %w", id, err)
+					return forItem(id, err)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 			}

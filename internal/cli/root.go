@@ -77,6 +77,16 @@ func Execute() int {
 	return exitForkboxError
 }
 
+// forItem is err of the command's item id (a session, snapshot, key or
+// tenant of several): "ID: err", or err alone when id is empty (err then
+// says the id is required).
+func forItem(id string, err error) error {
+	if id == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", id, err)
+}
+
 func (g *globals) client() (*client.Client, error) { return client.FromEnv(g.keyFile) }
 
 // isTerminal reports whether w is a terminal (tables then; JSON otherwise

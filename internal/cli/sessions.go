@@ -161,7 +161,7 @@ func newRmCmd(g *globals) *cobra.Command {
 			var firstErr error
 			for _, id := range args {
 				if err := c.DeleteSession(cmd.Context(), id); err != nil {
-					fmt.Fprintf(os.Stderr, "forkbox: %s: %v\n", id, err)
+					fmt.Fprintln(os.Stderr, "forkbox:", forItem(id, err))
 					if firstErr == nil {
 						firstErr = err
 					}

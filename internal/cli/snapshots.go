@@ -78,7 +78,7 @@ filesystem only: processes and memory are not part of the snapshot.`,
 			}
 			for _, id := range args {
 				if err := c.DeleteSnapshot(cmd.Context(), id, force); err != nil {
-					return fmt.Errorf("%s: %w", id, err)
+					return forItem(id, err)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 			}
@@ -157,7 +157,7 @@ func newPauseCmd(g *globals, resume bool) *cobra.Command {
 					s, err = c.Pause(cmd.Context(), id)
 				}
 				if err != nil {
-					return fmt.Errorf("%s: %w", id, err)
+					return forItem(id, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", s.ID, s.State)
 			}

@@ -195,7 +195,7 @@ every limit, give one flag at its zero value, e.g. --max-sessions 0.`,
 			}
 			for _, name := range args {
 				if err := c.DeleteTenant(cmd.Context(), name, force); err != nil {
-					return fmt.Errorf("%s: %w", name, err)
+					return forItem(name, err)
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), name)
 			}

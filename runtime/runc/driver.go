@@ -124,7 +124,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 		PidFile:    filepath.Join(cfg.StateDir, "init.pid"),
 	}
 	if _, err := d.runc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
-		return fmt.Errorf("runc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048))
+		return runtime.AsMountError(fmt.Errorf("runc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, stdio.Tail(2048)))
 	}
 	return nil
 }

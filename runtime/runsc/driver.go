@@ -216,14 +216,16 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if image == "" {
 		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
 		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
-			return fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, summary([]byte(stdio.Tail(8192))))
+			return runtime.AsMountError(fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
+				summary([]byte(stdio.Tail(8192)))))
 		}
 		return nil
 	}
 	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err, summary([]byte(stdio.Tail(8192))))
+		return runtime.AsMountError(fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
+			summary([]byte(stdio.Tail(8192)))))
 	}
 	return nil
 }

@@ -152,3 +152,42 @@ func TestImportDepthLimit(t *testing.T) {
 	}
 	wantGone(t, root)
 }
+
+// TestImportErrorsNameNoHostPaths proves import errors name paths as the
+// image has them, never where the archive, its unpacked OCI layout or the
+// rootfs are on the host (they reach API clients), and keep their class.
+func TestImportErrorsNameNoHostPaths(t *testing.T) {
+	requireRoot(t)
+	host := filepath.Dir(t.TempDir()) // every temporary directory of this test is below
+	ok := imageOf(t, v1.Config{}, []entry{fileE("a", "a", 0o644)})
+
+	garbage := filepath.Join(t.TempDir(), "x.tar")
+	os.WriteFile(garbage, []byte("not a tar at all, definitely not"), 0o644)
+
+	broken := writeLayout(t, named{"ok:1", ok})
+	blobs, _ := filepath.Glob(filepath.Join(broken, "blobs", "sha256", "*"))
+	for _, b := range blobs {
+		if fi, err := os.Stat(b); err == nil && fi.Size() < 2048 {
+			os.Remove(b) // the manifest and config: the layout now names blobs it lacks
+		}
+	}
+	for _, c := range []struct {
+		name, src, ref string
+		class          error
+	}{
+		{"garbage tar", garbage, "", errdefs.ErrInvalidArgument},
+		{"unknown ref", writeDockerTar(t, named{"ok:1", ok}), "other:2", errdefs.ErrInvalidArgument},
+		{"layout tar missing blobs", tarDir(t, broken), "", errdefs.ErrInvalidArgument},
+		{"layout dir missing blobs", broken, "", errdefs.ErrInvalidArgument},
+		{"missing source", filepath.Join(t.TempDir(), "missing.tar"), "", errdefs.ErrNotFound},
+	} {
+		_, _, err := importTo(t, c.src, c.ref)
+		if err == nil || !errors.Is(err, c.class) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.class)
+			continue
+		}
+		if strings.Contains(err.Error(), host) {
+			t.Errorf("%s: the error names a host path: %v", c.name, err)
+		}
+	}
+}

@@ -121,9 +121,14 @@ type Image struct {
 // entry limits is an errdefs.ErrResourceExhausted error, as is ENOSPC/EDQUOT.
 // On any error the partially written rootfs is removed completely.
 //
+// Error messages name paths as the image has them ("/etc/hosts",
+// "blobs/sha256/...", "the image archive"), never where src and rootfs
+// are on the host (relativeError); the errdefs class is unchanged.
+//
 // ctx cancels the import between tar entries. Import must run as root (it
 // chowns files and needs openat2, Linux >= 5.6).
-func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (*Image, error) {
+func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (_ *Image, retErr error) {
+	defer func() { retErr = relativeError(retErr, src, rootfs, filepath.Dir(filepath.Clean(rootfs))) }()
 	if shift.Size == 0 || uint64(shift.UIDBase)+uint64(shift.Size) > 1<<32 ||
 		uint64(shift.GIDBase)+uint64(shift.Size) > 1<<32 {
 		return nil, fmt.Errorf("import image: id shift %+v out of range: %w", shift, errdefs.ErrInvalidArgument)
@@ -147,7 +152,7 @@ func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (*Image
 	img, closeSrc, err := openSource(src, ref, filepath.Dir(rootfs))
 	defer closeSrc()
 	if err != nil {
-		return nil, fmt.Errorf("import image %q: %w", src, err)
+		return nil, fmt.Errorf("import image: %w", err)
 	}
 
 	rootfd, err := createRoot(rootfs, shift)
@@ -160,7 +165,7 @@ func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (*Image
 		if rerr := removeRootfs(rootfs); rerr != nil {
 			err = fmt.Errorf("%w (and removing the partial rootfs failed: %v)", err, rerr)
 		}
-		return nil, fmt.Errorf("import image %q: %w", src, err)
+		return nil, fmt.Errorf("import image: %w", err)
 	}
 	return out, nil
 }
