@@ -266,9 +266,10 @@ func TestHostileAgentSocketGone(t *testing.T) {
 
 // ageTemplate makes imported template name what an import before
 // storage.PrepareMountTargets left: its /etc/hosts a symlink into /proc,
-// in every copy the storage driver starts sandboxes from (the btrfs
+// in the copy the storage driver starts sandboxes from (the btrfs
 // template subvolume, made writable for the change, or the template's
-// rootfs, which the overlay driver uses as its lower layer).
+// rootfs, which the overlay driver uses as its lower layer; on btrfs an
+// import keeps no other copy).
 func ageTemplate(t *testing.T, name string) {
 	t.Helper()
 	relink := func(root string) {
@@ -280,10 +281,11 @@ func ageTemplate(t *testing.T, name string) {
 			t.Fatal(err)
 		}
 	}
-	relink(filepath.Join(env.dataDir, "templates", name, "rootfs"))
 	sub := filepath.Join(env.dataDir, "storage", "btrfs", "templates", name)
 	if _, err := os.Stat(sub); err != nil {
-		return // not the btrfs driver
+		// Not the btrfs driver: overlay uses the template's rootfs.
+		relink(filepath.Join(env.dataDir, "templates", name, "rootfs"))
+		return
 	}
 	runHost(t, "btrfs", "property", "set", "-ts", sub, "ro", "false")
 	relink(sub)
