@@ -180,8 +180,8 @@ func Main(listenFD int) int {
 	}
 	listenPath, control := os.Getenv(ListenEnv), os.Getenv(ControlEnv)
 	os.Clearenv()
-	if err := dropAdminCapabilities(); err != nil {
-		log.Error("drop capabilities from the bounding set", "err", err)
+	if err := checkBoundingSet(); err != nil {
+		log.Error("refusing to start", "err", err)
 		return 2
 	}
 	// Not dumpable: no process in the sandbox (not even root, which lacks

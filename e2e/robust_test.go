@@ -137,9 +137,18 @@ type ownDaemon struct {
 	key     string
 	d       *daemon.Daemon
 	c       *client.Client
+	// change, when not nil, changes the daemon's options at every start.
+	change func(*daemon.Options)
 }
 
 func newOwnDaemon(t *testing.T) *ownDaemon {
+	t.Helper()
+	return newOwnDaemonWith(t, nil)
+}
+
+// newOwnDaemonWith is newOwnDaemon with the daemon's options changed by
+// change (startDaemonWith).
+func newOwnDaemonWith(t *testing.T, change func(*daemon.Options)) *ownDaemon {
 	t.Helper()
 	need(t)
 	tmp, err := os.MkdirTemp("", "forkbox-own-")
@@ -147,12 +156,12 @@ func newOwnDaemon(t *testing.T) *ownDaemon {
 		t.Fatal(err)
 	}
 	os.Chmod(tmp, 0o711)
-	o := &ownDaemon{dataDir: filepath.Join(tmp, "data")}
+	o := &ownDaemon{dataDir: filepath.Join(tmp, "data"), change: change}
 	t.Cleanup(func() {
 		if o.d == nil && o.key != "" {
 			// Stopped by a test that failed before it restarted it: its
 			// sandboxes still run and must not outlive the directory.
-			if d, err := startDaemon(o.dataDir); err == nil {
+			if d, err := startDaemonWith(o.dataDir, o.change); err == nil {
 				o.d, o.c = d, client.New(d.URL, o.key, nil)
 			}
 		}
@@ -177,7 +186,7 @@ func newOwnDaemon(t *testing.T) *ownDaemon {
 // start starts the daemon (again).
 func (o *ownDaemon) start(t *testing.T) {
 	t.Helper()
-	d, err := startDaemon(o.dataDir)
+	d, err := startDaemonWith(o.dataDir, o.change)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,9 +258,14 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 }
 
 // adminCaps are granted to the agent in gVisor so that it can set a
-// restored clone's hostname; it drops them from the bounding set at once,
-// so no process it starts can have them (agent.dropAdminCapabilities).
-var adminCaps = []string{"CAP_SYS_ADMIN", "CAP_SETPCAP"}
+// restored clone's hostname. They are in its effective and permitted sets
+// but not in its bounding set: the Sentry gives the container's first
+// process the spec's sets as they are, and a program the agent executes
+// gets at most its bounding set, so nothing it starts, root included, can
+// have them. (The agent once dropped them from its bounding set itself,
+// which needs a system call on every thread that Go refuses in a binary
+// built with cgo.)
+var adminCaps = []string{"CAP_SYS_ADMIN"}
 
 // adapt turns runc's spec into gVisor's.
 func adapt(s *specs.Spec, runDir, controlDir string) {
@@ -294,7 +299,6 @@ func adapt(s *specs.Spec, runDir, controlDir string) {
 	s.Mounts = mounts
 	s.Process.Env = append(s.Process.Env, agent.ListenEnv+"="+agentRunDir+"/agent.sock")
 	c := s.Process.Capabilities
-	c.Bounding = append(append([]string(nil), c.Bounding...), adminCaps...)
 	c.Effective = append(append([]string(nil), c.Effective...), adminCaps...)
 	c.Permitted = append(append([]string(nil), c.Permitted...), adminCaps...)
 }

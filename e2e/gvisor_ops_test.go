@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
+)
+
+// TestGVisorCgoBuiltAgent proves an agent built with cgo (as a plain `go
+// build` or `go install` makes it, dynamically linked, where Go refuses
+// the all-threads system call the agent once used to drop capabilities)
+// starts in the gVisor tier, keeps CAP_SYS_ADMIN for itself (a restored
+// clone gets its own hostname) and gives it to nothing it runs.
+func TestGVisorCgoBuiltAgent(t *testing.T) {
+	needGVisor(t)
+	if _, err := exec.LookPath("gcc"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("gcc is not installed; CI must build the cgo agent")
+		}
+		t.Skip("needs gcc to build the agent with cgo")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "forkbox-agent")
+	build := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", bin, "../cmd/forkbox-agent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent with cgo: %v %s", err, out)
+	}
+	if f, err := elf.Open(bin); err != nil || !dynamic(f) {
+		t.Fatalf("the agent built with CGO_ENABLED=1 is not dynamically linked (%v): not the case under test", err)
+	}
+	o := newOwnDaemonWith(t, func(opts *daemon.Options) { opts.AgentPath = bin })
+	ctx := ctxFor(t, 3*time.Minute)
+	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{Isolation: "gvisor"}, "")
+	if err != nil {
+		t.Fatalf("gVisor create with a cgo-built agent: %v", err)
+	}
+	out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{User: "root",
+		Cmd: "grep CapBnd /proc/self/status; hostname evil 2>/dev/null; hostname"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(out.Stdout))
+	if len(f) != 3 || f[2] != s.ID {
+		t.Fatalf("root in the sandbox: %q", out.Stdout)
+	}
+	if bnd, _ := strconv.ParseUint(f[1], 16, 64); bnd&(1<<21) != 0 {
+		t.Fatalf("root in the sandbox has CAP_SYS_ADMIN in its bounding set: %q", out.Stdout)
+	}
+	sn, err := o.c.SnapshotWith(ctx, s.ID, client.SnapshotRequest{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := o.c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 1})
+	if err != nil || len(res.Sessions) != 1 {
+		t.Fatalf("fork of the memory snapshot: %+v %v", res, err)
+	}
+	clone := res.Sessions[0]
+	got, err := o.c.ExecCollect(ctx, clone.ID, client.ExecRequest{Argv: []string{"hostname"}})
+	if err != nil || strings.TrimSpace(string(got.Stdout)) != clone.ID {
+		t.Fatalf("restored clone's hostname %q (%v), want %s: the agent lacks CAP_SYS_ADMIN", got.Stdout, err, clone.ID)
+	}
+}
+
+// dynamic reports whether f asks for a program interpreter (a dynamic
+// loader).
+func dynamic(f *elf.File) bool {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
+}
