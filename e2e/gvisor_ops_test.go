@@ -15,6 +15,29 @@ import (
 	"github.com/forkbox/forkbox/daemon"
 )
 
+// TestGVisorTeardownAfterRuntimeForgot proves a gVisor teardown finishes
+// whatever the runtime still knows: the sandbox's runsc container is
+// deleted behind the daemon's back (as when the daemon is killed in the
+// middle of a DELETE, after runsc delete), and a DELETE then still removes
+// everything (the agent's socket directory, a tmpfs, used to stay mounted
+// and the session stayed terminating for ever).
+func TestGVisorTeardownAfterRuntimeForgot(t *testing.T) {
+	s := gvisorSession(t)
+	root := filepath.Join(env.dataDir, "runsc")
+	if out, err := exec.Command("runsc", "--root", root, "delete", "--force", s.ID).CombinedOutput(); err != nil {
+		t.Fatalf("runsc delete: %v %s", err, out)
+	}
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := env.c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatalf("DELETE after the runtime forgot the sandbox: %v", err)
+	}
+	got, err := env.c.GetSession(ctx, s.ID)
+	if err != nil || got.State != "terminated" {
+		t.Fatalf("session after DELETE: %+v %v", got, err)
+	}
+	assertGone(t, env.dataDir, s.ID)
+}
+
 // TestGVisorCgoBuiltAgent proves an agent built with cgo (as a plain `go
 // build` or `go install` makes it, dynamically linked, where Go refuses
 // the all-threads system call the agent once used to drop capabilities)

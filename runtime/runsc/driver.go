@@ -170,6 +170,11 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return err
 	}
+	// Recorded before anything is mounted: Delete finds the mount through
+	// it even when runsc has forgotten the sandbox.
+	if err := d.recordBundle(cfg.ID, cfg.StateDir); err != nil {
+		return fmt.Errorf("record the bundle of %s: %w", cfg.ID, err)
+	}
 	// The agent (sandbox root) creates its socket there. Root in the
 	// sandbox can write there too: a tiny tmpfs keeps that off the host's
 	// disk (the writable layer has a quota; this directory would not).
@@ -319,8 +324,11 @@ func socketPath(f *os.File) (string, error) {
 	return un.Name, nil
 }
 
-// Delete kills the sandbox and removes its state and cgroups; an unknown
-// id is fine.
+// Delete kills the sandbox and removes its state, cgroups and the mount
+// of its agent socket directory; an unknown id is fine. It finishes
+// whatever an earlier, interrupted Delete left (runsc may have forgotten
+// the sandbox already: the bundle is then found through the driver's own
+// record of it).
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	if !runc.ValidID(id) {
 		return nil
@@ -328,6 +336,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	bundle := ""
 	if c, err := d.runsc.State(ctx, id); err == nil {
 		bundle = c.Bundle
+	}
+	if bundle == "" {
+		bundle, _ = os.Readlink(d.bundleRecord(id))
 	}
 	err := d.runsc.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
 	if err != nil && !notExist(err) {
@@ -345,7 +356,31 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := runc.RemoveSandboxCgroups(ctx, id); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
+	if err := os.Remove(d.bundleRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
 	return nil
+}
+
+// bundlesDir holds the driver's record of each sandbox's bundle, in the
+// runsc state root (runsc only reads its own files there).
+const bundlesDir = "forkbox-bundles"
+
+// bundleRecord is the path of sandbox id's bundle record: a symbolic link
+// to its bundle directory.
+func (d *Driver) bundleRecord(id string) string { return filepath.Join(d.root, bundlesDir, id) }
+
+// recordBundle records that sandbox id's bundle is dir (replacing an older
+// record of the id).
+func (d *Driver) recordBundle(id, dir string) error {
+	p := d.bundleRecord(id)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Symlink(dir, p)
 }
 
 // Status maps runsc state.
