@@ -50,9 +50,23 @@ const (
 	runDirInodes = 16
 )
 
-// runtimePidsHeadroom is added to the host pids limit for the Sentry's
-// and gofer's own threads.
-const runtimePidsHeadroom = 256
+// Tasks inside a gVisor sandbox are the Sentry's, not the host's, so the
+// host cgroup's pids limit does not count them: it counts the Sentry's and
+// gofer's host threads and systrap's stub processes, and when it refuses
+// one the Sentry cannot go on and the whole sandbox stops. The sandbox's
+// own limit is therefore enforced inside, by the Sentry: RLIMIT_NPROC of
+// Limits.Pids tasks (processes and threads) per user of the sandbox (the
+// Sentry counts per real uid, as Linux does, and exempts a creator with
+// CAP_SYS_ADMIN: the agent can always start a command). The host limit is
+// set well above what that lets one or two users run: hostTasksPerTask
+// host tasks per allowed task plus runtimePidsHeadroom. Measured with runsc
+// 2024-07-29 (systrap) on the reference machine: an idle sandbox holds 22
+// host tasks; a fork bomb of one user at 512 tasks, 738; bombs of the user
+// and root at once (1024 tasks), 830.
+const (
+	runtimePidsHeadroom = 256
+	hostTasksPerTask    = 2
+)
 
 // Options configure a Driver.
 type Options struct {
@@ -288,9 +302,12 @@ func adapt(s *specs.Spec, runDir, controlDir string) {
 		limit := *m.Limit + runtimeHeadroom
 		m.Limit, m.Swap = &limit, &limit
 	}
-	// The Sentry's threads count against the host pids limit too.
+	// The sandbox's tasks are limited inside; the host limit leaves the
+	// Sentry room above that (see hostTasksPerTask).
 	if p := s.Linux.Resources.Pids; p != nil && p.Limit != nil {
-		limit := *p.Limit + runtimePidsHeadroom
+		tasks := uint64(*p.Limit)
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: tasks, Soft: tasks})
+		limit := *p.Limit*hostTasksPerTask + runtimePidsHeadroom
 		p.Limit = &limit
 	}
 	mounts := append([]specs.Mount(nil), s.Mounts...)
@@ -382,6 +399,19 @@ func (d *Driver) recordBundle(id, dir string) error {
 	}
 	return os.Symlink(dir, p)
 }
+
+// StopCause tells why sandbox id stopped by itself: StopPidsLimit when its
+// host cgroup's pids limit refused a task (the Sentry cannot go on after
+// that), else StopUnknown. It must be called before Delete removes the
+// cgroup.
+func (d *Driver) StopCause(ctx context.Context, id string) runtime.StopCause {
+	if n, err := runc.SandboxPidsLimitHits(id); err == nil && n > 0 {
+		return runtime.StopPidsLimit
+	}
+	return runtime.StopUnknown
+}
+
+var _ runtime.StopExplainer = (*Driver)(nil)
 
 // Status maps runsc state.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {

@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+// TestHostileGVisorForkBombRefusedInside proves a fork bomb in a gVisor
+// sandbox is refused by gVisor's own kernel (RLIMIT_NPROC, enforced by the
+// Sentry) before the Sentry's host threads reach the host pids limit, which
+// would stop the whole sandbox: while the bomb runs, a new fork of the user
+// fails with EAGAIN and the agent still runs commands; then the abuse
+// detector ends the session as a fork bomb (reason abuse), as in the runc
+// tier, instead of the sandbox dying with reason error.
+func TestHostileGVisorForkBombRefusedInside(t *testing.T) {
+	needGVisor(t)
+	_, _, c := newTenant(t, env.c, "gvbomb", client.TenantPolicy{})
+	ctx := ctxFor(t, 3*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{Isolation: "gvisor", Pids: 128}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(context.Background(), s.ID) })
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{Argv: []string{"python3", "-c", forkBomb}}); err != nil {
+		t.Fatal(err)
+	}
+	// The user's next fork is refused inside the sandbox, and the sandbox
+	// keeps serving the agent.
+	probe := `python3 -c '
+import os, errno
+try:
+    pid = os.fork()
+except OSError as e:
+    print("refused", errno.errorcode[e.errno])
+else:
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("forked")
+'`
+	refused := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !refused; {
+		var out strings.Builder
+		res, err := c.Exec(ctx, s.ID, client.ExecRequest{Cmd: probe, TimeoutS: 20}, &out, nil)
+		if err != nil {
+			got, _ := c.GetSession(ctx, s.ID)
+			t.Fatalf("probe during the bomb: %v; session %+v", err, got)
+		}
+		refused = res.ExitCode == 0 && strings.TrimSpace(out.String()) == "refused EAGAIN"
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("the bomb never filled the user's task limit inside the sandbox")
+	}
+	var out strings.Builder
+	if res, err := c.Exec(ctx, s.ID, client.ExecRequest{Cmd: "echo alive"}, &out, nil); err != nil || res.ExitCode != 0 || out.String() != "alive\n" {
+		t.Fatalf("the agent does not run commands during the bomb: %+v %v %q", res, err, out.String())
+	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
+	if got == nil || got.State != "terminated" || got.Reason != "abuse" || !strings.Contains(got.Detail, "pids limit") {
+		t.Fatalf("gVisor fork bomb session: %+v, want it ended as a fork bomb (reason abuse)", got)
+	}
+	t.Logf("ended: %s: %s", got.Reason, got.Detail)
+}
+
+// manyUsersBomb is run as root: it starts a fork bomb under each of 40
+// uids, so that no per-user limit stops it: the sandbox goes over its
+// host pids limit.
+const manyUsersBomb = `import os, time
+for uid in range(2000, 2040):
+    try:
+        pid = os.fork()
+    except OSError:
+        time.sleep(0.02)
+        continue
+    if pid == 0:
+        os.setgid(uid)
+        os.setuid(uid)
+        while True:
+            try:
+                if os.fork() == 0:
+                    time.sleep(120)
+                    os._exit(0)
+            except OSError:
+                time.sleep(0.02)
+time.sleep(120)
+`
+
+// TestHostileGVisorForkBombAcrossUsersNamed proves a bomb that gets past
+// the per-user limit (root forking under many uids) and so reaches the
+// host pids limit, which stops the whole gVisor sandbox, ends the session
+// with reason pids-limit (not error), and that the abuse detector counts
+// it as a fork bomb: the tenant is flagged.
+func TestHostileGVisorForkBombAcrossUsersNamed(t *testing.T) {
+	needGVisor(t)
+	name, _, c := newTenant(t, env.c, "gvbomb2", client.TenantPolicy{})
+	ctx := ctxFor(t, 3*time.Minute)
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{Isolation: "gvisor", Pids: 64}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(context.Background(), s.ID) })
+	if _, err := c.ExecBackground(ctx, s.ID, client.ExecRequest{User: "root", Argv: []string{"python3", "-c", manyUsersBomb}}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitEnded(t, c, s.ID, 90*time.Second)
+	if got == nil || got.State != "terminated" || got.Reason != "pids-limit" {
+		t.Fatalf("session of a bomb over the host pids limit: %+v, want reason pids-limit", got)
+	}
+	t.Logf("ended: %s: %s", got.Reason, got.Detail)
+	tn, err := env.c.GetTenant(ctx, name)
+	if err != nil || !strings.Contains(tn.FlagReason, "fork-bomb") {
+		t.Fatalf("tenant after the bomb: %+v %v, want it flagged for a fork bomb", tn, err)
+	}
+	assertGone(t, env.dataDir, s.ID)
+}
