@@ -179,7 +179,13 @@ func Main(listenFD int) int {
 		}
 	}
 	listenPath, control := os.Getenv(ListenEnv), os.Getenv(ControlEnv)
+	startEnv := os.Environ()
 	os.Clearenv()
+	// What the kernel keeps of the environment too: gVisor shows it to
+	// every process of the sandbox.
+	if err := scrubEnviron(startEnv); err != nil {
+		log.Warn("clear the start-up environment", "err", err)
+	}
 	if err := checkBoundingSet(); err != nil {
 		log.Error("refusing to start", "err", err)
 		return 2

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,4 +118,52 @@ func TestHostileGVisorForkBombAcrossUsersNamed(t *testing.T) {
 		t.Fatalf("tenant after the bomb: %+v %v, want it flagged for a fork bomb", tn, err)
 	}
 	assertGone(t, env.dataDir, s.ID)
+}
+
+// readAllEnviron is a shell command that prints every process's environ,
+// one variable a line, skipping what it may not read.
+const readAllEnviron = `for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null; done; true`
+
+// TestHostileEnvironOfRootHidden proves, in both tiers, that the
+// sandbox's user cannot read the agent's environment (its start-up
+// configuration) through /proc/PID/environ, and in the runc tier not that
+// of a command run as root either (the kernel checks ptrace access). In
+// the gVisor tier a root command's environment is readable by every
+// process (gVisor's procfs does not check access to it; the README says
+// so and tells callers to keep secrets out of env): the test holds the
+// README to that statement.
+func TestHostileEnvironOfRootHidden(t *testing.T) {
+	for _, tier := range []string{"runc", "gvisor"} {
+		t.Run(tier, func(t *testing.T) {
+			if tier == "gvisor" {
+				needGVisor(t)
+			}
+			s := newSession(t, client.CreateRequest{Isolation: tier})
+			secret := fmt.Sprintf("s3cret-%d", time.Now().UnixNano())
+			if _, err := env.c.ExecBackground(ctxFor(t, time.Minute), s.ID, client.ExecRequest{User: "root",
+				Env: map[string]string{"ROOT_ONLY_TOKEN": secret}, Cmd: "exec sleep 120"}); err != nil {
+				t.Fatal(err)
+			}
+			// Root sees its own command's environment: the process is there.
+			waitFor(t, func() bool {
+				res, out, _ := run(t, s.ID, client.ExecRequest{User: "root", Cmd: readAllEnviron})
+				return res.ExitCode == 0 && strings.Contains(out, secret)
+			})
+			for _, user := range []string{"user", "root"} {
+				_, out, _ := run(t, s.ID, client.ExecRequest{User: user, Cmd: readAllEnviron})
+				if strings.Contains(out, "FORKBOX_") {
+					t.Errorf("%s reads the agent's environment: %q", user, truncate(out, 300))
+				}
+			}
+			_, out, _ := run(t, s.ID, client.ExecRequest{Cmd: readAllEnviron})
+			leaked := strings.Contains(out, secret)
+			switch {
+			case tier == "runc" && leaked:
+				t.Errorf("user reads a root command's environment in the runc tier")
+			case tier == "gvisor" && !leaked:
+				t.Errorf("user no longer reads a root command's environment in the gVisor tier: " +
+					"update the README's gVisor section, which says it can")
+			}
+		})
+	}
 }
