@@ -70,6 +70,9 @@ var typedProblems = []problemClass{
 		"The tenant keeps as many snapshots or imported templates as its policy allows; delete one first."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemCapacity, "Capacity unavailable",
 		"The host runs as many sessions (or as much memory) as it may; retry after Retry-After seconds."},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemSandboxNotReady, "Sandbox not ready",
+		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
+			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},
 }
 
 // problemPath is the path prefix of problem type URIs.

@@ -45,6 +45,8 @@ import (
 const (
 	DefaultDataDir = "/var/lib/forkbox"
 	DefaultListen  = "127.0.0.1:7070"
+	// DefaultAgentReadyTimeout is Options.AgentReadyTimeout's default.
+	DefaultAgentReadyTimeout = sandbox.DefaultAgentReadyTimeout
 )
 
 // Options configure the daemon. Zero values take the defaults above.
@@ -83,7 +85,11 @@ type Options struct {
 	Capacity sandbox.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
-	Log   *slog.Logger
+	// AgentReadyTimeout is how long a create waits for a runc sandbox's
+	// agent on an idle host (sandbox.Options.AgentReadyTimeout; zero:
+	// sandbox.DefaultAgentReadyTimeout).
+	AgentReadyTimeout time.Duration
+	Log               *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -202,6 +208,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
 		Capacity: withDefaultCapacity(opts.Capacity), Audit: rec, Metrics: ms, Abuse: opts.Abuse,
+		AgentReadyTimeout: opts.AgentReadyTimeout,
 	})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

@@ -107,3 +107,51 @@ func dynamic(f *elf.File) bool {
 	}
 	return false
 }
+
+// TestGVisorAgentNeverReady proves a create whose agent never answers
+// (here a stand-in agent that only sleeps) ends with a 503 that says so,
+// with Retry-After and its own problem type (a busy host is the usual
+// cause: a retry later can succeed), and leaves nothing behind; and that
+// a create whose agent exits at once fails without waiting for the
+// readiness wait to run out.
+func TestGVisorAgentNeverReady(t *testing.T) {
+	needGVisor(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "forkbox-agent")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec sleep 100000\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A short base wait (gVisor's is 3 times as long, more on a loaded host).
+	o := newOwnDaemonWith(t, func(opts *daemon.Options) { opts.AgentPath, opts.AgentReadyTimeout = fake, time.Second })
+	status, hdr, body := rawCallAt(t, o.d.URL, o.key, "POST", "/v1/sessions", map[string]any{"isolation": "gvisor"}, nil)
+	if status != 503 || problemType(body) != "/problems/sandbox-not-ready" {
+		t.Fatalf("create with an agent that never answers: %d %s, want 503 sandbox-not-ready", status, body)
+	}
+	if n, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || n < 1 {
+		t.Fatalf("503 with Retry-After %q", hdr.Get("Retry-After"))
+	}
+	ss, err := o.c.ListSessions(ctxFor(t, time.Minute), client.ListOptions{All: true})
+	if err != nil || len(ss) != 1 || ss[0].State != "terminated" || ss[0].Reason != "error" {
+		t.Fatalf("sessions after the failed create: %+v %v", ss, err)
+	}
+	assertGone(t, o.dataDir, ss[0].ID)
+
+	// The installed agent now exits at once, as an agent that refuses to
+	// start does.
+	installed := filepath.Join(o.dataDir, "bin", "forkbox-agent")
+	if err := os.WriteFile(installed, []byte("#!/bin/sh\necho 'refusing to start: test' >&2\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o.d.Shutdown(ctxFor(t, time.Minute))
+	o.d = nil
+	o.change = func(opts *daemon.Options) { opts.AgentPath, opts.AgentReadyTimeout = installed, time.Hour }
+	o.start(t)
+	began := time.Now()
+	status, _, body = rawCallAt(t, o.d.URL, o.key, "POST", "/v1/sessions", map[string]any{"isolation": "gvisor"}, nil)
+	if status != 500 || time.Since(began) > time.Minute {
+		t.Fatalf("create with an agent that exits: %d %s after %s, want a 500 without waiting an hour", status, body, time.Since(began))
+	}
+}

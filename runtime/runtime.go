@@ -234,3 +234,11 @@ type StopExplainer interface {
 	// for an unknown id).
 	StopCause(ctx context.Context, id string) StopCause
 }
+
+// StartScaler is implemented by drivers whose sandboxes take longer than
+// runc's to start (gVisor boots a kernel in user space first): the
+// sandbox manager waits StartScale times as long for their agent.
+type StartScaler interface {
+	// StartScale is the factor, at least 1.
+	StartScale() float64
+}

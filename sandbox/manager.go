@@ -48,6 +48,11 @@ type Options struct {
 	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
 	AgentPath string
+	// AgentReadyTimeout is how long a create waits for a new sandbox's
+	// agent to answer on an unloaded host, for runc; gVisor's is longer
+	// and both grow with the host's load (readyWait). Zero:
+	// DefaultAgentReadyTimeout.
+	AgentReadyTimeout time.Duration
 	// Limits default and bound create requests.
 	Limits v1.Limits
 	// Shift maps sandbox ids to host ids (storage.DefaultIDShift).

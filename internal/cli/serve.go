@@ -77,5 +77,8 @@ across daemon restarts and are adopted.`,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
 	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
 		"most memory (MiB) the sessions' limits may add up to; past it creates get 503 (default: 4x the host's memory)")
+	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", daemon.DefaultAgentReadyTimeout,
+		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
+			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")
 	return cmd
 }
