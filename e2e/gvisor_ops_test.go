@@ -155,3 +155,20 @@ func TestGVisorAgentNeverReady(t *testing.T) {
 		t.Fatalf("create with an agent that exits: %d %s after %s, want a 500 without waiting an hour", status, body, time.Since(began))
 	}
 }
+
+// TestGVisorOverMemoryNamed proves a gVisor sandbox that goes over its
+// memory limit (which stops the whole sandbox: the host kills the
+// Sentry) ends with a detail that says so, not just that its init exited.
+func TestGVisorOverMemoryNamed(t *testing.T) {
+	needGVisor(t)
+	s := newSession(t, client.CreateRequest{Isolation: "gvisor", MemoryMB: 128})
+	ctx := ctxFor(t, 2*time.Minute)
+	// The exec fails with the sandbox; the session's end is what counts.
+	_, _ = env.c.ExecCollect(ctx, s.ID, client.ExecRequest{Argv: []string{"python3", "-c",
+		"b = bytearray(512 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"}})
+	got := waitEnded(t, env.c, s.ID, 60*time.Second)
+	if got == nil || got.State != "terminated" || got.Reason != "error" || !strings.Contains(got.Detail, "memory limit") {
+		t.Fatalf("session over its memory limit: %+v, want reason error naming the memory limit", got)
+	}
+	assertGone(t, env.dataDir, s.ID)
+}

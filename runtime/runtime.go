@@ -224,6 +224,9 @@ const (
 	// StopPidsLimit: the sandbox's host pids limit refused a task (for
 	// gVisor the Sentry then cannot go on and the whole sandbox stops).
 	StopPidsLimit StopCause = "pids-limit"
+	// StopMemoryLimit: the kernel killed a process of the sandbox at its
+	// host memory limit (for gVisor, the Sentry: the whole sandbox).
+	StopMemoryLimit StopCause = "memory-limit"
 )
 
 // StopExplainer is implemented by drivers that can tell why a sandbox

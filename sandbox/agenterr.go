@@ -102,6 +102,8 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 	switch cause {
 	case runtime.StopPidsLimit:
 		m.endForAbuse(sb, m.detector.PidsLimitStop(id), store.ReasonPidsLimit)
+	case runtime.StopMemoryLimit:
+		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox went over its memory limit, which stops the whole sandbox")
 	default:
 		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox's init process exited")
 	}

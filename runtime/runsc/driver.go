@@ -402,11 +402,15 @@ func (d *Driver) recordBundle(id, dir string) error {
 
 // StopCause tells why sandbox id stopped by itself: StopPidsLimit when its
 // host cgroup's pids limit refused a task (the Sentry cannot go on after
-// that), else StopUnknown. It must be called before Delete removes the
-// cgroup.
+// that), StopMemoryLimit when the kernel killed one of its processes at
+// the memory limit, else StopUnknown. It must be called before Delete
+// removes the cgroups.
 func (d *Driver) StopCause(ctx context.Context, id string) runtime.StopCause {
 	if n, err := runc.SandboxPidsLimitHits(id); err == nil && n > 0 {
 		return runtime.StopPidsLimit
+	}
+	if n, err := runc.SandboxOOMKills(id); err == nil && n > 0 {
+		return runtime.StopMemoryLimit
 	}
 	return runtime.StopUnknown
 }
