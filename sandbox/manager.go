@@ -140,6 +140,9 @@ type Sandbox struct {
 	deleteRequested bool
 	abortReady      context.CancelFunc
 	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
+	// abused: endForAbuse took it on (the tenant is flagged and the abuse
+	// recorded once, whoever else saw it).
+	abused bool
 
 	// lifeMu serialises pause, resume and snapshot of this sandbox.
 	lifeMu sync.Mutex

@@ -144,14 +144,22 @@ func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) (runtime.Stats, int
 // host pids limit) and the verdict as the detail, so that later calls get
 // 410 with it; it flags the tenant and records both.
 func (m *Manager) endForAbuse(sb *Sandbox, v abuse.Verdict, reason string) {
+	sb.mu.Lock()
+	first := !sb.abused
+	sb.abused = true
+	sb.mu.Unlock()
 	rec := sb.Record()
 	ctx := context.Background()
-	m.log.Warn("abuse: ending session", "session", sb.id, "tenant", rec.Tenant, "pattern", v.Pattern, "reason", v.Reason)
+	if first {
+		m.log.Warn("abuse: ending session", "session", sb.id, "tenant", rec.Tenant, "pattern", v.Pattern, "reason", v.Reason)
+	}
 	if err := m.teardown(ctx, sb, reason, v.Reason); err != nil {
 		m.log.Error("abuse: end session", "session", sb.id, "err", err)
 	}
-	if rec.Tenant == "" {
-		return // (a warm-pool member: nobody's)
+	// Flagged and recorded once (the monitor and a call may both have
+	// seen it), and never for a warm-pool member: nobody's.
+	if !first || rec.Tenant == "" {
+		return
 	}
 	m.opts.Metrics.AbuseKill(v.Pattern)
 	if err := m.opts.Store.FlagTenant(ctx, rec.Tenant, v.Pattern+": "+v.Reason+" (session "+sb.id+")", time.Now()); err != nil {
