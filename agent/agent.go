@@ -66,6 +66,7 @@ type Agent struct {
 	log    *slog.Logger
 	reaper *reaper
 	procs  *procTable
+	stages *stageTable
 	// errorLog receives the HTTP server's own errors; nil means the
 	// standard logger.
 	errorLog *stdlog.Logger
@@ -89,7 +90,7 @@ func New(cfg Config, log *slog.Logger) *Agent {
 	if cfg.Path == "" {
 		cfg.Path = DefaultPath
 	}
-	return &Agent{cfg: cfg, log: log, reaper: newReaper(), procs: newProcTable()}
+	return &Agent{cfg: cfg, log: log, reaper: newReaper(), procs: newProcTable(), stages: newStageTable()}
 }
 
 // config returns the current configuration (callers must not modify Env).
@@ -112,6 +113,8 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /init", a.handleInit)
 	mux.HandleFunc("POST /snapshot/prepare", a.handlePrepare)
+	mux.HandleFunc("POST /stage", a.handleStage)
+	mux.HandleFunc("DELETE /stage/{id}", a.handleUnstage)
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
 	return mux

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -22,8 +23,13 @@ import (
 const maxArgLen = 32*4096 - 1
 
 // userOOMScoreAdj is set on every started process so that, under memory
-// pressure inside the sandbox, the kernel kills user code before the agent.
-const userOOMScoreAdj = "500"
+// pressure inside the sandbox, the kernel kills user code before the agent:
+// 1000 makes a process the first choice whatever its size. The agent's own
+// score is the runtime's (runc and gVisor specs pin it to 0); raising a
+// score needs no privilege, so this write always works, and a process may
+// lower its score again only down to the agent's (lowering further needs
+// CAP_SYS_RESOURCE on the host).
+const userOOMScoreAdj = "1000"
 
 // launchSpec is a fully resolved process to start.
 type launchSpec struct {
@@ -35,6 +41,43 @@ type launchSpec struct {
 	stdin bool // give the process a stdin pipe (else /dev/null)
 	pty   *processpb.PTY
 	extra *os.File // passed as fd 3 (a long shell script), or nil
+	// stdinData is staged input written to the stdin pipe first (then the
+	// pipe is closed unless keepStdin); nil for none.
+	stdinData *os.File
+	keepStdin bool
+}
+
+// useScript makes staged script f the process's script: it is passed as
+// fd 3 and "/proc/self/fd/3" is appended to argv, so cmd must be a shell
+// and args its flags. ls owns f from now on, also on error.
+func (ls *launchSpec) useScript(f *os.File) error {
+	if ls.extra != nil {
+		f.Close()
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("a staged script and a shell -c script longer than the argument limit"))
+	}
+	ls.extra = f
+	ls.argv = append(ls.argv, "/proc/self/fd/3")
+	return nil
+}
+
+// useStdin makes staged data f the start of the process's stdin (which
+// must be a pipe), closed after it unless keep. ls owns f from now on.
+func (ls *launchSpec) useStdin(f *os.File, keep bool) error {
+	if ls.pty != nil || !ls.stdin {
+		f.Close()
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("staged stdin needs a stdin pipe (stdin enabled, no PTY)"))
+	}
+	ls.stdinData, ls.keepStdin = f, keep
+	return nil
+}
+
+// close releases the staged files ls owns when it is not launched.
+func (ls *launchSpec) close() {
+	for _, f := range []*os.File{ls.extra, ls.stdinData} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }
 
 // buildLaunch resolves a StartRequest for acc: environment (PATH, HOME,
@@ -219,7 +262,7 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 				return nil, err
 			}
 			childFiles = append(childFiles, r)
-			files[0], p.stdin = r, w
+			files[0], p.stdin, p.stdinPipe = r, w, w
 		} else {
 			null, err := os.Open(os.DevNull)
 			if err != nil {
@@ -265,11 +308,28 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		}
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start %s: %w", ls.argv[0], err))
 	}
-	p.pid = pid
+	p.pid, p.began = pid, time.Now()
 	closeChild()
 	childFiles = nil
 	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(userOOMScoreAdj), 0)
 	a.procs.add(p)
+	if ls.stdinData != nil {
+		// Taken before the start event is sent: input sent after it waits
+		// for the staged data.
+		p.stdinMu.Lock()
+		data, keep := ls.stdinData, ls.keepStdin
+		ls.stdinData = nil
+		go func() {
+			defer p.stdinMu.Unlock()
+			if err := p.writeStaged(context.Background(), data); err != nil {
+				a.log.Debug("staged stdin", "pid", pid, "err", err)
+			}
+			if !keep && p.stdin != nil {
+				_ = p.stdin.Close()
+				p.stdin = nil
+			}
+		}()
+	}
 
 	exited := make(chan struct{})
 	var killTimer *time.Timer
@@ -315,8 +375,9 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 				_ = f.Close()
 			}
 		}
-		p.closeStdin()
+		p.abortStdin()
 		p.cpu.Store(int64(st.cpu))
+		p.ran.Store(int64(time.Since(p.began)))
 		p.finish(endFromStatus(st.ws))
 		a.procs.forgetLater(p)
 	}()

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"sync"
@@ -36,11 +38,18 @@ type proc struct {
 
 	stdinMu sync.Mutex
 	stdin   *os.File // write end of the stdin pipe; nil when /dev/null or closed
-	pty     *os.File // PTY master; nil without a PTY
+	// stdinPipe is the same pipe end, set once at launch and never
+	// cleared, so that a write blocked under stdinMu can be cut short
+	// (abortStdin) without the lock.
+	stdinPipe *os.File
+	pty       *os.File // PTY master; nil without a PTY
 
-	// cpu is the CPU time the process used (time.Duration), set before
+	// began is when the process started; cpu is the CPU time it used and
+	// ran how long it ran until its exit (both time.Duration), set before
 	// it is marked ended.
-	cpu atomic.Int64
+	began time.Time
+	cpu   atomic.Int64
+	ran   atomic.Int64
 
 	mu   sync.Mutex
 	subs map[*subscriber]struct{}
@@ -52,10 +61,13 @@ type proc struct {
 type subscriber struct {
 	ch   chan *processpb.ProcessEvent
 	gone chan struct{} // closed by the stream handler when it returns
+	// collect, when set, keeps data events instead of sending them
+	// (collect.go); the end event still comes through ch.
+	collect *collection
 }
 
-func newSubscriber() *subscriber {
-	return &subscriber{ch: make(chan *processpb.ProcessEvent, 64), gone: make(chan struct{})}
+func newSubscriber(collect *collection) *subscriber {
+	return &subscriber{ch: make(chan *processpb.ProcessEvent, 64), gone: make(chan struct{}), collect: collect}
 }
 
 // subscribe adds s; if the process already ended, s gets the end event now.
@@ -86,6 +98,10 @@ func (p *proc) broadcast(ev *processpb.ProcessEvent) {
 	}
 	p.mu.Unlock()
 	for _, s := range subs {
+		if s.collect != nil && ev.GetData() != nil {
+			s.collect.add(ev.GetData())
+			continue
+		}
 		select {
 		case s.ch <- ev:
 		case <-s.gone:
@@ -153,7 +169,8 @@ func (p *proc) writeInput(b []byte, toPTY bool) error {
 	return err
 }
 
-// closeStdin closes the stdin pipe; closing twice is fine.
+// closeStdin closes the stdin pipe after any write in progress; closing
+// twice is fine.
 func (p *proc) closeStdin() {
 	p.stdinMu.Lock()
 	defer p.stdinMu.Unlock()
@@ -161,6 +178,35 @@ func (p *proc) closeStdin() {
 		_ = p.stdin.Close()
 		p.stdin = nil
 	}
+}
+
+// abortStdin cuts short a write to the stdin pipe that is blocked (a
+// process that ended while a child of it holds the pipe and reads
+// nothing) and closes the pipe.
+func (p *proc) abortStdin() {
+	if p.stdinPipe != nil {
+		_ = p.stdinPipe.SetWriteDeadline(time.Now())
+	}
+	p.closeStdin()
+}
+
+// writeStaged copies staged input f into the stdin pipe and closes f.
+// The caller holds stdinMu, so input sent meanwhile waits for it. ctx
+// ending cuts the copy short.
+func (p *proc) writeStaged(ctx context.Context, f *os.File) error {
+	defer f.Close()
+	if p.stdin == nil {
+		return errors.New("stdin is not open (start the process with stdin enabled)")
+	}
+	stop := context.AfterFunc(ctx, func() { _ = p.stdinPipe.SetWriteDeadline(time.Now()) })
+	defer func() {
+		if stop() {
+			_ = p.stdinPipe.SetWriteDeadline(time.Time{})
+		}
+	}()
+	// Plain reads and writes (no splice), so the write deadline applies.
+	_, err := io.CopyBuffer(struct{ io.Writer }{p.stdin}, struct{ io.Reader }{f}, make([]byte, 64<<10))
+	return err
 }
 
 // pump reads r in chunks and broadcasts each as a data event built by wrap,

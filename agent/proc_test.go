@@ -23,7 +23,7 @@ func TestPumpReadsPendingAfterDeadline(t *testing.T) {
 	if err := r.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	sub := newSubscriber()
+	sub := newSubscriber(nil)
 	p := &proc{subs: map[*subscriber]struct{}{sub: {}}, done: make(chan struct{})}
 	p.pump(r, make(chan struct{}), func(b []byte) *processpb.ProcessEvent_DataEvent {
 		return &processpb.ProcessEvent_DataEvent{Output: &processpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
@@ -41,9 +41,9 @@ func TestPumpReadsPendingAfterDeadline(t *testing.T) {
 // end event is being delivered still gets it (from finish or from subscribe).
 func TestFinishReachesLateSubscriber(t *testing.T) {
 	for i := 0; i < 200; i++ {
-		first := newSubscriber()
+		first := newSubscriber(nil)
 		p := &proc{subs: map[*subscriber]struct{}{first: {}}, done: make(chan struct{})}
-		late := newSubscriber()
+		late := newSubscriber(nil)
 		go p.subscribe(late)
 		p.finish(endFromStatus(0))
 		select {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"syscall"
@@ -39,21 +41,34 @@ func keepaliveInterval(h interface{ Get(string) string }) time.Duration {
 // header (else the default user) and streams its events: start (pid), data
 // chunks, end. A Connect deadline (Connect-Timeout-Ms) bounds the process's
 // life: it is killed then, even if the client has gone; a client that
-// disconnects earlier leaves it running.
+// disconnects earlier leaves it running. forkbox's headers name staged
+// inputs (ScriptHeader, StdinHeader: stage.go) and ask for collected
+// output (CollectHeader: collect.go).
 func (s *processService) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
-	acc, err := lookupAccount(userFromRequest(req.Header(), s.a.config().DefaultUser))
+	script, err := s.a.stages.takeHeader(req.Header(), ScriptHeader)
 	if err != nil {
-		return err
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	ls, err := s.a.buildLaunch(req.Msg, acc)
+	stdinData, err := s.a.stages.takeHeader(req.Header(), StdinHeader)
+	if err != nil {
+		if script != nil {
+			script.Close()
+		}
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	ls, err := s.prepareLaunch(req, script, stdinData)
 	if err != nil {
 		return err
 	}
 	deadline, _ := ctx.Deadline()
-	sub := newSubscriber()
+	sub := newSubscriber(parseCollect(req.Header()))
 	defer close(sub.gone)
+	if sub.collect != nil {
+		defer sub.collect.close()
+	}
 	p, err := s.a.launch(ls, req.Msg.GetTag(), req.Msg.GetProcess(), sub, deadline)
 	if err != nil {
+		ls.close()
 		return err
 	}
 	defer p.unsubscribe(sub)
@@ -61,11 +76,61 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		return stream.Send(&processpb.StartResponse{Event: ev})
 	})
 	if err == nil && p.ended() {
-		// A forkbox extension: the CPU the command used, for the audit
-		// record. E2B clients ignore trailers they do not know.
-		stream.ResponseTrailer().Set(CPUTrailer, strconv.FormatInt(time.Duration(p.cpu.Load()).Milliseconds(), 10))
+		// forkbox extensions for the audit record and the result; E2B
+		// clients ignore trailers they do not know.
+		setResultTrailers(stream.ResponseTrailer(), p, sub)
 	}
 	return err
+}
+
+// prepareLaunch resolves a Start request into a launch spec that owns the
+// staged script and stdin (closed here on error).
+func (s *processService) prepareLaunch(req *connect.Request[processpb.StartRequest], script, stdinData *os.File) (*launchSpec, error) {
+	closeAll := func() {
+		for _, f := range []*os.File{script, stdinData} {
+			if f != nil {
+				_ = f.Close()
+			}
+		}
+	}
+	acc, err := lookupAccount(userFromRequest(req.Header(), s.a.config().DefaultUser))
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	ls, err := s.a.buildLaunch(req.Msg, acc)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	if script != nil {
+		if err := ls.useScript(script); err != nil {
+			ls.close()
+			if stdinData != nil {
+				stdinData.Close()
+			}
+			return nil, err
+		}
+	}
+	if stdinData != nil {
+		if err := ls.useStdin(stdinData, req.Header().Get(KeepStdinHeader) == "1"); err != nil {
+			ls.close()
+			return nil, err
+		}
+	}
+	return ls, nil
+}
+
+// setResultTrailers sets the trailers of a stream that ends with process
+// p: its CPU time and run time, and what collected output was cut.
+func setResultTrailers(t http.Header, p *proc, sub *subscriber) {
+	t.Set(CPUTrailer, strconv.FormatInt(time.Duration(p.cpu.Load()).Milliseconds(), 10))
+	t.Set(DurationTrailer, strconv.FormatInt(time.Duration(p.ran.Load()).Milliseconds(), 10))
+	if sub.collect != nil {
+		if cut := sub.collect.truncated(); cut != "" {
+			t.Set(TruncatedTrailer, cut)
+		}
+	}
 }
 
 // CPUTrailer is the response trailer of a Start stream that ends with the
@@ -74,19 +139,28 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 const CPUTrailer = "Forkbox-Cpu-Ms"
 
 // Connect re-attaches to a process by pid or tag: start, then its events
-// from now on. A process that ended within the last minute yields start and end.
+// from now on (collected, with CollectHeader). A process that ended within
+// the last minute yields start and end. A stream that ends with the
+// process carries the same trailers as Start's (CPU and run time).
 func (s *processService) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
 	p, err := s.find(req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
-	sub := newSubscriber()
+	sub := newSubscriber(parseCollect(req.Header()))
 	defer close(sub.gone)
+	if sub.collect != nil {
+		defer sub.collect.close()
+	}
 	p.subscribe(sub)
 	defer p.unsubscribe(sub)
-	return s.follow(ctx, p, sub, req.Header(), func(ev *processpb.ProcessEvent) error {
+	err = s.follow(ctx, p, sub, req.Header(), func(ev *processpb.ProcessEvent) error {
 		return stream.Send(&processpb.ConnectResponse{Event: ev})
 	})
+	if err == nil && p.ended() {
+		setResultTrailers(stream.ResponseTrailer(), p, sub)
+	}
+	return err
 }
 
 // follow sends the start event and then sub's events until the end event,
@@ -101,6 +175,11 @@ func (s *processService) follow(ctx context.Context, p *proc, sub *subscriber, h
 	for {
 		select {
 		case ev := <-sub.ch:
+			if ev.GetEnd() != nil && sub.collect != nil {
+				if err := sub.collect.send(send); err != nil {
+					return err
+				}
+			}
 			if err := send(ev); err != nil {
 				return err
 			}
@@ -132,11 +211,31 @@ func (s *processService) List(ctx context.Context, req *connect.Request[processp
 	return connect.NewResponse(out), nil
 }
 
-// SendInput writes to a process's stdin pipe or PTY.
+// SendInput writes to a process's stdin pipe or PTY; with StdinHeader the
+// staged input it names goes to the stdin pipe first (the message's own
+// input may then be empty).
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[processpb.SendInputRequest]) (*connect.Response[processpb.SendInputResponse], error) {
+	staged, err := s.a.stages.takeHeader(req.Header(), StdinHeader)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
 	p, err := s.findRunning(req.Msg.GetProcess())
 	if err != nil {
+		if staged != nil {
+			staged.Close()
+		}
 		return nil, err
+	}
+	if staged != nil {
+		p.stdinMu.Lock()
+		err := p.writeStaged(ctx, staged)
+		p.stdinMu.Unlock()
+		if err != nil {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+		}
+		if req.Msg.GetInput().GetInput() == nil {
+			return connect.NewResponse(&processpb.SendInputResponse{}), nil
+		}
 	}
 	if err := writeProcessInput(p, req.Msg.GetInput()); err != nil {
 		return nil, err

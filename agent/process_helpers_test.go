@@ -69,6 +69,14 @@ func acquireReaper(t *testing.T) *reaper {
 // When t ends, every process it still runs is killed and waited for.
 func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.ProcessClient) {
 	t.Helper()
+	a, c, _ := newProcessAgentServer(t, cfg)
+	return a, c
+}
+
+// newProcessAgentServer is newProcessAgent that also returns the server,
+// for the agent's plain HTTP endpoints.
+func newProcessAgentServer(t *testing.T, cfg Config) (*Agent, processpbconnect.ProcessClient, *httptest.Server) {
+	t.Helper()
 	requireRoot(t)
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "root"
@@ -83,7 +91,7 @@ func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.Process
 		a.procs.signalAll(syscall.SIGKILL)
 		a.procs.waitIdle(hangGuard)
 	})
-	return a, processpbconnect.NewProcessClient(srv.Client(), srv.URL)
+	return a, processpbconnect.NewProcessClient(srv.Client(), srv.URL), srv
 }
 
 // guardCtx returns a context bounded by hangGuard, cancelled when t ends.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -79,59 +80,145 @@ func (o *sseOutput) jsonEvent(name string, v any) error {
 	return o.event(name, string(b))
 }
 
-// collector gathers output for a JSON result.
-type collector struct {
-	resp    v1.ExecOutput
-	started bool
+// jsonResult writes a JSON-mode exec answer (v1.ExecOutput) as a stream.
+// It is a sandbox.Collector: the agent holds the output until the command
+// ends and then sends it, stdout first, and it goes out base64-encoded as
+// it comes, so that the daemon never holds a result. The answer's members
+// come in the order stdout, stderr, then the result's; the status is
+// decided when the first output arrives, which is after the command ended.
+type jsonResult struct {
+	w                  http.ResponseWriter
+	begun              bool // the 200 and the opening brace are out
+	open               string
+	enc                io.WriteCloser // base64 of the open member
+	err                error          // the first write error
+	truncOut, truncErr bool
 }
 
-func (c *collector) Started(pid int) error { c.started = true; return nil }
-func (c *collector) Stdout(p []byte) error {
-	c.resp.Stdout, c.resp.StdoutTruncated = appendCapped(c.resp.Stdout, p, c.resp.StdoutTruncated)
-	return nil
-}
-func (c *collector) Stderr(p []byte) error {
-	c.resp.Stderr, c.resp.StderrTruncated = appendCapped(c.resp.Stderr, p, c.resp.StderrTruncated)
-	return nil
-}
+// CollectLimit is the most bytes of each stream a JSON result holds.
+func (j *jsonResult) CollectLimit() int64 { return maxCollectedOutput }
 
-func appendCapped(buf, p []byte, truncated bool) ([]byte, bool) {
-	room := maxCollectedOutput - len(buf)
-	if len(p) > room {
-		return append(buf, p[:room]...), true
+// Truncated records which streams were cut.
+func (j *jsonResult) Truncated(stdout, stderr bool) { j.truncOut, j.truncErr = stdout, stderr }
+
+// Started does nothing: a JSON result has no start event.
+func (j *jsonResult) Started(int) error { return nil }
+
+// Stdout and Stderr stream output into the answer.
+func (j *jsonResult) Stdout(p []byte) error { return j.output("stdout", p) }
+func (j *jsonResult) Stderr(p []byte) error { return j.output("stderr", p) }
+
+func (j *jsonResult) output(member string, p []byte) error {
+	if j.open != member {
+		j.switchTo(member)
 	}
-	return append(buf, p...), truncated
+	if j.err == nil {
+		_, j.err = j.enc.Write(p)
+	}
+	return j.err
 }
 
-// handleExec: POST /v1/sessions/{id}/exec with a v1.ExecRequest.
-// Background commands answer 202 {"pid": N} at once.
+// write writes s unless a write failed already.
+func (j *jsonResult) write(s string) {
+	if j.err == nil {
+		_, j.err = io.WriteString(j.w, s)
+	}
+}
+
+// switchTo ends the open member and opens member.
+func (j *jsonResult) switchTo(member string) {
+	if !j.begun {
+		j.w.Header().Set("Content-Type", "application/json")
+		j.w.WriteHeader(http.StatusOK)
+		j.write("{")
+		j.begun = true
+	} else {
+		j.closeMember()
+		j.write(",")
+	}
+	j.write(`"` + member + `":"`)
+	j.open, j.enc = member, base64.NewEncoder(base64.StdEncoding, writerFunc(func(b []byte) (int, error) {
+		if j.err != nil {
+			return 0, j.err
+		}
+		n, err := j.w.Write(b)
+		j.err = err
+		return n, err
+	}))
+}
+
+func (j *jsonResult) closeMember() {
+	if j.enc != nil {
+		if err := j.enc.Close(); err != nil && j.err == nil {
+			j.err = err
+		}
+		j.write(`"`)
+		j.enc, j.open = nil, ""
+	}
+}
+
+// finish writes the rest of a successful answer.
+func (j *jsonResult) finish(res *v1.ExecResult) {
+	if !j.begun {
+		writeJSON(j.w, http.StatusOK, v1.ExecOutput{ExecResult: *res, StdoutTruncated: j.truncOut, StderrTruncated: j.truncErr,
+			Stdout: []byte{}, Stderr: []byte{}})
+		return
+	}
+	had := j.open
+	j.closeMember()
+	if had == "stdout" {
+		j.write(`,"stderr":""`)
+	}
+	rest, _ := json.Marshal(struct {
+		*v1.ExecResult
+		StdoutTruncated bool `json:"stdout_truncated,omitempty"`
+		StderrTruncated bool `json:"stderr_truncated,omitempty"`
+	}{res, j.truncOut, j.truncErr})
+	j.write("," + string(rest[1:]) + "\n")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// maxExecBody is the largest exec or stdin request body, in bytes.
+const maxExecBody = sandbox.MaxExecBody
+
+// handleExec: POST /v1/sessions/{id}/exec with a v1.ExecRequest, read as
+// a stream (execbody.go): a long command text or stdin data goes on into
+// the sandbox while it arrives. The exec holds its body's bytes in the
+// in-flight budget meanwhile (429 exec-inflight-exceeded past a bound,
+// before any of it is read). Background commands answer 202 {"pid": N} at
+// once.
 func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
-	var req v1.ExecRequest
-	if err := decodeJSON(r, &req, maxExecBody, false); err != nil {
+	id := r.PathValue("id")
+	prep, err := s.mgr.PrepareExec(r.Context(), id, r.ContentLength)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	id := r.PathValue("id")
-	note := access.NoteFrom(r.Context())
-	hash := audit.CommandHash(req.Argv...)
-	if req.Cmd != "" {
-		hash = audit.CommandHash("/bin/sh", "-c", req.Cmd)
+	defer prep.Close()
+	body, err := readExecBody(r, prep)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	note.Set("command_sha256", hash)
+	prep.BodyDone()
+	req := body.req
+	note := access.NoteFrom(r.Context())
+	note.Set("command_sha256", body.hash)
 	if req.User != "" {
 		note.Set("user", req.User)
 	}
 	// The command is on record before it runs: a daemon that dies while
 	// it runs loses only its result.
-	if _, err := s.mgr.Get(r.Context(), id); err == nil {
-		if err := s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
-			Detail: map[string]any{"command_sha256": hash, "user": req.User, "stdin_bytes": len(req.Stdin)}}); err != nil {
-			s.writeError(w, r, err) // no command runs unrecorded
-			return
-		}
+	if err := s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
+		Detail: map[string]any{"command_sha256": body.hash, "user": req.User, "stdin_bytes": body.stdinBytes}}); err != nil {
+		s.writeError(w, r, err) // no command runs unrecorded
+		return
 	}
 	if req.Background {
-		res, err := s.mgr.Exec(r.Context(), id, req, sandbox.OutputFuncs(nil, nil, nil))
+		res, err := prep.Exec(r.Context(), req, body.in, sandbox.OutputFuncs(nil, nil, nil))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -143,7 +230,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	began := time.Now()
 	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
-		res, err := s.mgr.Exec(r.Context(), id, req, out)
+		res, err := prep.Exec(r.Context(), req, body.in, out)
 		if err == nil {
 			s.metrics.ObserveExec(time.Since(began))
 			note.Set("pid", res.Pid)
@@ -168,14 +255,20 @@ func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(san
 		s.streamExec(w, r, fn)
 		return
 	}
-	c := &collector{}
-	res, err := fn(c)
-	if err != nil {
+	j := &jsonResult{w: w}
+	res, err := fn(j)
+	switch {
+	case err != nil && !j.begun:
 		s.writeError(w, r, err)
-		return
+	case err != nil:
+		// The answer is under way (its output was being sent): it is left
+		// unfinished, so the client sees a broken body, not a result.
+		p := ProblemFor(err)
+		access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
+		s.log.Warn("exec answer cut", "path", r.URL.Path, "request_id", w.Header().Get(requestIDHeader), "err", err)
+	default:
+		j.finish(res)
 	}
-	c.resp.ExecResult = *res
-	writeJSON(w, http.StatusOK, c.resp)
 }
 
 // streamExec runs fn with an SSE output. Errors before the stream started
@@ -270,20 +363,28 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handleStdin: POST .../processes/{pid}/stdin {"data": base64, "close": bool}.
+// handleStdin: POST .../processes/{pid}/stdin {"data": base64, "close": bool},
+// read as a stream like an exec body.
 func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
 	pid, err := pidParam(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	var req v1.StdinRequest
-	if err := decodeJSON(r, &req, maxExecBody, false); err != nil {
+	prep, err := s.mgr.PrepareExec(r.Context(), r.PathValue("id"), r.ContentLength)
+	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	access.NoteFrom(r.Context()).Set("bytes", len(req.Data))
-	if err := s.mgr.SendStdin(r.Context(), r.PathValue("id"), pid, req.Data, req.Close); err != nil {
+	defer prep.Close()
+	inline, staged, closeAfter, size, err := readStdinBody(r, prep)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	prep.BodyDone()
+	access.NoteFrom(r.Context()).Set("bytes", size)
+	if err := prep.SendStdin(r.Context(), pid, inline, staged, closeAfter); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

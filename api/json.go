@@ -6,12 +6,9 @@ import (
 	"github.com/forkbox/forkbox/internal/httpjson"
 )
 
-// Request body limits in bytes.
-const (
-	maxJSONBody = 1 << 20
-	// maxExecBody allows stdin data inline in an exec request.
-	maxExecBody = 32 << 20
-)
+// maxJSONBody limits request bodies, in bytes (exec and stdin bodies:
+// maxExecBody).
+const maxJSONBody = 1 << 20
 
 // decodeJSON strictly decodes the request body into v (httpjson.Decode,
 // unknown fields refused); an empty body decodes as {} when allowEmpty.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/tenancy"
 
@@ -70,6 +71,13 @@ var typedProblems = []problemClass{
 		"The tenant keeps as many snapshots or imported templates as its policy allows; delete one first."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemCapacity, "Capacity unavailable",
 		"The host runs as many sessions (or as much memory) as it may; retry after Retry-After seconds."},
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, inflight.Problem, "Exec requests in flight exceeded",
+		"The tenant (or the host) has as many exec and stdin request bytes in flight as it may (serve --max-exec-inflight-tenant-mb, " +
+			"--max-exec-inflight-mb); nothing of this request was run. Retry after Retry-After seconds."},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemExecStreamCut, "Exec stream cut",
+		"A memory snapshot of the session cut the command's output stream; the command keeps running. " +
+			"Re-attach (GET /v1/sessions/{id}/processes/{pid}/stream) for its output from then on and its exit; " +
+			"do not retry the exec, which would run the command again."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},

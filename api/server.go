@@ -265,6 +265,6 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 func capabilityMap(c runtime.Capabilities) map[string]bool {
 	return map[string]bool{
 		"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
-		"sandbox_oom": c.SandboxOOM, "network": c.Network,
+		"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
 	}
 }

@@ -51,6 +51,9 @@ type Options struct {
 	// writes before the snapshot and fork rows (DefaultSnapshotMB when 0);
 	// the podman commit and plain copy references use as much.
 	SnapshotMB int
+	// UnsyncedMB is how many MB (10^6 bytes) a sandbox writes without
+	// sync before the unsynced-snapshot rows (DefaultUnsyncedMB when 0).
+	UnsyncedMB int
 
 	// URL is the base URL of a running daemon to measure; "" reads
 	// FORKBOX_URL, and when that is empty too Run starts a private daemon.
@@ -91,6 +94,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotMB <= 0 {
 		o.SnapshotMB = DefaultSnapshotMB
+	}
+	if o.UnsyncedMB <= 0 {
+		o.UnsyncedMB = DefaultUnsyncedMB
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard

@@ -40,8 +40,9 @@ func TestRun(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// 20 MB instead of 500 keeps the test short; the shape is the same.
-	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, StorageImageBytes: 4 << 30, Progress: testWriter{t}})
+	// 20 and 30 MB instead of 500 and 300 keep the test short; the shape is the same.
+	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, UnsyncedMB: 30, StorageImageBytes: 4 << 30,
+		Progress: testWriter{t}})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -50,7 +51,8 @@ func TestRun(t *testing.T) {
 	}
 
 	want := map[string]bool{OpCreate: true, OpExec: true, OpDestroy: true, OpRun: true,
-		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true}
+		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true,
+		OpSnapshotUnsynced: true, OpFrozenUnsynced: true, OpFrozenSynced: true}
 	for _, r := range rep.Results {
 		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
 			r.Operation, r.System, r.N, r.P50MS, r.P99MS, r.MeanMS, r.Note, r.Error)
@@ -61,7 +63,8 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		delete(want, r.Operation)
-		if (r.Operation == OpSnapshot || r.Operation == OpFork) != (r.DataMB == 20) {
+		wantMB, sized := map[string]int{OpSnapshot: 20, OpFork: 20, OpSnapshotUnsynced: 30, OpFrozenUnsynced: 30, OpFrozenSynced: 30}[r.Operation]
+		if sized && r.DataMB != wantMB || !sized && (r.DataMB == 20 || r.DataMB == 30) {
 			t.Errorf("forkbox %s: data_mb = %d", r.Operation, r.DataMB)
 		}
 		if r.N != 3 {

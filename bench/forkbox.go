@@ -160,7 +160,8 @@ func (f *forkbox) describe(ctx context.Context) string {
 // measure runs every forkbox operation and returns their rows: create and
 // destroy (measured in pairs), exec of `true` in one session, whole runs
 // (create + exec + destroy), pause and resume, snapshot and fork (see
-// snapshots.go), and create from a warm pool.
+// snapshots.go), the freeze of a snapshot after an unsynced write
+// (freeze.go), and create from a warm pool.
 func (f *forkbox) measure(ctx context.Context) []Result {
 	w, n := f.opts.Warmup, f.opts.N
 	var rows []Result
@@ -199,6 +200,7 @@ func (f *forkbox) measure(ctx context.Context) []Result {
 
 	rows = append(rows, f.measurePauseResume(ctx)...)
 	rows = append(rows, f.measureSnapshots(ctx)...)
+	rows = append(rows, f.measureFreeze(ctx)...)
 	rows = append(rows, f.measurePool(ctx))
 	return append(rows, f.measureGVisor(ctx)...)
 }

@@ -35,6 +35,15 @@ const (
 	// Result.DataMB MB: forkbox's POST /v1/sessions/{id}/snapshot,
 	// `podman commit`, and a plain copy of as much data for reference.
 	OpSnapshot = "snapshot"
+	// OpSnapshotUnsynced is forkbox's snapshot of a sandbox right after it
+	// wrote Result.DataMB MB without syncing them (freeze.go).
+	OpSnapshotUnsynced = "snapshot right after an unsynced write"
+	// OpFrozenUnsynced is how long that snapshot stalled the sandbox: the
+	// longest gap of a process inside that wakes every millisecond.
+	OpFrozenUnsynced = "sandbox frozen by it"
+	// OpFrozenSynced is the same stall for a snapshot taken after a sync
+	// of that write.
+	OpFrozenSynced = "sandbox frozen by a snapshot after sync"
 	// OpFork is forkbox's POST /v1/snapshots/{id}/fork of forkCount
 	// sessions from such a snapshot, the whole call.
 	OpFork = "fork 8 from a snapshot"
@@ -68,6 +77,7 @@ const (
 
 // opOrder is the order in which operations appear in the table.
 var opOrder = []string{OpRun, OpCreate, OpPoolCreate, OpExec, OpDestroy, OpPause, OpResume, OpSnapshot, OpFork,
+	OpSnapshotUnsynced, OpFrozenUnsynced, OpFrozenSynced,
 	OpGVisorExec, OpMemSnapshot, OpMemRestore, OpMemFork}
 
 // systemOrder is the order of systems within one operation.

@@ -27,10 +27,12 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
+	"github.com/forkbox/forkbox/userns"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/runtime/runc"
@@ -71,9 +73,17 @@ type Options struct {
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
 	// where it works and overlay otherwise.
 	Storage string
-	// StorageImageBytes sizes the sparse loop-backed image a driver creates
-	// when the data directory's filesystem cannot serve it (0 = 64 GiB).
+	// StorageImageBytes sizes, in bytes, the loop-mounted image a storage
+	// driver creates (its blocks reserved on the host) when the data
+	// directory's filesystem cannot serve it; 0 applies the one default,
+	// storage.DefaultImageBytes (half the free space there, at least 1 GiB,
+	// at most storage.MaxImageBytes). An existing image keeps its size.
 	StorageImageBytes int64
+	// MaxSnapshotEntries bounds the entries (files, directories, links) a
+	// snapshot may hold; a snapshot past it is refused with 429
+	// resource-exhausted naming the bound. 0 means
+	// storage.DefaultMaxSnapshotEntries.
+	MaxSnapshotEntries int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
 	Pools []v1.Pool
@@ -85,6 +95,9 @@ type Options struct {
 	Capacity sandbox.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
+	// ExecInflight bounds the exec request bytes in flight, per tenant and
+	// in all (zero fields: inflight's defaults, 256 MiB and 1 GiB).
+	ExecInflight inflight.Limits
 	// AgentReadyTimeout is how long a create waits for a runc sandbox's
 	// agent on an idle host (sandbox.Options.AgentReadyTimeout; zero:
 	// sandbox.DefaultAgentReadyTimeout).
@@ -133,6 +146,10 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("forkbox serve must run as root (it creates namespaces, cgroups and mounts)")
 	}
+	execBudget, err := inflight.New(opts.ExecInflight, sandbox.ExecOverhead+sandbox.MaxExecBody)
+	if err != nil {
+		return nil, err
+	}
 	layout, err := storage.NewLayout(opts.DataDir)
 	if err != nil {
 		return nil, err
@@ -147,15 +164,23 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	for _, dir := range []string{layout.Sandboxes(), filepath.Dir(layout.Storage("x"))} {
-		if err := os.MkdirAll(dir, 0o710); err != nil {
-			return nil, err
-		}
-		if err := restrictSandboxesDir(dir, storage.DefaultIDShift); err != nil {
-			return nil, err
-		}
+	// Each sandbox's own directory under DATA/sandboxes admits only its
+	// ids (sandbox.identity); the storage directory admits the storage ids,
+	// which sandboxes on a filesystem that cannot be id-mapped run as.
+	dir := filepath.Dir(layout.Storage("x"))
+	if err := os.MkdirAll(dir, 0o710); err != nil {
+		return nil, err
 	}
-	if err := checkIDRange(storage.DefaultIDShift, "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
+	if err := restrictSandboxesDir(dir, storage.DefaultIDShift); err != nil {
+		return nil, err
+	}
+	if err := checkTraversable(layout.Root); err != nil {
+		return nil, err
+	}
+	if err := checkIDRanges(sandboxIDSpans(), "/etc/subuid", "/etc/subgid", "/etc/passwd", "/etc/group"); err != nil {
+		return nil, err
+	}
+	if err := userns.CheckTools(); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(ctx, layout.Database())
@@ -189,7 +214,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	sdrv, err := openStorage(ctx, layout, opts.Storage, opts.StorageImageBytes, log)
+	sdrv, err := openStorage(ctx, layout, opts, log)
 	if err != nil {
 		return nil, err
 	}
@@ -202,19 +227,37 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil
 	}
+	capacity := withDefaultCapacity(opts.Capacity)
+	if opts.Limits.OpenFileBytes == 0 {
+		opts.Limits.OpenFileBytes = sandbox.OpenFileBytes
+	}
+	fileMax, err := ensureFileMax(fileMaxPath, neededFileMax(capacity, opts.Limits.OpenFileBytes), log)
+	if err != nil {
+		return nil, err
+	}
+	opts.Limits.HostFileMax = fileMax
+	ids, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, layout.Root)
+	if err != nil {
+		return nil, err
+	}
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	mgr := sandbox.NewManager(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
-		Limits: opts.Limits, Shift: storage.DefaultIDShift, Net: netsvc, Log: log,
-		Capacity: withDefaultCapacity(opts.Capacity), Audit: rec, Metrics: ms, Abuse: opts.Abuse,
-		AgentReadyTimeout: opts.AgentReadyTimeout,
+		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
+		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
+		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
 	})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
-	if err := catalog.Register(ctx); err != nil {
+	unavailable, err := catalog.Register(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("register templates with %s storage: %w", sdrv.Name(), err)
+	}
+	for _, name := range unavailable {
+		log.Warn("template unavailable: its only copy was in a storage volume this daemon does not have; delete and import it again",
+			"template", name, "storage", sdrv.Name())
 	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
@@ -454,3 +497,7 @@ func withDefaultCapacity(c sandbox.Capacity) sandbox.Capacity {
 	}
 	return c
 }
+
+// StorageDriver names the storage driver the daemon runs on ("btrfs" or
+// "overlay").
+func (d *Daemon) StorageDriver() string { return d.sdrv.Name() }

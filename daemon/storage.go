@@ -15,10 +15,12 @@ import (
 	"github.com/forkbox/forkbox/storage/overlay"
 )
 
-// openStorage opens the storage driver named kind ("btrfs", "overlay") in
-// the data directory; "" picks btrfs when this host supports it (O(1)
-// snapshots and forks) and overlay otherwise.
-func openStorage(ctx context.Context, layout storage.Layout, kind string, imageBytes int64, log *slog.Logger) (storage.Driver, error) {
+// openStorage opens the storage driver opts.Storage names ("btrfs",
+// "overlay") in the data directory, sized and bounded by opts; "" picks
+// btrfs when this host supports it (O(1) snapshots and forks) and overlay
+// otherwise.
+func openStorage(ctx context.Context, layout storage.Layout, opts Options, log *slog.Logger) (storage.Driver, error) {
+	kind := opts.Storage
 	if kind == "" {
 		if err := btrfs.Supported(); err != nil {
 			log.Warn("btrfs storage unavailable; using overlay", "why", err)
@@ -29,9 +31,11 @@ func openStorage(ctx context.Context, layout storage.Layout, kind string, imageB
 	}
 	switch kind {
 	case "btrfs":
-		return btrfs.New(ctx, btrfs.Options{Dir: layout.Storage("btrfs"), ImageBytes: imageBytes, Shift: storage.DefaultIDShift})
+		return btrfs.New(ctx, btrfs.Options{Dir: layout.Storage("btrfs"), ImageBytes: opts.StorageImageBytes,
+			Shift: storage.DefaultIDShift, MaxSnapshotEntries: opts.MaxSnapshotEntries})
 	case "overlay":
-		return overlay.New(ctx, overlay.Options{Dir: layout.Storage("overlay"), ImageBytes: imageBytes, Shift: storage.DefaultIDShift})
+		return overlay.New(ctx, overlay.Options{Dir: layout.Storage("overlay"), ImageBytes: opts.StorageImageBytes,
+			Shift: storage.DefaultIDShift, MaxSnapshotEntries: opts.MaxSnapshotEntries})
 	}
 	return nil, fmt.Errorf("storage %q: %w (want btrfs or overlay)", kind, errdefs.ErrInvalidArgument)
 }

@@ -147,7 +147,7 @@ func TestGVisorAgentNeverReady(t *testing.T) {
 	}
 	o.d.Shutdown(ctxFor(t, time.Minute))
 	o.d = nil
-	o.change = func(opts *daemon.Options) { opts.AgentPath, opts.AgentReadyTimeout = installed, time.Hour }
+	o.tune = func(opts *daemon.Options) { opts.AgentPath, opts.AgentReadyTimeout = installed, time.Hour }
 	o.start(t)
 	began := time.Now()
 	status, _, body = rawCallAt(t, o.d.URL, o.key, "POST", "/v1/sessions", map[string]any{"isolation": "gvisor"}, nil)

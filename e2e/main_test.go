@@ -91,13 +91,11 @@ func setup() error {
 	return nil
 }
 
-func startDaemon(dataDir string) (*daemon.Daemon, error) {
-	return startDaemonWith(dataDir, nil)
-}
+func startDaemon(dataDir string) (*daemon.Daemon, error) { return startDaemonWith(dataDir, nil) }
 
-// startDaemonWith is startDaemon with the test's options changed by
-// change (when not nil) before the daemon starts.
-func startDaemonWith(dataDir string, change func(*daemon.Options)) (*daemon.Daemon, error) {
+// startDaemonWith is startDaemon with the test options changed by tune
+// (when not nil) before the daemon starts.
+func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
@@ -107,8 +105,8 @@ func startDaemonWith(dataDir string, change func(*daemon.Options)) (*daemon.Daem
 		// large enough for every other test's sessions at once.
 		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},
 	}
-	if change != nil {
-		change(&opts)
+	if tune != nil {
+		tune(&opts)
 	}
 	return daemon.Start(context.Background(), opts)
 }

@@ -137,18 +137,13 @@ type ownDaemon struct {
 	key     string
 	d       *daemon.Daemon
 	c       *client.Client
-	// change, when not nil, changes the daemon's options at every start.
-	change func(*daemon.Options)
+	tune    func(*daemon.Options) // changes the test options at every start
 }
 
-func newOwnDaemon(t *testing.T) *ownDaemon {
-	t.Helper()
-	return newOwnDaemonWith(t, nil)
-}
+func newOwnDaemon(t *testing.T) *ownDaemon { return newOwnDaemonWith(t, nil) }
 
-// newOwnDaemonWith is newOwnDaemon with the daemon's options changed by
-// change (startDaemonWith).
-func newOwnDaemonWith(t *testing.T, change func(*daemon.Options)) *ownDaemon {
+// newOwnDaemonWith is newOwnDaemon with the options changed by tune.
+func newOwnDaemonWith(t *testing.T, tune func(*daemon.Options)) *ownDaemon {
 	t.Helper()
 	need(t)
 	tmp, err := os.MkdirTemp("", "forkbox-own-")
@@ -156,12 +151,12 @@ func newOwnDaemonWith(t *testing.T, change func(*daemon.Options)) *ownDaemon {
 		t.Fatal(err)
 	}
 	os.Chmod(tmp, 0o711)
-	o := &ownDaemon{dataDir: filepath.Join(tmp, "data"), change: change}
+	o := &ownDaemon{dataDir: filepath.Join(tmp, "data"), tune: tune}
 	t.Cleanup(func() {
 		if o.d == nil && o.key != "" {
 			// Stopped by a test that failed before it restarted it: its
 			// sandboxes still run and must not outlive the directory.
-			if d, err := startDaemonWith(o.dataDir, o.change); err == nil {
+			if d, err := startDaemonWith(o.dataDir, o.tune); err == nil {
 				o.d, o.c = d, client.New(d.URL, o.key, nil)
 			}
 		}
@@ -186,7 +181,7 @@ func newOwnDaemonWith(t *testing.T, change func(*daemon.Options)) *ownDaemon {
 // start starts the daemon (again).
 func (o *ownDaemon) start(t *testing.T) {
 	t.Helper()
-	d, err := startDaemonWith(o.dataDir, o.change)
+	d, err := startDaemonWith(o.dataDir, o.tune)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,9 @@ type Source interface {
 	// SnapshotBytes is what stored snapshots hold, in bytes: files (over
 	// their parents) and memory checkpoints.
 	SnapshotBytes() (files, memory int64)
+	// DigestedEntries counts the entries snapshot digests and integrity
+	// checks have walked since the daemon started (a counter).
+	DigestedEntries() int64
 }
 
 // Set holds forkbox's metrics in their own registry.
@@ -140,12 +143,16 @@ var (
 	poolDesc     = prometheus.NewDesc("forkbox_pool_ready", "Ready warm-pool members, by template.", []string{"template"}, nil)
 	snapDesc     = prometheus.NewDesc("forkbox_snapshot_bytes", "Bytes held by stored snapshots, by kind (files, memory).",
 		[]string{"kind"}, nil)
+	digestDesc = prometheus.NewDesc("forkbox_snapshot_digest_entries_total",
+		"Entries (files, directories, links) walked by snapshot digests and integrity checks; a check that reuses a verified digest walks none.",
+		nil, nil)
 )
 
 func (p *present) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sessionsDesc
 	ch <- poolDesc
 	ch <- snapDesc
+	ch <- digestDesc
 }
 
 func (p *present) Collect(ch chan<- prometheus.Metric) {
@@ -165,4 +172,5 @@ func (p *present) Collect(ch chan<- prometheus.Metric) {
 	files, memory := src.SnapshotBytes()
 	ch <- prometheus.MustNewConstMetric(snapDesc, prometheus.GaugeValue, float64(files), "files")
 	ch <- prometheus.MustNewConstMetric(snapDesc, prometheus.GaugeValue, float64(memory), "memory")
+	ch <- prometheus.MustNewConstMetric(digestDesc, prometheus.CounterValue, float64(src.DigestedEntries()))
 }

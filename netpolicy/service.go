@@ -94,7 +94,14 @@ func (a *Attachment) OpenBytes() int64 { return a.egress.meter.openBytes() }
 // Attach makes session id's network for policy p; events go to sink. On
 // error nothing is left behind. ErrResourceExhausted when every address
 // slot is taken; ErrConflict when id already has a network.
-func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
+//
+// makeNetns makes the namespace file at the path it is given (a new file):
+// a sandbox that joins a user namespace of its own needs a network
+// namespace owned by that user namespace (userns.Create makes both). nil
+// makes one owned by the host's user namespace. Either way root in the
+// sandbox cannot change the namespace's links, routes or rules: its
+// capabilities never include CAP_NET_ADMIN.
+func (s *Service) Attach(id string, p *Policy, sink Sink, makeNetns func(path string) error) (*Attachment, error) {
 	s.mu.Lock()
 	if _, ok := s.active[id]; ok {
 		s.mu.Unlock()
@@ -118,7 +125,10 @@ func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
 	s.slots[slot] = id
 	s.mu.Unlock()
 
-	a, err := s.attach(id, slot, p, sink)
+	if makeNetns == nil {
+		makeNetns = createNamespace
+	}
+	a, err := s.attach(id, slot, p, sink, makeNetns)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -129,7 +139,7 @@ func (s *Service) Attach(id string, p *Policy, sink Sink) (*Attachment, error) {
 	return a, nil
 }
 
-func (s *Service) attach(id string, slot int, p *Policy, sink Sink) (a *Attachment, err error) {
+func (s *Service) attach(id string, slot int, p *Policy, sink Sink, makeNetns func(string) error) (a *Attachment, err error) {
 	gw, sb := slotAddrs(slot)
 	a = &Attachment{NetnsPath: filepath.Join(s.opts.Dir, id), Gateway: gw, Addr: sb, id: id, slot: slot}
 	link := HostLinkName(id)
@@ -143,7 +153,7 @@ func (s *Service) attach(id string, slot int, p *Policy, sink Sink) (a *Attachme
 		}
 	}()
 	_ = deleteLink(link) // a leftover of a crash
-	if err := createNamespace(a.NetnsPath); err != nil {
+	if err := makeNetns(a.NetnsPath); err != nil {
 		return nil, err
 	}
 	if err := wire(a.NetnsPath, link, gw, sb); err != nil {

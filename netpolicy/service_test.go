@@ -60,12 +60,12 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 	t.Cleanup(s.Close)
 	var events sync.Map // the sink is called from many goroutines
 	rules, _ := ParseAllow("allow", []string{"allowed.test:80"})
-	a, err := s.Attach("svc1test", &Policy{Allow: rules}, func(ev Event) { events.Store(ev.Time, ev) })
+	a, err := s.Attach("svc1test", &Policy{Allow: rules}, func(ev Event) { events.Store(ev.Time, ev) }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Detach("svc1test") })
-	if _, err := s.Attach("svc1test", &Policy{Allow: rules}, nil); err == nil {
+	if _, err := s.Attach("svc1test", &Policy{Allow: rules}, nil, nil); err == nil {
 		t.Error("a second Attach of one session succeeded")
 	}
 
@@ -167,7 +167,7 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 		t.Errorf("link %s after Detach", link)
 	}
 	// The slot is free again.
-	b, err := s.Attach("svc2test", &Policy{Allow: rules}, nil)
+	b, err := s.Attach("svc2test", &Policy{Allow: rules}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

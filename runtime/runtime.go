@@ -36,6 +36,10 @@ type Capabilities struct {
 	Network bool `json:"network"`
 	// UserNamespace: sandbox uids map to an unprivileged host range.
 	UserNamespace bool `json:"user_namespace"`
+	// JoinUserNamespace: the sandbox can join a user namespace the host
+	// made (Config.UserNamespace), so that it runs on host ids and under
+	// kernel per-user limits of its own (package userns).
+	JoinUserNamespace bool `json:"join_user_namespace"`
 }
 
 // Mount is a host path bind-mounted into the sandbox.
@@ -95,6 +99,13 @@ type Config struct {
 	// UIDMap and GIDMap map sandbox ids to host ids; empty means no user namespace.
 	UIDMap []IDMap
 	GIDMap []IDMap
+	// UserNamespace, when set, is a user namespace (a bind-mounted
+	// namespace file) the sandbox joins instead of making one; UIDMap and
+	// GIDMap must be its maps. Only for drivers whose capabilities say
+	// JoinUserNamespace. A NetnsPath given with it must be owned by it.
+	UserNamespace string
+	// Rlimits are the resource limits of the sandbox's processes.
+	Rlimits Rlimits
 	// NetnsPath, when set, is a network namespace (a bind-mounted
 	// namespace file, owned by the host's user namespace) the sandbox
 	// joins instead of a new one with loopback only. Its interfaces and

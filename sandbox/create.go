@@ -288,7 +288,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 // warm-pool member) and a running session's timeout is armed.
 func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req v1.CreateRequest, final store.State) error {
 	began := time.Now()
-	if err := os.MkdirAll(sb.dir, 0o711); err != nil {
+	if err := os.MkdirAll(sb.dir, 0o710); err != nil {
 		return err
 	}
 	// A memory snapshot's checkpoint is verified and decrypted first: a
@@ -313,6 +313,10 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		storage.Source{Template: req.Template, Snapshot: req.Snapshot}, req.DiskMB<<20)
 	if err != nil {
 		return fmt.Errorf("writable layer: %w", err)
+	}
+	ident, err := m.newIdentity(sb, rootfs)
+	if err != nil {
+		return err
 	}
 	hosts := filepath.Join(sb.dir, "hosts")
 	hostsData := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", sb.id)
@@ -347,7 +351,17 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		runtime.Mount{Source: hostname, Target: "/etc/hostname", ReadOnly: true},
 		runtime.Mount{Source: machineID, Target: "/etc/machine-id", ReadOnly: true},
 	)
-	att, err := m.attachNetwork(sb, false)
+	// A sandbox with an identity joins its own user namespace, so its
+	// network namespace must be owned by that one (made with it).
+	var makeNetns func(path string) error
+	if ident != nil {
+		if sb.Record().Network != nil {
+			makeNetns = func(path string) error { return ident.create(ctx, path) }
+		} else if err := ident.create(ctx, ""); err != nil {
+			return err
+		}
+	}
+	att, err := m.attachNetwork(sb, false, makeNetns)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -415,6 +429,10 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
 		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath, ControlDir: ctlDir,
+		Rlimits: m.rlimits(),
+	}
+	if ident != nil {
+		ident.apply(&rcfg, rootfs)
 	}
 	if image != "" {
 		err = m.driverOf(sb).Restore(ctx, rcfg, image)

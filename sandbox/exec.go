@@ -42,11 +42,15 @@ const (
 // shellPath runs shell-form commands.
 const shellPath = "/bin/sh"
 
-func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string) error {
+// normalizeExec checks req and fills in its defaults. script tells that
+// the command text is staged (so neither argv nor cmd is set).
+func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string, script bool) error {
 	switch {
+	case script && (len(r.Argv) > 0 || r.Cmd != ""):
+		return errdefs.InvalidField("cmd", "give either argv or cmd, not both")
 	case len(r.Argv) > 0 && r.Cmd != "":
 		return errdefs.InvalidField("argv", "give either argv or cmd, not both")
-	case len(r.Argv) == 0 && r.Cmd == "":
+	case len(r.Argv) == 0 && r.Cmd == "" && !script:
 		return errdefs.InvalidField("cmd", "give argv or cmd")
 	case len(r.Argv) > 0 && r.Argv[0] == "":
 		return errdefs.InvalidField("argv", "argv[0] is empty")
@@ -83,34 +87,72 @@ func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string) err
 	return nil
 }
 
+// Collector is an Output that wants a command's output whole after it
+// ended (a JSON result) rather than as it comes: the agent keeps up to
+// CollectLimit bytes of each stream in the sandbox's memory meanwhile, so
+// the daemon never holds it. Its Stdout calls all come before its Stderr
+// calls, after the command ended.
+type Collector interface {
+	Output
+	// CollectLimit is the most bytes kept of each stream.
+	CollectLimit() int64
+	// Truncated reports, before the result is returned, which streams
+	// were cut at the limit (or where the sandbox had no memory for more).
+	Truncated(stdout, stderr bool)
+}
+
 // Exec runs req in session id and streams its output to out. It returns
 // when the command's main process exits (a background child that keeps the
 // output open does not hold it), or at once after the start for a
 // background command. The exec timeout is enforced from the host: the
 // command's process group is killed with SIGKILL through the runtime, which
 // nothing in the sandbox can block. If ctx ends first, a foreground command
-// is killed the same way.
+// is killed the same way. A command whose timeout fired while its session
+// was paused (its processes are then killed as soon as they run again)
+// ends timed out at once. A memory snapshot that cuts the output stream
+// ends it with a typed ErrUnavailable (ProblemExecStreamCut) naming the
+// pid to re-attach to.
 func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out Output) (*v1.ExecResult, error) {
-	sb, release, err := m.use(ctx, id)
+	p, err := m.PrepareExec(ctx, id, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer p.Close()
+	return p.Exec(ctx, req, ExecInputs{}, out)
+}
+
+// ProblemExecStreamCut is the problem type of an exec or re-attach stream
+// that a memory snapshot of its session cut (the command keeps running).
+const ProblemExecStreamCut = "exec-stream-cut"
+
+// streamCut is the error of a stream of command pid that a memory
+// snapshot of session id cut.
+func streamCut(id string, pid int) error {
+	return errdefs.Typed(errdefs.ErrUnavailable, ProblemExecStreamCut,
+		"a memory snapshot of session %s cut this command's output stream; the command keeps running as pid %d: "+
+			"GET /v1/sessions/%s/processes/%d/stream re-attaches to its output from now on and its exit", id, pid, id, pid)
+}
+
+func (m *Manager) exec(ctx context.Context, p *ExecPrep, req v1.ExecRequest, staged ExecInputs, out Output) (*v1.ExecResult, error) {
+	sb, id := p.sb, p.sb.id
 	rec := sb.Record()
-	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser); err != nil {
+	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser, staged.Script != nil); err != nil {
 		return nil, err
 	}
 	pc := &processpb.ProcessConfig{Envs: req.Env}
-	if req.Cmd != "" {
+	switch {
+	case staged.Script != nil:
+		pc.Cmd = shellPath // the agent adds the staged script as its operand
+	case req.Cmd != "":
 		pc.Cmd, pc.Args = shellPath, []string{"-c", req.Cmd}
-	} else {
+	default:
 		pc.Cmd, pc.Args = req.Argv[0], req.Argv[1:]
 	}
 	if req.Cwd != "" {
 		cwd := req.Cwd
 		pc.Cwd = &cwd
 	}
-	stdin := len(req.Stdin) > 0 || req.KeepStdin
+	stdin := len(req.Stdin) > 0 || req.KeepStdin || staged.Stdin != nil
 	start := &processpb.StartRequest{Process: pc, Stdin: &stdin}
 	if req.Tag != "" {
 		tag := req.Tag
@@ -143,8 +185,23 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 	defer cancel()
 	creq := connect.NewRequest(start)
 	setUser(creq.Header(), req.User)
+	if staged.Script != nil {
+		creq.Header().Set(agent.ScriptHeader, staged.Script.id)
+	}
+	if staged.Stdin != nil {
+		creq.Header().Set(agent.StdinHeader, staged.Stdin.id)
+		if req.KeepStdin {
+			creq.Header().Set(agent.KeepStdinHeader, "1")
+		}
+	}
+	collector, collect := out.(Collector)
+	if collect && !req.Background {
+		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+	}
+	cuts := sb.streamCuts.Load()
 	began := time.Now()
 	stream, err := sb.agent.process.Start(streamCtx, creq)
+	p.taken(staged.Script, staged.Stdin)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, startErrorField(err, req))
 	}
@@ -203,18 +260,37 @@ func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out O
 
 	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, errOutput) {
+		switch {
+		case ctx.Err() != nil || errors.Is(err, errOutput):
 			m.killGroup(sb, pid)
+		case timedOut.Load() && errors.Is(streamCtx.Err(), context.DeadlineExceeded):
+			// The kill went out at the timeout but the agent reported no
+			// end within its grace: the sandbox is frozen (paused), and
+			// its processes die of the pending SIGKILL when they run again.
+			m.log.Info("exec timed out in a frozen sandbox", "session", id, "pid", pid)
+			res.TimedOut, res.Signal, res.ExitCode = true, int(syscall.SIGKILL), 128+int(syscall.SIGKILL)
+			res.DurationMS = time.Since(began).Milliseconds()
+			if collect {
+				collector.Truncated(false, false)
+			}
+			return res, nil
+		case sb.streamCuts.Load() != cuts:
+			return nil, streamCut(id, pid)
 		}
 		return nil, m.agentError(ctx, id, err, "")
 	}
 	res.DurationMS = time.Since(began).Milliseconds()
 	fillResult(res, end)
 	// The agent ends the stream right after the end event; its trailer
-	// carries the command's CPU time.
+	// carries the command's CPU time (and what collected output was cut).
 	for stream.Receive() {
 	}
-	res.CPUMS, _ = strconv.ParseInt(stream.ResponseTrailer().Get(agent.CPUTrailer), 10, 64)
+	trailer := stream.ResponseTrailer()
+	res.CPUMS, _ = strconv.ParseInt(trailer.Get(agent.CPUTrailer), 10, 64)
+	if collect {
+		cut := trailer.Get(agent.TruncatedTrailer)
+		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
+	}
 	res.TimedOut = timedOut.Load()
 	if processOOM && res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
 		if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {

@@ -23,12 +23,14 @@ import (
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
+	"github.com/forkbox/forkbox/userns"
 )
 
 // Options configure a Manager.
@@ -55,8 +57,12 @@ type Options struct {
 	AgentReadyTimeout time.Duration
 	// Limits default and bound create requests.
 	Limits v1.Limits
-	// Shift maps sandbox ids to host ids (storage.DefaultIDShift).
+	// Shift maps sandbox ids to the host ids their files have on disk
+	// (storage.DefaultIDShift).
 	Shift storage.IDShift
+	// IDs hands out each sandbox's own host ids (package userns); nil:
+	// sandboxes run on the storage ids in namespaces the runtime makes.
+	IDs *userns.Claims
 	// Net gives sessions that ask for one a network through the egress
 	// proxy; nil: such creates are refused.
 	Net *netpolicy.Service
@@ -70,7 +76,10 @@ type Options struct {
 	Metrics *metrics.Set
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
-	Log   *slog.Logger
+	// ExecInflight bounds the exec bytes in flight per tenant and in all
+	// (PrepareExec); nil: the defaults of inflight.New.
+	ExecInflight *inflight.Budget
+	Log          *slog.Logger
 }
 
 // Manager owns every sandbox of this host. It is safe for concurrent use.
@@ -113,6 +122,10 @@ type Manager struct {
 	// by snapshot id (memory.go).
 	imgMu  sync.Mutex
 	images map[string]*openImage
+	// idmapOnce logs once that the storage cannot be id-mapped.
+	idmapOnce sync.Once
+	// inflight is the budget of exec bytes in flight (stage.go).
+	inflight *inflight.Budget
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -158,6 +171,9 @@ type Sandbox struct {
 	// res is its place in the admission counts, released when it ends
 	// (nil for warm-pool members until claimed); under mu.
 	res *reservation
+	// streamCuts counts the memory snapshots that prepared the agent (and
+	// so cut its open streams), for telling such a cut from a failure.
+	streamCuts atomic.Uint64
 }
 
 // errCreateAborted ends a create that was destroyed while it ran.
@@ -199,6 +215,9 @@ func NewManager(opts Options) *Manager {
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
+	if m.inflight = opts.ExecInflight; m.inflight == nil {
+		m.inflight, _ = inflight.New(inflight.Limits{}, ExecOverhead+MaxExecBody)
+	}
 	m.wg.Add(2)
 	go m.recordEgress()
 	go m.monitor()

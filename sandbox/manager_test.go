@@ -101,6 +101,7 @@ func (nopStorage) Prepare(context.Context, string, storage.Source, int64) (strin
 func (nopStorage) Snapshot(context.Context, string, string, func()) (storage.SnapshotInfo, error) {
 	return storage.SnapshotInfo{}, nil
 }
+func (nopStorage) Flush(context.Context, string) error          { return nil }
 func (nopStorage) Remove(context.Context, string) error         { return nil }
 func (nopStorage) Usage(context.Context, string) (int64, error) { return 0, nil }
 func (nopStorage) Verify(context.Context, string) error         { return nil }
@@ -315,6 +316,16 @@ type capturingStorage struct {
 	drv          *fakeDriver
 	frozenBefore bool // the sandbox was frozen when Snapshot began
 	frozenAfter  bool // ... and still frozen after captured
+	flushes      int  // Flush calls
+	flushFrozen  bool // the sandbox was frozen during a Flush
+}
+
+func (s *capturingStorage) Flush(ctx context.Context, id string) error {
+	s.drv.mu.Lock()
+	defer s.drv.mu.Unlock()
+	s.flushes++
+	s.flushFrozen = s.flushFrozen || s.drv.frozen
+	return nil
 }
 
 func (s *capturingStorage) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
@@ -345,6 +356,24 @@ func TestSnapshotThawsWhenCaptured(t *testing.T) {
 	}
 	if drv.frozen || drv.resumes != 1 {
 		t.Fatalf("after the snapshot: frozen %v, %d resumes; want thawed once", drv.frozen, drv.resumes)
+	}
+}
+
+// TestSnapshotFlushesBeforeFreezing: the layer's pending writes are
+// flushed once, while the sandbox still runs, before the freeze (a
+// snapshot after a 300 MB unsynced write froze the sandbox for 587 ms
+// while the snapshot ioctl wrote them).
+func TestSnapshotFlushesBeforeFreezing(t *testing.T) {
+	drv := &fakeDriver{}
+	m, sb := newTestManager(t, drv)
+	st := &capturingStorage{drv: drv}
+	m.opts.Storage = st
+	if _, err := m.Snapshot(context.Background(), sb.id, SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st.flushes != 1 || st.flushFrozen || !st.frozenBefore {
+		t.Fatalf("%d flushes, frozen during one: %v, frozen at the capture: %v; want one flush of the running sandbox, then the freeze",
+			st.flushes, st.flushFrozen, st.frozenBefore)
 	}
 }
 

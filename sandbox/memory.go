@@ -87,6 +87,9 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 		os.RemoveAll(mc.dir)
 		return nil, err
 	}
+	// The prepared agent closes every connection: the exec streams it cuts
+	// end with a clear error (streamCut), not a protocol one.
+	sb.streamCuts.Add(1)
 	body, _ := json.Marshal(agent.PrepareRequest{Generation: mc.gen})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/snapshot/prepare", bytes.NewReader(body))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -210,6 +211,10 @@ func (m *Manager) PoolDepths() map[string]int {
 	}
 	return out
 }
+
+// DigestedEntries counts the entries the storage driver's snapshot
+// digests and integrity checks walked in this process (metrics.Source).
+func (m *Manager) DigestedEntries() int64 { return storage.DigestedEntries() }
 
 // SnapshotBytes sums what stored snapshots hold, in bytes: their files
 // (over their parents) and their memory checkpoints (metrics.Source).

@@ -82,8 +82,9 @@ func policyOf(n *store.Network) (*netpolicy.Policy, error) {
 }
 
 // attachNetwork gives sb its network (adopt: the one it had before a
-// daemon restart). nil when sb has no network.
-func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment, error) {
+// daemon restart). nil when sb has no network. makeNetns, when not nil,
+// makes the network namespace file (see netpolicy.Service.Attach).
+func (m *Manager) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(path string) error) (*netpolicy.Attachment, error) {
 	n := sb.Record().Network
 	if n == nil {
 		return nil, nil
@@ -103,7 +104,7 @@ func (m *Manager) attachNetwork(sb *Sandbox, adopt bool) (*netpolicy.Attachment,
 		}
 		return m.opts.Net.Adopt(sb.id, p, sink, used)
 	}
-	return m.opts.Net.Attach(sb.id, p, sink)
+	return m.opts.Net.Attach(sb.id, p, sink, makeNetns)
 }
 
 // EgressRetention is how long egress records are kept (the janitor
@@ -130,7 +131,7 @@ func (m *Manager) retryNetwork(sb *Sandbox) {
 			return
 		case <-t.C:
 		}
-		att, err := m.attachNetwork(sb, true)
+		att, err := m.attachNetwork(sb, true, nil)
 		if err == nil {
 			sb.mu.Lock()
 			ending := sb.tearing

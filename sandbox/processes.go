@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
@@ -34,8 +37,10 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error
 }
 
 // Attach re-attaches to running command pid: its output from now on goes
-// to out, and the result comes when it ends. Leaving (ctx ends) does not
-// stop the command. ErrNotFound when no such command runs or ran recently.
+// to out (collected, when out is a Collector), and the result comes when
+// it ends, with the command's whole run time and CPU time as the agent
+// measured them. Leaving (ctx ends) does not stop the command. ErrNotFound
+// when no such command runs or ran recently.
 func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*v1.ExecResult, error) {
 	sb, release, err := m.use(ctx, id)
 	if err != nil {
@@ -43,7 +48,13 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 	}
 	defer release()
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
-	stream, err := sb.agent.process.Connect(ctx, connect.NewRequest(&processpb.ConnectRequest{Process: sel}))
+	creq := connect.NewRequest(&processpb.ConnectRequest{Process: sel})
+	collector, collect := out.(Collector)
+	if collect {
+		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+	}
+	cuts := sb.streamCuts.Load()
+	stream, err := sb.agent.process.Connect(ctx, creq)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
@@ -57,10 +68,24 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 	began := time.Now()
 	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
 	if err != nil {
+		if ctx.Err() == nil && sb.streamCuts.Load() != cuts {
+			return nil, streamCut(id, pid)
+		}
 		return nil, m.agentError(ctx, id, err, "")
 	}
 	res := &v1.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
 	fillResult(res, end)
+	for stream.Receive() {
+	}
+	trailer := stream.ResponseTrailer()
+	if ms, err := strconv.ParseInt(trailer.Get(agent.DurationTrailer), 10, 64); err == nil {
+		res.DurationMS = ms
+	}
+	res.CPUMS, _ = strconv.ParseInt(trailer.Get(agent.CPUTrailer), 10, 64)
+	if collect {
+		cut := trailer.Get(agent.TruncatedTrailer)
+		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
+	}
 	return res, nil
 }
 
@@ -97,11 +122,16 @@ func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error
 // SendStdin writes data to command pid's stdin and, with closeAfter,
 // closes it. The command must have been started with KeepStdin.
 func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
-	sb, release, err := m.use(ctx, id)
+	p, err := m.PrepareExec(ctx, id, int64(len(data)))
 	if err != nil {
 		return err
 	}
-	defer release()
+	defer p.Close()
+	return p.SendStdin(ctx, pid, data, nil, closeAfter)
+}
+
+func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []byte, staged *Staged, closeAfter bool) error {
+	sb := p.sb
 	sb.mu.Lock()
 	fed := sb.feeding[pid]
 	sb.mu.Unlock()
@@ -113,8 +143,18 @@ func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte
 			return ctx.Err()
 		}
 	}
+	if staged != nil {
+		sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
+		creq := connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: &processpb.ProcessInput{}})
+		creq.Header().Set(agent.StdinHeader, staged.id)
+		_, err := sb.agent.process.SendInput(ctx, creq)
+		p.taken(staged)
+		if err != nil {
+			return m.agentError(ctx, sb.id, err, "")
+		}
+	}
 	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
-		return m.agentError(ctx, id, err, "")
+		return m.agentError(ctx, sb.id, err, "")
 	}
 	return nil
 }

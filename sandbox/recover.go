@@ -28,7 +28,9 @@ const janitorInterval = 30 * time.Second
 //   - warm-pool members of the previous daemon are torn down (the pools
 //     refill);
 //   - a runtime container, sandbox directory, writable layer or snapshot
-//     with no live session or snapshot record is removed.
+//     with no live session or snapshot record is removed;
+//   - the snapshot of a fork that did not answer (still provisional) is
+//     deleted, or set to expire once its sessions end (reclaimForks).
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSessions(ctx, store.SessionFilter{
 		States: []store.State{store.StateCreating, store.StateRunning, store.StatePaused,
@@ -64,10 +66,18 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.sweepOrphans(ctx)
 	m.sweepStorage(ctx)
+	m.reclaimForks(ctx)
 	if m.opts.Net != nil {
 		// Networks of sessions that ended while the daemon was down.
 		if err := m.opts.Net.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
 			m.log.Warn("sweep networks", "err", err)
+		}
+	}
+	if m.opts.IDs != nil {
+		// Host id slices of sandboxes that ended while the daemon was
+		// down, or of creates a crash cut short.
+		if err := m.opts.IDs.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
+			m.log.Warn("sweep host id slices", "err", err)
 		}
 	}
 	if err := m.loadPools(ctx); err != nil {
@@ -134,7 +144,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		// namespace's rules stay): it loses its network for a while, not
 		// its files and processes, so it is adopted either way and the
 		// egress service is retried in the background.
-		att, err := m.attachNetwork(sb, true)
+		att, err := m.attachNetwork(sb, true, nil)
 		if err != nil {
 			m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
 			m.wg.Add(1)

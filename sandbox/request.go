@@ -28,6 +28,7 @@ func DefaultLimits() v1.Limits {
 		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
 		DefaultTimeoutS: 300, MaxTimeoutS: 86400,
 		DefaultDiskMB: 4096, MinDiskMB: 16, MaxDiskMB: 1 << 20,
+		OpenFilesPerProcess: processOpenFiles(), OpenFileBytes: OpenFileBytes,
 	}
 }
 

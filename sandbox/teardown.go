@@ -192,6 +192,10 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
+	// The id-mapped view of the layer goes before the layer.
+	if err := m.releaseIdentity(id); err != nil {
+		return fmt.Errorf("host identity: %w", err)
+	}
 	if err := m.opts.Storage.Remove(ctx, id); err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@
 #                   (0.0~20240729: bookworm's own 2022 runsc lacks systrap and
 #                   the checkpoint features memory snapshots use)
 #   iproute2        ip(8), used by tests to build network namespaces
+#   util-linux      unshare(1): the daemon makes each sandbox's user namespace
+#                   as the sandbox's own host ids with it
 #   podman          peer baseline in `forkbox bench` (run side by side)
 #   busybox-static  a static busybox for the benchmark's peer root filesystem
 #   xfsprogs        mkfs.xfs, for the overlay storage driver's XFS volume
@@ -24,6 +26,7 @@ fi
 need=()
 command -v runc >/dev/null 2>&1 || need+=(runc)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 [ -x /bin/busybox ] || need+=(busybox-static)
 command -v mkfs.xfs >/dev/null 2>&1 || need+=(xfsprogs)

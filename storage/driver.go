@@ -28,12 +28,15 @@ type Driver interface {
 	Name() string
 
 	// AddTemplate makes the template rootfs directory available as a base
-	// under name. btrfs copies it into a subvolume once; overlay uses it in
-	// place. version is an opaque string identifying the template's content
-	// (the daemon passes its creation time and digest): adding a name again
-	// with the same version does nothing (the daemon re-adds every template
-	// at start-up), with another version it replaces the template for later
-	// Prepares (layers already built on the old one keep working).
+	// under name. btrfs copies it into a subvolume once (sharing the data
+	// when rootfs is on its volume: TemplateStager); overlay uses it in
+	// place. version is an opaque string identifying the template's
+	// content (the daemon passes its creation time and digest): adding a
+	// name again with the same version does nothing, whatever rootfs is
+	// (the daemon re-adds every template at start-up, also those whose
+	// only copy the driver holds), with another version it replaces the
+	// template for later Prepares (layers already built on the old one
+	// keep working).
 	AddTemplate(ctx context.Context, name, rootfs, version string) error
 	// RemoveTemplate forgets template name and frees what AddTemplate made.
 	RemoveTemplate(ctx context.Context, name string) error
@@ -55,6 +58,13 @@ type Driver interface {
 	// adds over that parent, and the sha256 digest of its contents
 	// manifest.
 	Snapshot(ctx context.Context, id, snapID string, captured func()) (SnapshotInfo, error)
+	// Flush writes sandbox id's pending file data to disk while the
+	// sandbox runs (syncfs(2) of the filesystem holding its layer, and so
+	// whatever else is pending there), so that a Snapshot right after,
+	// with the sandbox frozen, has only what was written since to write:
+	// the freeze no longer grows with what the sandbox wrote without
+	// syncing. ErrNotFound for an unknown layer.
+	Flush(ctx context.Context, id string) error
 	// Remove deletes sandbox id's writable layer. Removing a missing layer
 	// is not an error.
 	Remove(ctx context.Context, id string) error
@@ -79,6 +89,20 @@ type Driver interface {
 	// Close releases what the driver holds (it does not unmount volumes
 	// that running sandboxes use).
 	Close() error
+}
+
+// TemplateStager is implemented by drivers that keep their own copy of
+// every template (btrfs: a read-only subvolume in the driver's volume).
+// With it a template is built where the driver keeps it and stored once:
+// StageTemplate returns a new empty directory on the driver's volume; the
+// caller writes the template's root filesystem into a directory it
+// creates inside (dir/rootfs), and passes that to AddTemplate, which
+// takes it over without copying its data (on btrfs the copy into the
+// subvolume shares the file extents); then the caller removes dir
+// (storage.RemoveTree). The driver removes staged directories left by a
+// crash when it opens.
+type TemplateStager interface {
+	StageTemplate(ctx context.Context) (dir string, err error)
 }
 
 // Source is what a new writable layer starts from: a template, or a

@@ -19,7 +19,8 @@ import (
 //	  forkbox.db              SQLite state
 //	  bin/forkbox-agent       the agent binary mounted into sandboxes
 //	  runc/                   runc's state root
-//	  templates/NAME/         template.json + rootfs/
+//	  templates/NAME/         template.json + rootfs/ (no rootfs/ when the
+//	                          storage driver holds the only copy: Template.Storage)
 //	  storage/DRIVER/         writable layers and snapshots (btrfs or overlay;
 //	                          a loop-mounted DRIVER.img beside it when needed)
 //	  sandboxes/ID/           runtime state, agent.sock, hosts, hostname

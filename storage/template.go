@@ -33,6 +33,13 @@ type Template struct {
 	HostMounts []runtime.Mount `json:"host_mounts,omitempty"`
 	// SizeBytes is the size of the rootfs in bytes, as written.
 	SizeBytes int64 `json:"size_bytes"`
+	// Storage, when set, names the storage driver that holds the only
+	// copy of the root filesystem (an imported template on btrfs is
+	// written into the driver's volume and kept there as a subvolume);
+	// then the template's directory has no rootfs/. Empty: rootfs/ is
+	// the root filesystem, which the storage driver copies or uses in
+	// place.
+	Storage string `json:"storage,omitempty"`
 	// Version is the base template format version (base only).
 	Version int `json:"version,omitempty"`
 	// CreatedAt is RFC 3339.

@@ -39,15 +39,19 @@ type Snapshot struct {
 	MemoryBytes int64
 	// Tenant owns the snapshot (its session's tenant).
 	Tenant string
+	// Provisional marks a snapshot made for a fork that has not answered
+	// yet: if the daemon stops before it does, nobody learned the
+	// snapshot's id, and the next start reclaims it (see KeepSnapshot).
+	Provisional bool
 }
 
-const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes, tenant`
+const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes, tenant, provisional`
 
 // CreateSnapshot inserts sn; ErrConflict when the id exists.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name,
-		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes, sn.Tenant)
+		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes, sn.Tenant, sn.Provisional)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s exists", sn.ID)
 	}
@@ -113,6 +117,36 @@ func (s *Store) ids(ctx context.Context, q string, args ...any) ([]string, error
 	return out, rows.Err()
 }
 
+// KeepSnapshot makes snapshot id permanent (no longer provisional): its
+// fork answered. ErrNotFound when there is no such snapshot.
+func (s *Store) KeepSnapshot(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET provisional = 0 WHERE id = ?`, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	return nil
+}
+
+// ExpireSnapshot makes snapshot id permanent and sets it to expire at at
+// (sooner, if it expires sooner already), so that the janitor deletes it
+// once nothing uses it: for the snapshot of an interrupted fork whose
+// sessions still run. ErrNotFound when there is no such snapshot.
+func (s *Store) ExpireSnapshot(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET provisional = 0,
+		expires_at = CASE WHEN expires_at != 0 AND expires_at < ? THEN expires_at ELSE ? END WHERE id = ?`,
+		ms(at), ms(at), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	return nil
+}
+
 // DeleteSnapshot removes snapshot id's row; a missing row is fine.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
@@ -123,7 +157,7 @@ func scanSnapshot(r scanner) (*Snapshot, error) {
 	var sn Snapshot
 	var created, expires int64
 	if err := r.Scan(&sn.ID, &sn.SessionID, &sn.Parent, &sn.Template, &sn.Storage, &sn.SizeBytes, &sn.Digest,
-		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes, &sn.Tenant); err != nil {
+		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes, &sn.Tenant, &sn.Provisional); err != nil {
 		return nil, err
 	}
 	sn.CreatedAt, sn.ExpiresAt = fromMS(created), fromMS(expires)

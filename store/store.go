@@ -192,6 +192,9 @@ var migrations = []string{
 		BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 	CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
 		BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;`,
+	// 10: snapshots made for a fork stay provisional until the fork answers
+	// (a daemon restart reclaims those nobody uses).
+	`ALTER TABLE snapshots ADD COLUMN provisional INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

@@ -413,3 +413,46 @@ func TestEgressRecords(t *testing.T) {
 		t.Errorf("PruneEgress = %d %v, want 1", n, err)
 	}
 }
+
+// TestProvisionalSnapshots: a provisional snapshot reads back as one;
+// KeepSnapshot makes it permanent; ExpireSnapshot makes it permanent and
+// sets its expiry, keeping an earlier one; both are not-found for an
+// unknown id.
+func TestProvisionalSnapshots(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	now := time.UnixMilli(1_800_000_000_000).UTC()
+	for _, sn := range []*Snapshot{
+		{ID: "p1", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true},
+		{ID: "p2", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true},
+		{ID: "p3", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true,
+			ExpiresAt: now.Add(time.Minute)},
+	} {
+		if err := s.CreateSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.GetSnapshot(ctx, "p1"); err != nil || !got.Provisional {
+		t.Fatalf("provisional snapshot read back as %+v (%v)", got, err)
+	}
+	if err := s.KeepSnapshot(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSnapshot(ctx, "p1"); got.Provisional || !got.ExpiresAt.IsZero() {
+		t.Fatalf("kept snapshot %+v, want permanent without expiry", got)
+	}
+	if err := s.ExpireSnapshot(ctx, "p2", now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSnapshot(ctx, "p2"); got.Provisional || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Fatalf("expired snapshot %+v, want permanent, expiring in an hour", got)
+	}
+	if err := s.ExpireSnapshot(ctx, "p3", now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSnapshot(ctx, "p3"); !got.ExpiresAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("snapshot expiring sooner got expiry %v, want its own %v", got.ExpiresAt, now.Add(time.Minute))
+	}
+	wantClass(t, s.KeepSnapshot(ctx, "nope"), errdefs.ErrNotFound)
+	wantClass(t, s.ExpireSnapshot(ctx, "nope", now), errdefs.ErrNotFound)
+}

@@ -50,11 +50,16 @@ func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, g
 }
 
 // Register adds every recorded template to the storage driver (at
-// start-up; a driver that has a template's version already does nothing).
-func (c *Catalog) Register(ctx context.Context) error {
+// start-up; a driver that has a template's version already does nothing,
+// which is how a template whose only copy the driver holds is kept). It
+// returns the templates it could not add because their only copy was
+// held by a storage driver that does not have it (another driver than
+// this daemon's, or a volume made anew): they stay recorded, and creates
+// from them fail until they are deleted and imported again.
+func (c *Catalog) Register(ctx context.Context) (unavailable []string, err error) {
 	recs, err := c.store.ListTemplates(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range recs {
 		dir := c.layout.Template(r.Name)
@@ -63,13 +68,22 @@ func (c *Catalog) Register(ctx context.Context) error {
 			continue
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := c.storage.AddTemplate(ctx, t.Name, storage.RootFS(dir), version(t)); err != nil {
-			return fmt.Errorf("template %s: %w", t.Name, err)
+		if t.Storage != "" && t.Storage != c.storage.Name() {
+			unavailable = append(unavailable, t.Name)
+			continue
+		}
+		err = c.storage.AddTemplate(ctx, t.Name, storage.RootFS(dir), version(t))
+		if err != nil && t.Storage != "" {
+			unavailable = append(unavailable, t.Name)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", t.Name, err)
 		}
 	}
-	return nil
+	return unavailable, nil
 }
 
 // version identifies a template's content for storage.Driver.AddTemplate.
@@ -126,17 +140,31 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref string, shared bool
 			os.RemoveAll(tmp)
 		}
 	}()
-	img, err := image.Import(ctx, src, ref, storage.RootFS(tmp),
+	// The root filesystem is built where it will stay: in the template's
+	// directory, or, when the storage driver keeps its own copy of every
+	// template (btrfs), on the driver's volume, which then holds the only
+	// copy (it used to be stored on the host disk and again in the volume).
+	rootfs := storage.RootFS(tmp)
+	var held string
+	if stager, isStager := c.storage.(storage.TemplateStager); isStager {
+		stage, err := stager.StageTemplate(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer storage.RemoveTree(stage) // AddTemplate has taken what it needs by then
+		rootfs, held = storage.RootFS(stage), c.storage.Name()
+	}
+	img, err := image.Import(ctx, src, ref, rootfs,
 		image.IDShift{UIDBase: c.shift.UIDBase, GIDBase: c.shift.GIDBase, Size: c.shift.Size})
 	if err != nil {
 		return nil, err
 	}
-	if err := storage.PrepareUserDirs(storage.RootFS(tmp), c.shift); err != nil {
+	if err := storage.PrepareUserDirs(rootfs, c.shift); err != nil {
 		return nil, fmt.Errorf("prepare template: %w", err)
 	}
 	t := &storage.Template{
 		Name: name, Source: src, Digest: img.Digest, Env: img.Env, Workdir: img.WorkingDir,
-		SizeBytes: img.SizeBytes, CreatedAt: time.Now().UTC().Format(time.RFC3339),
+		SizeBytes: img.SizeBytes, CreatedAt: time.Now().UTC().Format(time.RFC3339), Storage: held,
 	}
 	if err := storage.SaveTemplate(tmp, t); err != nil {
 		return nil, err
@@ -149,7 +177,16 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref string, shared bool
 	if shared {
 		owner = ""
 	}
-	return t, c.record(ctx, t, storage.RootFS(dir), owner)
+	if held == "" {
+		rootfs = storage.RootFS(dir)
+	}
+	if err := c.record(ctx, t, rootfs, owner); err != nil {
+		// Leave no half-made template under the name (a retry can use it).
+		_ = c.storage.RemoveTemplate(context.WithoutCancel(ctx), name)
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return t, nil
 }
 
 // CheckImportName says whether Import could take name now: ErrInvalidArgument

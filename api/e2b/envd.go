@@ -126,6 +126,13 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 			for _, hdr := range []string{accessTokenHeader, SandboxIDHeader, PortHeader, "X-Api-Key", "Cookie"} {
 				pr.Out.Header.Del(hdr)
 			}
+			// forkbox's own agent headers (staged inputs, collected
+			// output) are the daemon's, not an envd client's.
+			for hdr := range pr.Out.Header {
+				if strings.HasPrefix(hdr, "Forkbox-") {
+					pr.Out.Header.Del(hdr)
+				}
+			}
 		},
 		Transport: conn.Client.Transport,
 		// Flush every write: process output and watch events are streams.

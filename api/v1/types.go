@@ -119,6 +119,20 @@ type Limits struct {
 	DefaultDiskMB   int64   `json:"default_disk_mb"`
 	MinDiskMB       int64   `json:"min_disk_mb"`
 	MaxDiskMB       int64   `json:"max_disk_mb"`
+	// OpenFilesPerProcess is every sandbox process's RLIMIT_NOFILE (soft
+	// and hard). A session's open files in all are bounded by its memory
+	// limit too: each costs at least OpenFileBytes of kernel memory,
+	// charged to the session's memory cgroup, so a session holds at most
+	// min(pids × OpenFilesPerProcess, memory_mb·2^20 / OpenFileBytes).
+	OpenFilesPerProcess uint64 `json:"open_files_per_process"`
+	// OpenFileBytes is the least kernel memory one open file costs, in
+	// bytes (a struct file and its descriptor slot, measured on Linux 6.x).
+	OpenFileBytes int64 `json:"open_file_bytes"`
+	// HostFileMax is the host's open-file table size (fs.file-max), which
+	// the daemon raises at start-up until every session the host admits
+	// (their memory limits add up to at most the capacity) fits in it
+	// beside the host's own files.
+	HostFileMax int64 `json:"host_file_max"`
 }
 
 // Session is a session as the API reports it. Unset times are omitted.

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/forkbox/forkbox/agent"
@@ -15,6 +16,15 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == agent.KillGroupCommand {
 		os.Exit(agent.KillGroupMain(os.Args[2:]))
+	}
+	// Limits the runtime could not set from outside, before anything runs.
+	rl, err := runtime.ParseRlimits(os.Getenv(runtime.AgentRlimitsEnv))
+	if err == nil {
+		err = rl.Apply()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "forkbox-agent: resource limits:", err)
+		os.Exit(2)
 	}
 	os.Exit(agent.Main(runtime.AgentListenFD))
 }

@@ -17,7 +17,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Short: "Benchmark forkbox beside the runc and runsc CLIs and podman (as root)",
 		Long: `Measure forkbox through its REST API (create, exec true, destroy, a whole
 create + exec + destroy run, pause, resume, a snapshot of a session that wrote
-500 MB, a fork of 8 sessions from that snapshot, and a create from a warm pool)
+500 MB, a fork of 8 sessions from that snapshot, a snapshot right after
+writing 300 MB without sync with how long it froze the sandbox (and the
+freeze after a sync), and a create from a warm pool)
 and, in the same run, the raw runc CLI and podman on a busybox root filesystem
 (run to completion, exec, pause, resume, podman commit after writing 500 MB),
 and a plain copy of 500 MB for reference. Prints p50/p99/mean in milliseconds,

@@ -15,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/storage"
 )
 
 func newServeCmd() *cobra.Command {
@@ -22,6 +24,7 @@ func newServeCmd() *cobra.Command {
 	var level string
 	var pools []string
 	var imageSize int64
+	var execMB, execTenantMB int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -38,6 +41,7 @@ across daemon restarts and are adopted.`,
 			}
 			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
 			opts.StorageImageBytes = imageSize << 30
+			opts.ExecInflight = inflight.Limits{Total: execMB << 20, PerTenant: execTenantMB << 20}
 			for _, p := range pools {
 				name, size, ok := strings.Cut(p, "=")
 				n, err := strconv.Atoi(size)
@@ -71,12 +75,18 @@ across daemon restarts and are adopted.`,
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
-	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")
+	f.Int64Var(&imageSize, "storage-size", 0, fmt.Sprintf("size in GiB of the storage image (its blocks reserved on the host) made when the data directory's filesystem cannot host the storage driver (default: half the free space there, at least 1, at most %d)", storage.MaxImageBytes>>30))
+	f.Int64Var(&opts.MaxSnapshotEntries, "max-snapshot-entries", storage.DefaultMaxSnapshotEntries,
+		"most entries (files, directories, links) a snapshot may hold; past it a snapshot gets 429 resource-exhausted")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
 	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
 		"most memory (MiB) the sessions' limits may add up to; past it creates get 503 (default: 4x the host's memory)")
+	f.Int64Var(&execMB, "max-exec-inflight-mb", inflight.DefaultTotal>>20,
+		"most exec request bytes (MiB) in flight at once, over all tenants; past it execs get 429 exec-inflight-exceeded")
+	f.Int64Var(&execTenantMB, "max-exec-inflight-tenant-mb", inflight.DefaultPerTenant>>20,
+		"most exec request bytes (MiB) one tenant has in flight at once; past it its execs get 429")
 	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", daemon.DefaultAgentReadyTimeout,
 		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
 			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")

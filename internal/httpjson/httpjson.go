@@ -4,6 +4,7 @@
 package httpjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -104,3 +105,29 @@ func Write(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// DecodeMember strictly decodes raw, the value of member field of a
+// request body read by a streaming decoder, into v, with Decode's errors:
+// a wrong type or an unknown field names field (or field.sub for a field
+// inside it).
+func DecodeMember(field string, raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		err = jsonError(err)
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) {
+			if fe.Field == "body" {
+				fe.Field = field
+			} else {
+				fe.Field = field + "." + fe.Field
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// BodyError maps an error reading a request body (larger than its limit,
+// truncated) as Decode does.
+func BodyError(err error) error { return jsonError(err) }

@@ -69,6 +69,9 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("Pause", e.testPause)
 	t.Run("PauseDuringKill", e.testPauseDuringKill)
 	t.Run("BadConfig", e.testBadConfig)
+	if e.driver.Capabilities().JoinUserNamespace {
+		t.Run("JoinUserNamespace", e.testJoinUserNamespace)
+	}
 }
 
 // sandbox is one running test sandbox.
@@ -80,6 +83,13 @@ type sandbox struct {
 
 // start creates a sandbox with limits and waits until its agent answers.
 func (e *env) start(t *testing.T, limits runtime.Limits) *sandbox {
+	t.Helper()
+	return e.startWith(t, limits, nil)
+}
+
+// startWith is start with a last change to the sandbox's config (when
+// not nil), given the sandbox's state directory.
+func (e *env) startWith(t *testing.T, limits runtime.Limits, change func(cfg *runtime.Config)) *sandbox {
 	t.Helper()
 	e.n++
 	id := fmt.Sprintf("dt%d%d", time.Now().UnixNano()%1e9, e.n)
@@ -118,12 +128,16 @@ func (e *env) start(t *testing.T, limits runtime.Limits) *sandbox {
 	shift := storage.DefaultIDShift
 	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
 	mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, "home/user"), Target: "/home/user"})
-	err = e.driver.Create(context.Background(), runtime.Config{
+	rcfg := runtime.Config{
 		ID: id, StateDir: dir, RootFS: rootfs, Mounts: mounts, Limits: limits,
 		AgentPath: e.agent, AgentEnv: []string{agent.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
 		UIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}},
 		GIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}},
-	})
+	}
+	if change != nil {
+		change(&rcfg)
+	}
+	err = e.driver.Create(context.Background(), rcfg)
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

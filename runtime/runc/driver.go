@@ -77,11 +77,12 @@ var _ runtime.Driver = (*Driver)(nil)
 // Name returns "runc".
 func (d *Driver) Name() string { return "runc" }
 
-// Capabilities: pause through the freezer, user namespaces; no memory
+// Capabilities: pause through the freezer, user namespaces (its own or
+// one the host made: Config.UserNamespace); no memory
 // snapshots (runc needs CRIU for those, which does not work on the hosts
 // forkbox targets).
 func (d *Driver) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Pause: true, Network: true, UserNamespace: true}
+	return runtime.Capabilities{Pause: true, Network: true, UserNamespace: true, JoinUserNamespace: true}
 }
 
 // Create writes the OCI bundle into cfg.StateDir and runs `runc run

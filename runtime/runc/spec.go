@@ -57,13 +57,28 @@ const cpuPeriodUS = 100000
 // cgroupParent is the cgroup (in every v1 hierarchy) under which sandboxes live.
 const cgroupParent = "forkbox"
 
+// AgentOOMScoreAdj is the agent's oom_score_adj, written by the runtime
+// with the host's privilege (which also makes it the floor for everything
+// the agent starts: a process may lower its own score only down to what
+// its ancestors were given that way). The agent raises every process it
+// starts to 1000, so the kernel's OOM killer takes user code first. 0, not
+// a negative value: code that lowers itself to the floor must not be
+// preferred over host processes when the host itself runs out of memory,
+// and the sandbox must not inherit the daemon's own score (a daemon run
+// with a negative one would hand it down). In the gVisor tier runsc gives
+// this score to the Sentry and the gofer; inside, the Sentry kills no
+// single process (going over the limit stops the sandbox).
+const AgentOOMScoreAdj = 0
+
 // cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
 func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 
 // BuildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
 // mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
-// maps), a read-only root, the minimal capability set, no_new_privs, the
-// default seccomp profile, masked /proc and /sys paths and cgroup v1 limits.
+// maps) except those cfg names (NetnsPath, UserNamespace), a read-only
+// root, the minimal capability set, no_new_privs, the default seccomp
+// profile, masked /proc and /sys paths, cgroup v1 limits and cfg.Rlimits
+// (by default RLIMIT_NOFILE at most 65536 and no core dumps).
 func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 	if cfg.Limits.CPU <= 0 || cfg.Limits.MemoryBytes <= 0 || cfg.Limits.Pids <= 0 {
 		return nil, fmt.Errorf("limits must all be positive, got %+v", cfg.Limits)
@@ -75,7 +90,24 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 	swap := mem // memory+swap == memory: no swap beyond the memory limit
 	pids := cfg.Limits.Pids
 	noOOMKillDisable := false
-	nofile := nofileLimit()
+	rlimits := cfg.Rlimits
+	if len(rlimits) == 0 {
+		nofile := nofileLimit()
+		rlimits = runtime.Rlimits{{Resource: "RLIMIT_NOFILE", Soft: nofile, Hard: nofile}, {Resource: "RLIMIT_CORE"}}
+	}
+	env := cfg.AgentEnv
+	var specRlimits []specs.POSIXRlimit
+	if cfg.UserNamespace != "" {
+		// runc would set them with prlimit(2) from outside the joined
+		// namespace, which needs CAP_SYS_RESOURCE over it: the agent
+		// sets them on itself before it runs anything.
+		env = append(append([]string(nil), env...), runtime.AgentRlimitsEnv+"="+rlimits.String())
+	} else {
+		for _, r := range rlimits {
+			specRlimits = append(specRlimits, specs.POSIXRlimit{Type: r.Resource, Soft: r.Soft, Hard: r.Hard})
+		}
+	}
+	oomScoreAdj := AgentOOMScoreAdj
 
 	s := &specs.Spec{
 		Version:  specs.Version,
@@ -84,18 +116,16 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
 			Args: append([]string{runtime.AgentTarget}, cfg.AgentArgs...),
-			Env:  cfg.AgentEnv,
+			Env:  env,
 			Cwd:  "/",
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding:  caps,
 				Effective: caps,
 				Permitted: caps,
 			},
-			Rlimits: []specs.POSIXRlimit{
-				{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile},
-				{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-			},
+			Rlimits:         specRlimits,
 			NoNewPrivileges: true,
+			OOMScoreAdj:     &oomScoreAdj,
 		},
 		Mounts: baseMounts(),
 		Linux: &specs.Linux{
@@ -134,8 +164,11 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 			}
 		}
 	}
+	if cfg.UserNamespace != "" && len(cfg.UIDMap) == 0 {
+		return nil, fmt.Errorf("user namespace %s: its id maps are needed too", cfg.UserNamespace)
+	}
 	if len(cfg.UIDMap) > 0 {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: cfg.UserNamespace})
 		s.Linux.UIDMappings = idMappings(cfg.UIDMap)
 		s.Linux.GIDMappings = idMappings(cfg.GIDMap)
 	}

@@ -52,3 +52,17 @@ func TestIoctlRules(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecPinsAgentOOMScore proves the spec sets the agent's
+// oom_score_adj to AgentOOMScoreAdj (0) rather than leaving the daemon's
+// own score to be inherited, since that score is also the lowest any
+// process of the sandbox may give itself.
+func TestSpecPinsAgentOOMScore(t *testing.T) {
+	s, err := BuildSpec(runtime.Config{ID: "x", RootFS: "/r", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 28, Pids: 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Process.OOMScoreAdj == nil || *s.Process.OOMScoreAdj != AgentOOMScoreAdj || AgentOOMScoreAdj != 0 {
+		t.Fatalf("process.oomScoreAdj = %v, want 0", s.Process.OOMScoreAdj)
+	}
+}

@@ -18,7 +18,7 @@ import (
 // Options configure the driver.
 type Options struct {
 	// Dir is the driver's directory (DATA/storage/btrfs). If it is not on
-	// btrfs, New creates the sparse image file Dir+".img" of ImageBytes
+	// btrfs, New creates the image file Dir+".img" of ImageBytes
 	// (formatted with mkfs.btrfs once) and mounts it at Dir through a loop
 	// device; on a later start it mounts the existing image again, or
 	// finds it mounted. If Dir is on btrfs already it is used directly;
@@ -33,6 +33,11 @@ type Options struct {
 	// template trees as they are (those are shifted already), so the
 	// driver only records it.
 	Shift storage.IDShift
+	// MaxSnapshotEntries bounds the entries (files, directories, links)
+	// a snapshot may hold, counted over its whole tree; a Snapshot past
+	// it fails with ErrResourceExhausted. 0 means
+	// storage.DefaultMaxSnapshotEntries; negative, no bound.
+	MaxSnapshotEntries int64
 }
 
 // Driver is the btrfs storage.Driver. Under its directory:
@@ -51,6 +56,8 @@ type Driver struct {
 	shift   storage.IDShift
 	rootFd  int  // Dir, open for filesystem-wide ioctls (quotas, limits)
 	mounted bool // New mounted the image (rather than finding btrfs)
+	// maxEntries is Options.MaxSnapshotEntries resolved (0: no bound).
+	maxEntries int64
 
 	// tmplMu is held for reading while a template is snapshotted and for
 	// writing while one is swapped or destroyed; addMu serialises
@@ -58,13 +65,20 @@ type Driver struct {
 	tmplMu sync.RWMutex
 	addMu  sync.Mutex
 
+	// metaMu keeps Verify's rewrite of a snapshot's metadata (its stamp)
+	// from bringing back the metadata of a snapshot being removed.
+	metaMu sync.Mutex
+
 	// stale holds the ids of level-0 qgroups of destroyed subvolumes that
 	// the kernel did not let go of yet (see reapQgroups).
 	staleMu sync.Mutex
 	stale   map[uint64]bool
 }
 
-var _ storage.Driver = (*Driver)(nil)
+var (
+	_ storage.Driver         = (*Driver)(nil)
+	_ storage.TemplateStager = (*Driver)(nil)
+)
 
 // New opens the btrfs driver in opts.Dir: it makes sure Dir is on btrfs
 // (mounting or creating its image, see Options), turns qgroups on (and
@@ -88,7 +102,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted}
+	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted, maxEntries: opts.MaxSnapshotEntries}
+	switch {
+	case d.maxEntries == 0:
+		d.maxEntries = storage.DefaultMaxSnapshotEntries
+	case d.maxEntries < 0:
+		d.maxEntries = 0
+	}
 	for _, sub := range []string{d.templatesDir(), d.layersDir(), d.snapshotsDir()} {
 		if err := os.MkdirAll(sub, 0o711); err != nil {
 			return nil, fmt.Errorf("btrfs: %w: %w", err, errdefs.ErrInternal)
@@ -244,6 +264,25 @@ func (d *Driver) limit(path string, bytes int64) error {
 		return storageErr(fmt.Sprintf("limit qgroup 0/%d", id), err)
 	}
 	return nil
+}
+
+// Flush writes back the dirty data of the filesystem holding layer id
+// and commits its transaction (BTRFS_IOC_SYNC, as syncfs(2) does on
+// btrfs): the snapshot ioctl that follows, made while the sandbox is
+// frozen, then finds little to write. ErrNotFound for an unknown layer.
+func (d *Driver) Flush(ctx context.Context, id string) error {
+	if err := validID("layer", id); err != nil {
+		return err
+	}
+	fd, err := openDir(d.layerPath(id))
+	if err != nil {
+		return storageErr("open layer "+id, err)
+	}
+	defer unix.Close(fd)
+	if err := syncFS(fd); err != nil {
+		return storageErr("sync", err)
+	}
+	return ctx.Err()
 }
 
 // Remove destroys layer id's subvolume (with everything written in it)

@@ -46,7 +46,15 @@ type snapMeta struct {
 	// snapshot was taken, in bytes.
 	SizeBytes int64 `json:"size_bytes"`
 	// Digest is storage.ManifestDigest of the snapshot subvolume.
-	Digest    string    `json:"digest"`
+	Digest string `json:"digest"`
+	// Entries is how many entries the digest covers (0 in metadata
+	// written before it was recorded).
+	Entries int64 `json:"entries,omitempty"`
+	// Verified is the subvolume's stamp when a walk last found Digest
+	// (stamp.go); Verify trusts Digest without walking while the stamp
+	// holds. Absent in metadata written before it existed: the first
+	// Verify walks and records it.
+	Verified  *stamp    `json:"verified,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

@@ -64,7 +64,7 @@ func isBtrfs(path string) (bool, error) {
 
 // ensureFilesystem makes dir a directory on btrfs. When dir (or, while it
 // does not exist, its parent) is on btrfs already, it is used as it is.
-// Otherwise the image file dir+".img" (created sparse with size bytes and
+// Otherwise the image file dir+".img" (created with size bytes reserved and
 // formatted with mkfs.btrfs when missing) is mounted at dir through a loop
 // device. It returns whether it mounted something.
 func ensureFilesystem(dir string, size int64) (mounted bool, err error) {

@@ -103,7 +103,7 @@ func TestPerformance(t *testing.T) {
 	})
 	t.Logf("  snapshot SizeBytes %d", info.SizeBytes)
 	timed("  of which ManifestDigest of the snapshot", func() error {
-		_, err := storage.ManifestDigest(d.snapPath("s1"))
+		_, _, err := storage.ManifestDigest(ctx, d.snapPath("s1"), 0)
 		return err
 	})
 	timed("  of which BTRFS_IOC_SYNC with nothing dirty", func() error {

@@ -13,9 +13,10 @@ import (
 )
 
 // AddTemplate copies the template root filesystem rootfs into the
-// read-only subvolume templates/<name>, which Prepare snapshots. version
+// read-only subvolume templates/<name>, which Prepare snapshots (sharing
+// the data when rootfs is on the driver's volume: StageTemplate). version
 // identifies the content: when the template exists with the same version
-// nothing happens; otherwise a new subvolume is filled under a temporary
+// nothing happens (and rootfs is not looked at); otherwise a new subvolume is filled under a temporary
 // name and swapped in, and the old one is destroyed (layers made from it
 // keep their data: they share extents, not the subvolume). The copy keeps
 // owners, modes, times, symlinks, FIFOs and hard links; device nodes,
@@ -25,16 +26,16 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 	if err := validID("template", name); err != nil {
 		return err
 	}
-	fi, err := os.Stat(rootfs)
-	if err != nil || !fi.IsDir() {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "btrfs: template %q: rootfs %s is not a directory (%v)", name, rootfs, err)
-	}
 	d.addMu.Lock()
 	defer d.addMu.Unlock()
 	final := d.templatePath(name)
 	var old templateMeta
 	if storage.ReadJSON(final+".json", &old, "template") == nil && old.Version == version && isSubvolumeRoot(final) {
-		return nil
+		return nil // (rootfs need not exist: the driver may hold the only copy)
+	}
+	fi, err := os.Stat(rootfs)
+	if err != nil || !fi.IsDir() {
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "btrfs: template %q: rootfs %s is not a directory (%v)", name, rootfs, err)
 	}
 	tmp := fmt.Sprintf(".%s.new-%d", name, time.Now().UnixNano())
 	if err := d.fillTemplate(ctx, tmp, rootfs); err != nil {
@@ -65,6 +66,24 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 	}
 	_ = d.destroy(d.templatesDir(), gone) // best effort: New removes leftovers
 	return nil
+}
+
+// StageTemplate returns a new empty directory in the driver's volume
+// (templates/.stage-*, removed at the next New if left behind) for a
+// template to be built in; see storage.TemplateStager. A rootfs built
+// there is added by AddTemplate at the cost of its metadata: the copy
+// into the template subvolume shares the file data (copy_file_range
+// clones extents within one btrfs), so once the caller removes the
+// staging directory the template is stored once.
+func (d *Driver) StageTemplate(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(d.templatesDir(), ".stage-")
+	if err != nil {
+		return "", storageErr("stage a template", err)
+	}
+	return dir, nil
 }
 
 // fillTemplate creates subvolume templates/<tmp>, copies rootfs into it

@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // copier copies an overlay upper directory into a snapshot layer with
@@ -27,6 +30,13 @@ type copier struct {
 	ctx context.Context
 	// noReflink forces byte copies (to measure them, and in tests).
 	noReflink bool
+	// maxEntries > 0 stops the copy with ErrResourceExhausted once the
+	// tree holds more entries than that (the sandbox is frozen while it
+	// is copied); entries counts them, the root included.
+	maxEntries, entries int64
+	// depth is the nesting of the directory being copied; past
+	// storage.MaxManifestDepth the copy stops (two descriptors a level).
+	depth int
 	// Reflinked and Copied count regular files cloned and copied by
 	// bytes; Bytes sums the allocated bytes (st_blocks × 512) of
 	// everything made.
@@ -67,6 +77,9 @@ func (c *copier) copyTree(src, dst string) error {
 		return fmt.Errorf("open %s: %w", dst, err)
 	}
 	defer unix.Close(dfd)
+	if err := c.count(); err != nil {
+		return err
+	}
 	if err := c.copyDir(sfd, dfd, src); err != nil {
 		return err
 	}
@@ -92,8 +105,22 @@ func (c *copier) copyDir(sfd, dfd int, where string) error {
 	return nil
 }
 
+// count counts one more entry and fails once there are more than
+// maxEntries.
+func (c *copier) count() error {
+	c.entries++
+	if c.maxEntries > 0 && c.entries > c.maxEntries {
+		return errdefs.Newf(errdefs.ErrResourceExhausted,
+			"the files hold more than %d entries (files, directories, links), the most a snapshot may hold; remove some and snapshot again", c.maxEntries)
+	}
+	return nil
+}
+
 // copyEntry copies sfd's entry name into dfd; where is its path.
 func (c *copier) copyEntry(sfd, dfd int, name, where string) error {
+	if err := c.count(); err != nil {
+		return err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("stat %s: %w", where, err)
@@ -113,7 +140,12 @@ func (c *copier) copyEntry(sfd, dfd int, name, where string) error {
 			return fmt.Errorf("open copy of %s: %w", where, err)
 		}
 		defer unix.Close(d)
-		if err := c.copyDir(s, d, where); err != nil {
+		if c.depth++; c.depth > storage.MaxManifestDepth {
+			return errdefs.Newf(errdefs.ErrResourceExhausted, "directories nested deeper than %d levels", storage.MaxManifestDepth)
+		}
+		err = c.copyDir(s, d, where)
+		c.depth--
+		if err != nil {
 			return err
 		}
 	case unix.S_IFREG:

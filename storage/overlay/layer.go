@@ -213,6 +213,25 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
+// Flush writes the dirty data of the filesystem holding sandbox id's
+// upper directory to disk (syncfs(2): the layer's own disk, or the
+// volume): the copy and the reflinks a Snapshot makes while the sandbox
+// is frozen then find it written. ErrNotFound for an unknown layer.
+func (d *Driver) Flush(ctx context.Context, id string) error {
+	if err := validID("layer", id); err != nil {
+		return err
+	}
+	dir := d.layerDir(id)
+	var m layerMeta
+	if err := storage.ReadJSON(layerMetaFile(dir), &m, layerWhat(id)); err != nil {
+		return err
+	}
+	if err := syncFS(upperDir(dir, m)); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
 // Usage returns the bytes sandbox id's layer holds beyond its lower
 // layers: its project's block count under project quotas, otherwise the
 // allocated bytes of everything in its upper directory. ErrNotFound for

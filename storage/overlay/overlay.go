@@ -6,7 +6,7 @@
 // of what the sandbox changed.
 //
 // Everything lives on one XFS filesystem at Dir: the host's when Dir is
-// already on XFS, otherwise a sparse image Dir+".img" mounted at Dir
+// already on XFS, otherwise an image Dir+".img" (its blocks reserved) mounted at Dir
 // through a loop device. Disk limits use XFS project quotas (one project
 // per layer) when the filesystem is mounted with prjquota. Kernels built
 // without XFS quota support (CONFIG_XFS_QUOTA) cannot mount prjquota;
@@ -42,7 +42,7 @@ import (
 // Options configures New.
 type Options struct {
 	// Dir is the driver's directory (DATA/storage/overlay). When it is not
-	// on XFS, the sparse image Dir+".img" of ImageBytes is made and
+	// on XFS, the image Dir+".img" of ImageBytes is made and
 	// formatted once (mkfs.xfs, reflink on) and mounted at Dir with
 	// prjquota through a loop device; later starts mount it again or find
 	// it mounted.
@@ -54,6 +54,11 @@ type Options struct {
 	// Shift maps sandbox ids to host ids: a layer's root directory is
 	// owned by Shift's root.
 	Shift storage.IDShift
+	// MaxSnapshotEntries bounds the entries (files, directories, links,
+	// whiteouts) a snapshot may hold, counted over what it copies (the
+	// layer's changes); past it Snapshot fails with ErrResourceExhausted.
+	// 0 means storage.DefaultMaxSnapshotEntries; negative, no bound.
+	MaxSnapshotEntries int64
 }
 
 // Driver is the overlay storage driver. Its methods are safe for
@@ -68,6 +73,8 @@ type Driver struct {
 	mu sync.Mutex
 	// noReflink makes snapshots copy bytes (tests and measurements).
 	noReflink bool
+	// maxEntries is Options.MaxSnapshotEntries resolved (0: no bound).
+	maxEntries int64
 }
 
 var _ storage.Driver = (*Driver)(nil)
@@ -94,7 +101,13 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dir: dir, shift: opts.Shift, vol: vol}
+	d := &Driver{dir: dir, shift: opts.Shift, vol: vol, maxEntries: opts.MaxSnapshotEntries}
+	switch {
+	case d.maxEntries == 0:
+		d.maxEntries = storage.DefaultMaxSnapshotEntries
+	case d.maxEntries < 0:
+		d.maxEntries = 0
+	}
 	// Dir and layers/ must be searchable by the sandboxes' root (the
 	// runtime resolves the rootfs path as that user); the rest is the
 	// daemon's.

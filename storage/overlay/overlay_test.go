@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,5 +272,35 @@ func TestProjectIDs(t *testing.T) {
 		if id, err := projectOf(p); err != nil || id != 4242 {
 			t.Fatalf("project of %s: %d, %v", p, id, err)
 		}
+	}
+}
+
+// TestSnapshotEntryLimit: a snapshot whose layer holds more entries than
+// the driver's bound stops during the copy with a resource-exhausted
+// error naming the bound, and leaves nothing behind.
+func TestSnapshotEntryLimit(t *testing.T) {
+	d, _ := newDriver(t)
+	d.maxEntries = 50
+	ctx := context.Background()
+	rootfs, err := d.Prepare(ctx, "l", storage.Source{Template: "t1"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Remove(ctx, "l")
+	if _, err := d.Snapshot(ctx, "l", "small", nil); err != nil {
+		t.Fatalf("a snapshot under the bound: %v", err)
+	}
+	for i := 0; i < 60; i++ {
+		mustWrite(t, filepath.Join(rootfs, "tmp", fmt.Sprint(i)), "")
+	}
+	_, err = d.Snapshot(ctx, "l", "big", nil)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "more than 50 entries") {
+		t.Fatalf("a snapshot over the bound: %v, want resource exhausted naming 50", err)
+	}
+	if ids, _ := d.Snapshots(ctx); slices.Contains(ids, "big") {
+		t.Fatal("the refused snapshot is left")
+	}
+	if left, _ := os.ReadDir(d.tmpDir()); len(left) != 0 {
+		t.Fatalf("the refused snapshot left %d entries in tmp", len(left))
 	}
 }

@@ -58,7 +58,7 @@ type volume struct {
 // ensureVolume makes sure dir is on XFS and returns what it found. When
 // dir is not on XFS it mounts the image dir+".img" at dir (through a loop
 // device, with prjquota when the kernel supports XFS quotas), making and
-// formatting a sparse image of size bytes first if there is none. A dir
+// formatting an image of size bytes (reserved) first if there is none. A dir
 // already on XFS (a previous start's mount, or a volume the host set up)
 // is used as it is.
 func ensureVolume(dir string, size int64) (volume, error) {

@@ -15,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
@@ -69,6 +72,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ChainStoresDeltas", s.testChain)
 	t.Run("DiskLimit", s.testDiskLimit)
 	t.Run("Integrity", s.testIntegrity)
+	t.Run("Flush", s.testFlush)
 	t.Run("RemoveSnapshot", s.testRemoveSnapshot)
 	t.Run("Restart", s.testRestart)
 }
@@ -348,6 +352,84 @@ func (s *suite) testIntegrity(t *testing.T) {
 	if err := s.d.Verify(context.Background(), info.ID); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("Verify after tampering: %v, want an integrity (conflict) error", err)
 	}
+}
+
+// testFlush: Flush leaves none of a layer's unsynced writes dirty in the
+// page cache (read with cachestat(2), Linux 6.5), so the snapshot taken
+// next, while the sandbox is frozen, has nothing of them to write.
+func (s *suite) testFlush(t *testing.T) {
+	id, rootfs := s.prepare(t, storage.Source{Template: templateName}, 0)
+	write(t, filepath.Join(rootfs, "home/user/unsynced"), strings.Repeat("u", 32<<20))
+	// The pages are cached on the file that holds the data: under an
+	// overlay mount, the upper directory's.
+	path := filepath.Join(backingDir(t, rootfs), "home/user/unsynced")
+	before, err := dirtyPages(path)
+	if errors.Is(err, syscall.ENOSYS) {
+		t.Skip("the kernel has no cachestat(2) (Linux 6.5) to see dirty pages with")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == 0 {
+		t.Skip("the kernel wrote the file back already; nothing to flush")
+	}
+	if err := s.d.Flush(context.Background(), id); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if after, err := dirtyPages(path); err != nil || after != 0 {
+		t.Fatalf("after Flush %d of the file's pages are dirty or under writeback (%v), before %d; want none", after, err, before)
+	}
+	if err := s.d.Flush(context.Background(), "nosuchlayer"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Flush of an unknown layer: %v, want not found", err)
+	}
+}
+
+// backingDir returns the directory holding the files written under
+// rootfs: rootfs itself, or the upper directory of the overlay mounted
+// there (from /proc/self/mountinfo).
+func backingDir(t *testing.T, rootfs string) string {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(rootfs, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != unix.OVERLAYFS_SUPER_MAGIC {
+		return rootfs
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[4] != rootfs {
+			continue
+		}
+		for _, opt := range strings.Split(f[len(f)-1], ",") {
+			if dir, ok := strings.CutPrefix(opt, "upperdir="); ok {
+				return dir
+			}
+		}
+	}
+	t.Fatalf("no upperdir for the overlay at %s in mountinfo", rootfs)
+	return ""
+}
+
+// dirtyPages returns how many of path's cached pages are dirty or under
+// writeback (cachestat(2) over the whole file).
+func dirtyPages(path string) (uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var rng struct{ off, len uint64 } // struct cachestat_range; len 0: to the end
+	var cs struct{ cache, dirty, writeback, evicted, recentlyEvicted uint64 }
+	_, _, e := syscall.Syscall6(unix.SYS_CACHESTAT, f.Fd(), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&cs)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return cs.dirty + cs.writeback, nil
 }
 
 // testRemoveSnapshot: a snapshot goes away once nothing uses it; removing

@@ -1,0 +1,220 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+
+	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// ExecOverhead is the fixed allowance, in bytes, an exec or stdin call
+// holds in the in-flight budget while it runs: the buffers it uses to
+// read its body and to pass output on (a few of 32-64 KiB).
+const ExecOverhead = 256 << 10
+
+// MaxExecBody is the largest exec or stdin request body the API takes, in
+// bytes (it may carry a long command text and stdin data).
+const MaxExecBody = 32 << 20
+
+// Staged is an exec input (a command text or stdin data) held by the
+// sandbox's agent until a command takes it (agent/stage.go).
+type Staged struct {
+	id string
+	// Size is its length in bytes.
+	Size int64
+}
+
+// ExecPrep is an exec or stdin call being set up in one session: it holds
+// the session as a call in flight (an auto-paused session is resumed for
+// it), the call's place in the in-flight budget, and the inputs it staged
+// in the sandbox. Close gives all of them back. Its methods may be called
+// from several goroutines.
+type ExecPrep struct {
+	m       *Manager
+	sb      *Sandbox
+	release func()
+	hold    *inflight.Hold
+
+	mu     sync.Mutex
+	body   int64           // body bytes held in the budget
+	staged map[string]bool // ids staged and not yet handed to a command
+	closed bool
+}
+
+// PrepareExec begins an exec or stdin call in session id whose request
+// body declares bodyBytes (<= 0: unknown; GrowBody counts it as it comes).
+// It returns a 429 *errdefs.TypedError (inflight.Problem, Retry-After) when
+// the caller's tenant or the host has too many exec bytes in flight, and
+// use's errors for a session that cannot run commands now (404, 409, 410).
+func (m *Manager) PrepareExec(ctx context.Context, id string, bodyBytes int64) (*ExecPrep, error) {
+	hold, err := m.inflight.Acquire(tenancy.TenantOf(ctx, ""), ExecOverhead+max(bodyBytes, 0))
+	if err != nil {
+		return nil, err
+	}
+	sb, release, err := m.use(ctx, id)
+	if err != nil {
+		hold.Release()
+		return nil, err
+	}
+	return &ExecPrep{m: m, sb: sb, release: release, hold: hold, body: max(bodyBytes, 0), staged: map[string]bool{}}, nil
+}
+
+// GrowBody counts n more body bytes than declared, with PrepareExec's
+// refusal past a bound.
+func (p *ExecPrep) GrowBody(n int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.hold.Grow(n); err != nil {
+		return err
+	}
+	p.body += n
+	return nil
+}
+
+// BodyDone gives back the body's bytes: it has been read and passed on.
+func (p *ExecPrep) BodyDone() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold.ShrinkTo(ExecOverhead)
+	p.body = 0
+}
+
+// Stage streams r into the sandbox's agent, which holds it in the
+// sandbox's memory until a command takes it. A sandbox without room for
+// it is ErrResourceExhausted; r's own error is returned as is.
+func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (Staged, error) {
+	// The transport reads r in its own goroutine.
+	var errMu sync.Mutex
+	var readErr error
+	body := readerFunc(func(b []byte) (int, error) {
+		n, err := r.Read(b)
+		if err != nil && !errors.Is(err, io.EOF) {
+			errMu.Lock()
+			readErr = err
+			errMu.Unlock()
+		}
+		return n, err
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/stage", body)
+	if err != nil {
+		return Staged{}, err
+	}
+	resp, err := p.sb.agent.http.Do(req)
+	errMu.Lock()
+	rerr := readErr
+	errMu.Unlock()
+	if rerr != nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return Staged{}, rerr
+	}
+	if err != nil {
+		return Staged{}, p.m.agentError(ctx, p.sb.id, err, "")
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Message string `json:"message"`
+		}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
+		if resp.StatusCode == http.StatusInsufficientStorage || resp.StatusCode == http.StatusTooManyRequests {
+			return Staged{}, fmt.Errorf("session %s cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
+				p.sb.id, e.Message, errdefs.ErrResourceExhausted)
+		}
+		return Staged{}, fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)
+	}
+	var reply agent.StageReply
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil || reply.ID == "" {
+		return Staged{}, fmt.Errorf("agent: bad stage reply (%v): %w", err, errdefs.ErrUnavailable)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		go p.m.unstage(p.sb, reply.ID)
+		return Staged{}, errors.New("exec closed while staging")
+	}
+	p.staged[reply.ID] = true
+	return Staged{id: reply.ID, Size: reply.Size}, nil
+}
+
+// taken marks staged inputs as handed to a command (the agent takes them
+// with the request that names them, also when that request fails).
+func (p *ExecPrep) taken(in ...*Staged) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range in {
+		if s != nil {
+			delete(p.staged, s.id)
+		}
+	}
+}
+
+// Exec runs req (Manager.Exec) with the inputs in staged instead of
+// req.Cmd or req.Stdin.
+func (p *ExecPrep) Exec(ctx context.Context, req v1.ExecRequest, staged ExecInputs, out Output) (*v1.ExecResult, error) {
+	return p.m.exec(ctx, p, req, staged, out)
+}
+
+// SendStdin writes data and then staged (either may be empty) to command
+// pid's stdin and, with closeAfter, closes it (Manager.SendStdin).
+func (p *ExecPrep) SendStdin(ctx context.Context, pid int, data []byte, staged *Staged, closeAfter bool) error {
+	return p.m.sendStdin(ctx, p, pid, data, staged, closeAfter)
+}
+
+// Close ends the call: staged inputs no command took are dropped, the
+// session's hold and the budget's bytes given back. Closing twice is fine.
+func (p *ExecPrep) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	left := p.staged
+	p.staged = nil
+	p.mu.Unlock()
+	for id := range left {
+		p.m.unstage(p.sb, id)
+	}
+	p.hold.Release()
+	p.release()
+}
+
+// unstage drops a staged input the agent still holds (best effort: it
+// expires by itself otherwise).
+func (m *Manager) unstage(sb *Sandbox, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, agentBaseURL+"/stage/"+id, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := sb.agent.http.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// ExecInputs are the parts of an exec staged in the sandbox beforehand.
+type ExecInputs struct {
+	// Script is the shell command text (run with /bin/sh; req.Cmd and
+	// req.Argv are then empty).
+	Script *Staged
+	// Stdin is the stdin data (req.Stdin is then empty).
+	Stdin *Staged
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
