@@ -15,7 +15,10 @@
 //     scanner);
 //   - fork-bomb: the pids limit refused forks, or the sandbox sat at its
 //     limit, in at least PidsHits separate samples within Window (a limit
-//     hit once is contained; one hit again and again is an attack).
+//     hit once is contained; one hit again and again is an attack); or the
+//     sandbox stopped because its tasks reached the host's pids limit
+//     (PidsLimitStop: a gVisor sandbox whose tasks got past the limit
+//     inside, for example by forking under many users).
 //
 // The Detector only decides; the sandbox manager samples every running
 // sandbox each Interval, kills on a verdict, flags the tenant and records
@@ -311,6 +314,17 @@ func (d *Detector) scanning(e *evidence) *Verdict {
 			total, len(dests), d.cfg.Window)}
 	}
 	return nil
+}
+
+// PidsLimitStop decides about sandbox id, which stopped because its
+// tasks reached the host's pids limit: the limit inside the sandbox sits
+// well below the host's, so only tasks made to get past it (a bomb under
+// many users) get there; that is a fork bomb whatever the samples say.
+// It drops the sandbox's evidence.
+func (d *Detector) PidsLimitStop(id string) Verdict {
+	d.Forget(id)
+	return Verdict{Pattern: ForkBomb, Reason: "the sandbox's tasks reached its pids limit on the host " +
+		"(past the limit of each user inside it), which stopped the sandbox"}
 }
 
 // Forget drops sandbox id's evidence (it ended).

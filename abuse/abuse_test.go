@@ -155,3 +155,21 @@ func TestForkBomb(t *testing.T) {
 		t.Fatal("Forget kept evidence")
 	}
 }
+
+// TestPidsLimitStop proves a sandbox that stopped at its host pids limit
+// is a fork bomb at once, and that its evidence is dropped: a new sandbox
+// with the same id starts clean.
+func TestPidsLimitStop(t *testing.T) {
+	d := New(Config{})
+	now := time.Now()
+	d.Observe("s", Sample{Time: now, Pids: 64, PidsLimit: 64}, nil)
+	v := d.PidsLimitStop("s")
+	if v.Pattern != ForkBomb || !strings.Contains(v.Reason, "pids limit") {
+		t.Fatalf("verdict %+v", v)
+	}
+	for i := 1; i < d.cfg.PidsHits; i++ {
+		if v := d.Observe("s", Sample{Time: now.Add(time.Duration(i) * time.Second), Pids: 64, PidsLimit: 64}, nil); v != nil {
+			t.Fatalf("evidence survived the stop: verdict %+v after %d samples", v, i)
+		}
+	}
+}

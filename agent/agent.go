@@ -182,9 +182,15 @@ func Main(listenFD int) int {
 		}
 	}
 	listenPath, control := os.Getenv(ListenEnv), os.Getenv(ControlEnv)
+	startEnv := os.Environ()
 	os.Clearenv()
-	if err := dropAdminCapabilities(); err != nil {
-		log.Error("drop capabilities from the bounding set", "err", err)
+	// What the kernel keeps of the environment too: gVisor shows it to
+	// every process of the sandbox.
+	if err := scrubEnviron(startEnv); err != nil {
+		log.Warn("clear the start-up environment", "err", err)
+	}
+	if err := checkBoundingSet(); err != nil {
+		log.Error("refusing to start", "err", err)
 		return 2
 	}
 	// Not dumpable: no process in the sandbox (not even root, which lacks

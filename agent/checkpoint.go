@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -121,23 +121,21 @@ func (a *Agent) awaitResume(ctx context.Context, gen uint64) {
 	a.log.Warn("no resume file for the checkpoint; listening again", "generation", gen)
 }
 
-// dropAdminCapabilities removes CAP_SYS_ADMIN and CAP_SETPCAP from the
-// bounding set of every thread when the agent has them (the gVisor driver
-// grants them so that the agent can set a clone's hostname): the agent
-// keeps them, but no process it starts, root included, can gain them.
-func dropAdminCapabilities() error {
-	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return err
+// checkBoundingSet fails when CAP_SYS_ADMIN is in the agent's capability
+// bounding set: a program the agent starts as root would then have it.
+// The runtimes never put it there (the gVisor driver grants it to the
+// agent, which sets a restored clone's hostname with it, in the effective
+// and permitted sets only), so this guards the rule against a runtime
+// configured otherwise. It reads the set with prctl, which works however
+// the agent was built.
+func checkBoundingSet() error {
+	in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, unix.CAP_SYS_ADMIN, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("read the capability bounding set: %w", err)
 	}
-	if data[0].Effective&(1<<unix.CAP_SETPCAP) == 0 {
-		return nil
-	}
-	for _, c := range []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP} {
-		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); errno != 0 {
-			return errors.New("PR_CAPBSET_DROP: " + errno.Error())
-		}
+	if in == 1 {
+		return errors.New("CAP_SYS_ADMIN is in the capability bounding set, so every program started as root " +
+			"could have it: the runtime must grant it in the effective and permitted sets only")
 	}
 	return nil
 }

@@ -86,6 +86,9 @@ var typedProblems = []problemClass{
 		"The request body is larger than the endpoint accepts; `detail` says the limit in bytes."},
 	{errdefs.ErrInvalidArgument, http.StatusUnsupportedMediaType, httpjson.ProblemUnsupportedMediaType, "Unsupported media type",
 		"The body's Content-Type is not JSON: send `Content-Type: application/json` (a body without Content-Type is read as JSON)."},
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemSandboxNotReady, "Sandbox not ready",
+		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
+			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},
 }
 
 // problemPath is the path prefix of problem type URIs.

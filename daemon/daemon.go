@@ -48,6 +48,8 @@ import (
 const (
 	DefaultDataDir = "/var/lib/forkbox"
 	DefaultListen  = "127.0.0.1:7070"
+	// DefaultAgentReadyTimeout is Options.AgentReadyTimeout's default.
+	DefaultAgentReadyTimeout = sandbox.DefaultAgentReadyTimeout
 )
 
 // Options configure the daemon. Zero values take the defaults above.
@@ -97,7 +99,11 @@ type Options struct {
 	// ExecInflight bounds the exec request bytes in flight, per tenant and
 	// in all (zero fields: inflight's defaults, 256 MiB and 1 GiB).
 	ExecInflight inflight.Limits
-	Log          *slog.Logger
+	// AgentReadyTimeout is how long a create waits for a runc sandbox's
+	// agent on an idle host (sandbox.Options.AgentReadyTimeout; zero:
+	// sandbox.DefaultAgentReadyTimeout).
+	AgentReadyTimeout time.Duration
+	Log               *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -247,7 +253,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
-		ExecInflight: execBudget,
+		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
 	})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

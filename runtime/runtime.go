@@ -224,3 +224,35 @@ type ProcessLister interface {
 	// sandbox.
 	Processes(ctx context.Context, id string) ([]Process, error)
 }
+
+// StopCause says why a sandbox stopped by itself.
+type StopCause string
+
+// The causes a StopExplainer reports.
+const (
+	// StopUnknown: nothing the driver can see explains it.
+	StopUnknown StopCause = ""
+	// StopPidsLimit: the sandbox's host pids limit refused a task (for
+	// gVisor the Sentry then cannot go on and the whole sandbox stops).
+	StopPidsLimit StopCause = "pids-limit"
+	// StopMemoryLimit: the kernel killed a process of the sandbox at its
+	// host memory limit (for gVisor, the Sentry: the whole sandbox).
+	StopMemoryLimit StopCause = "memory-limit"
+)
+
+// StopExplainer is implemented by drivers that can tell why a sandbox
+// that is no longer running stopped. It reads what the host keeps of the
+// sandbox (its cgroups), so it must be called before Delete.
+type StopExplainer interface {
+	// StopCause returns the cause, StopUnknown when none is seen (also
+	// for an unknown id).
+	StopCause(ctx context.Context, id string) StopCause
+}
+
+// StartScaler is implemented by drivers whose sandboxes take longer than
+// runc's to start (gVisor boots a kernel in user space first): the
+// sandbox manager waits StartScale times as long for their agent.
+type StartScaler interface {
+	// StartScale is the factor, at least 1.
+	StartScale() float64
+}

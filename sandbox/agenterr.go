@@ -124,7 +124,19 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 	m.log.Warn("sandbox died", "session", id, "runtime_status", st)
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox's init process exited")
+	// Why, while the host still has its cgroups (teardown removes them).
+	cause := runtime.StopUnknown
+	if se, ok := m.driverOf(sb).(runtime.StopExplainer); ok {
+		cause = se.StopCause(tctx, id)
+	}
+	switch cause {
+	case runtime.StopPidsLimit:
+		m.endForAbuse(sb, m.detector.PidsLimitStop(id), store.ReasonPidsLimit)
+	case runtime.StopMemoryLimit:
+		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox went over its memory limit, which stops the whole sandbox")
+	default:
+		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox's init process exited")
+	}
 	return m.endedError(ctx, id)
 }
 

@@ -447,17 +447,8 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	}
 	launched := time.Now()
 	sb.agent = newAgentConn(socket)
-	readyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	sb.mu.Lock()
-	sb.abortReady = cancel
-	aborted := sb.deleteRequested
-	sb.mu.Unlock()
-	if aborted {
-		return errCreateAborted
-	}
-	if err := sb.agent.waitReady(readyCtx); err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	if err := m.awaitAgent(ctx, sb, m.readyWait(m.driverOf(sb))); err != nil {
+		return err
 	}
 	if image != "" {
 		// The restored agent has the snapshot's settings: give it this

@@ -50,6 +50,11 @@ type Options struct {
 	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.
 	AgentPath string
+	// AgentReadyTimeout is how long a create waits for a new sandbox's
+	// agent to answer on an unloaded host, for runc; gVisor's is longer
+	// and both grow with the host's load (readyWait). Zero:
+	// DefaultAgentReadyTimeout.
+	AgentReadyTimeout time.Duration
 	// Limits default and bound create requests.
 	Limits v1.Limits
 	// Shift maps sandbox ids to the host ids their files have on disk
@@ -148,6 +153,9 @@ type Sandbox struct {
 	deleteRequested bool
 	abortReady      context.CancelFunc
 	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
+	// abused: endForAbuse took it on (the tenant is flagged and the abuse
+	// recorded once, whoever else saw it).
+	abused bool
 
 	// lifeMu serialises pause, resume and snapshot of this sandbox.
 	lifeMu sync.Mutex

@@ -110,7 +110,7 @@ func (m *Manager) sampleAll() {
 		v := m.detector.Observe(sb.id, abuse.Sample{Time: now, CPUSeconds: st.CPUSeconds, CPULimit: rec.CPU,
 			PidsLimitHits: st.PidsLimitHits, Pids: st.Pids, PidsLimit: rec.Pids}, procs)
 		if v != nil {
-			go m.killForAbuse(sb, *v)
+			go m.endForAbuse(sb, *v, store.ReasonAbuse)
 		}
 	}
 	for tenant, used := range over {
@@ -140,22 +140,34 @@ func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) (runtime.Stats, int
 	return st, total, err
 }
 
-// killForAbuse ends sb for verdict v (reason abuse, the verdict as the
-// detail, so that later calls get 410 with it), flags its tenant and
-// records both.
-func (m *Manager) killForAbuse(sb *Sandbox, v abuse.Verdict) {
+// endForAbuse ends sb for verdict v with reason (abuse when the detector
+// decided from its samples; pids-limit when the sandbox stopped at its
+// host pids limit) and the verdict as the detail, so that later calls get
+// 410 with it; it flags the tenant and records both.
+func (m *Manager) endForAbuse(sb *Sandbox, v abuse.Verdict, reason string) {
+	sb.mu.Lock()
+	first := !sb.abused
+	sb.abused = true
+	sb.mu.Unlock()
 	rec := sb.Record()
 	ctx := context.Background()
-	m.log.Warn("abuse: killing session", "session", sb.id, "tenant", rec.Tenant, "pattern", v.Pattern, "reason", v.Reason)
-	if err := m.teardown(ctx, sb, store.ReasonAbuse, v.Reason); err != nil {
-		m.log.Error("abuse: kill", "session", sb.id, "err", err)
+	if first {
+		m.log.Warn("abuse: ending session", "session", sb.id, "tenant", rec.Tenant, "pattern", v.Pattern, "reason", v.Reason)
+	}
+	if err := m.teardown(ctx, sb, reason, v.Reason); err != nil {
+		m.log.Error("abuse: end session", "session", sb.id, "err", err)
+	}
+	// Flagged and recorded once (the monitor and a call may both have
+	// seen it), and never for a warm-pool member: nobody's.
+	if !first || rec.Tenant == "" {
+		return
 	}
 	m.opts.Metrics.AbuseKill(v.Pattern)
 	if err := m.opts.Store.FlagTenant(ctx, rec.Tenant, v.Pattern+": "+v.Reason+" (session "+sb.id+")", time.Now()); err != nil {
 		m.log.Error("abuse: flag tenant", "tenant", rec.Tenant, "err", err)
 	}
 	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: sb.id, Kind: "abuse", Outcome: audit.Denied,
-		Detail: map[string]any{"pattern": v.Pattern, "reason": v.Reason, "action": "killed; tenant flagged"}})
+		Detail: map[string]any{"pattern": v.Pattern, "reason": v.Reason, "session_reason": reason, "action": "ended; tenant flagged"}})
 }
 
 // endForBudget ends every running or paused session of tenant, which

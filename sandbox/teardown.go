@@ -138,7 +138,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 		sb.mu.Lock()
 		sb.tearing = false
 		sb.mu.Unlock()
-		return err
+		return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w (%v)", sb.id, errdefs.ErrUnavailable, err)
 	}
 	if sb.agent != nil {
 		sb.agent.close()
@@ -172,7 +172,9 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 // errTeardownRunning: another call is tearing the sandbox down already.
 var errTeardownRunning = errors.New("teardown in progress")
 
-// cleanup removes every host resource of sandbox id; it is idempotent.
+// cleanup removes every host resource of sandbox id; it is idempotent,
+// and finishes what an interrupted cleanup left whatever the runtime
+// still knows of the sandbox (a driver's Delete must too).
 // driver names the driver it ran on; with "" (or one this host does not
 // have) every driver is asked to delete it.
 func (m *Manager) cleanup(ctx context.Context, id, driver string) error {

@@ -36,6 +36,10 @@ const (
 	ReasonAbuse = "abuse"
 	// ReasonQuota: its tenant's CPU budget for the day ran out.
 	ReasonQuota = "quota"
+	// ReasonPidsLimit: the sandbox stopped because its tasks reached the
+	// host's pids limit (a gVisor sandbox whose Sentry could not start
+	// another host thread); Detail says more.
+	ReasonPidsLimit = "pids-limit"
 )
 
 // Session is one sandbox session's durable record. Times are UTC; a zero

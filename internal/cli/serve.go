@@ -87,5 +87,8 @@ across daemon restarts and are adopted.`,
 		"most exec request bytes (MiB) in flight at once, over all tenants; past it execs get 429 exec-inflight-exceeded")
 	f.Int64Var(&execTenantMB, "max-exec-inflight-tenant-mb", inflight.DefaultPerTenant>>20,
 		"most exec request bytes (MiB) one tenant has in flight at once; past it its execs get 429")
+	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", daemon.DefaultAgentReadyTimeout,
+		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
+			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")
 	return cmd
 }

@@ -207,7 +207,8 @@ func (c *cgroupV1) remove(id string) error {
 	return errors.Join(errs...)
 }
 
-// sharedCgroups serves RemoveSandboxCgroups.
+// sharedCgroups serves RemoveSandboxCgroups, SandboxPidsLimitHits and
+// SandboxOOMKills.
 var sharedCgroups cgroupV1
 
 // RemoveSandboxCgroups SIGKILLs every process left in sandbox id's cgroups
@@ -223,6 +224,28 @@ func RemoveSandboxCgroups(ctx context.Context, id string) error {
 		return err
 	}
 	return sharedCgroups.remove(id)
+}
+
+// SandboxPidsLimitHits returns how many tasks the pids limit of sandbox
+// id's host cgroup has refused (the "max" count of its pids.events), for
+// drivers other than runc whose sandboxes live in the same cgroups (the
+// gVisor driver). An error when the cgroup is gone or the kernel keeps no
+// such count.
+func SandboxPidsLimitHits(id string) (int64, error) {
+	if !ValidID(id) {
+		return 0, fmt.Errorf("invalid sandbox id %q", id)
+	}
+	return sharedCgroups.pidsLimitHits(id)
+}
+
+// SandboxOOMKills returns the oom_kill count of sandbox id's host memory
+// cgroup (processes the kernel killed at its memory limit), for drivers
+// other than runc whose sandboxes live in the same cgroups.
+func SandboxOOMKills(id string) (int64, error) {
+	if !ValidID(id) {
+		return 0, fmt.Errorf("invalid sandbox id %q", id)
+	}
+	return sharedCgroups.oomKills(id)
 }
 
 // nsPgid returns the innermost-namespace process group id of host pid, read

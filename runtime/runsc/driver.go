@@ -50,9 +50,23 @@ const (
 	runDirInodes = 16
 )
 
-// runtimePidsHeadroom is added to the host pids limit for the Sentry's
-// and gofer's own threads.
-const runtimePidsHeadroom = 256
+// Tasks inside a gVisor sandbox are the Sentry's, not the host's, so the
+// host cgroup's pids limit does not count them: it counts the Sentry's and
+// gofer's host threads and systrap's stub processes, and when it refuses
+// one the Sentry cannot go on and the whole sandbox stops. The sandbox's
+// own limit is therefore enforced inside, by the Sentry: RLIMIT_NPROC of
+// Limits.Pids tasks (processes and threads) per user of the sandbox (the
+// Sentry counts per real uid, as Linux does, and exempts a creator with
+// CAP_SYS_ADMIN: the agent can always start a command). The host limit is
+// set well above what that lets one or two users run: hostTasksPerTask
+// host tasks per allowed task plus runtimePidsHeadroom. Measured with runsc
+// 2024-07-29 (systrap) on the reference machine: an idle sandbox holds 22
+// host tasks; a fork bomb of one user at 512 tasks, 738; bombs of the user
+// and root at once (1024 tasks), 830.
+const (
+	runtimePidsHeadroom = 256
+	hostTasksPerTask    = 2
+)
 
 // Options configure a Driver.
 type Options struct {
@@ -170,6 +184,11 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return err
 	}
+	// Recorded before anything is mounted: Delete finds the mount through
+	// it even when runsc has forgotten the sandbox.
+	if err := d.recordBundle(cfg.ID, cfg.StateDir); err != nil {
+		return fmt.Errorf("record the bundle of %s: %w", cfg.ID, err)
+	}
 	// The agent (sandbox root) creates its socket there. Root in the
 	// sandbox can write there too: a tiny tmpfs keeps that off the host's
 	// disk (the writable layer has a quota; this directory would not).
@@ -260,9 +279,14 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 }
 
 // adminCaps are granted to the agent in gVisor so that it can set a
-// restored clone's hostname; it drops them from the bounding set at once,
-// so no process it starts can have them (agent.dropAdminCapabilities).
-var adminCaps = []string{"CAP_SYS_ADMIN", "CAP_SETPCAP"}
+// restored clone's hostname. They are in its effective and permitted sets
+// but not in its bounding set: the Sentry gives the container's first
+// process the spec's sets as they are, and a program the agent executes
+// gets at most its bounding set, so nothing it starts, root included, can
+// have them. (The agent once dropped them from its bounding set itself,
+// which needs a system call on every thread that Go refuses in a binary
+// built with cgo.)
+var adminCaps = []string{"CAP_SYS_ADMIN"}
 
 // adapt turns runc's spec into gVisor's.
 func adapt(s *specs.Spec, runDir, controlDir string) {
@@ -280,9 +304,12 @@ func adapt(s *specs.Spec, runDir, controlDir string) {
 		limit := *m.Limit + runtimeHeadroom
 		m.Limit, m.Swap = &limit, &limit
 	}
-	// The Sentry's threads count against the host pids limit too.
+	// The sandbox's tasks are limited inside; the host limit leaves the
+	// Sentry room above that (see hostTasksPerTask).
 	if p := s.Linux.Resources.Pids; p != nil && p.Limit != nil {
-		limit := *p.Limit + runtimePidsHeadroom
+		tasks := uint64(*p.Limit)
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: tasks, Soft: tasks})
+		limit := *p.Limit*hostTasksPerTask + runtimePidsHeadroom
 		p.Limit = &limit
 	}
 	mounts := append([]specs.Mount(nil), s.Mounts...)
@@ -296,7 +323,6 @@ func adapt(s *specs.Spec, runDir, controlDir string) {
 	s.Mounts = mounts
 	s.Process.Env = append(s.Process.Env, agent.ListenEnv+"="+agentRunDir+"/agent.sock")
 	c := s.Process.Capabilities
-	c.Bounding = append(append([]string(nil), c.Bounding...), adminCaps...)
 	c.Effective = append(append([]string(nil), c.Effective...), adminCaps...)
 	c.Permitted = append(append([]string(nil), c.Permitted...), adminCaps...)
 }
@@ -317,8 +343,11 @@ func socketPath(f *os.File) (string, error) {
 	return un.Name, nil
 }
 
-// Delete kills the sandbox and removes its state and cgroups; an unknown
-// id is fine.
+// Delete kills the sandbox and removes its state, cgroups and the mount
+// of its agent socket directory; an unknown id is fine. It finishes
+// whatever an earlier, interrupted Delete left (runsc may have forgotten
+// the sandbox already: the bundle is then found through the driver's own
+// record of it).
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	if !runc.ValidID(id) {
 		return nil
@@ -326,6 +355,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	bundle := ""
 	if c, err := d.runsc.State(ctx, id); err == nil {
 		bundle = c.Bundle
+	}
+	if bundle == "" {
+		bundle, _ = os.Readlink(d.bundleRecord(id))
 	}
 	err := d.runsc.Delete(ctx, id, &gorunc.DeleteOpts{Force: true})
 	if err != nil && !notExist(err) {
@@ -343,8 +375,60 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := runc.RemoveSandboxCgroups(ctx, id); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
+	if err := os.Remove(d.bundleRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
 	return nil
 }
+
+// bundlesDir holds the driver's record of each sandbox's bundle, in the
+// runsc state root (runsc only reads its own files there).
+const bundlesDir = "forkbox-bundles"
+
+// bundleRecord is the path of sandbox id's bundle record: a symbolic link
+// to its bundle directory.
+func (d *Driver) bundleRecord(id string) string { return filepath.Join(d.root, bundlesDir, id) }
+
+// recordBundle records that sandbox id's bundle is dir (replacing an older
+// record of the id).
+func (d *Driver) recordBundle(id, dir string) error {
+	p := d.bundleRecord(id)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Symlink(dir, p)
+}
+
+// StopCause tells why sandbox id stopped by itself: StopPidsLimit when its
+// host cgroup's pids limit refused a task (the Sentry cannot go on after
+// that), StopMemoryLimit when the kernel killed one of its processes at
+// the memory limit, else StopUnknown. It must be called before Delete
+// removes the cgroups.
+func (d *Driver) StopCause(ctx context.Context, id string) runtime.StopCause {
+	if n, err := runc.SandboxPidsLimitHits(id); err == nil && n > 0 {
+		return runtime.StopPidsLimit
+	}
+	if n, err := runc.SandboxOOMKills(id); err == nil && n > 0 {
+		return runtime.StopMemoryLimit
+	}
+	return runtime.StopUnknown
+}
+
+var _ runtime.StopExplainer = (*Driver)(nil)
+
+// startScale is how much longer than a runc sandbox a gVisor sandbox may
+// take to start: runsc boots the Sentry, the gofer and the agent (about
+// 1 s here, against 0.1 s for runc), and a restore reads a whole
+// checkpoint.
+const startScale = 3
+
+// StartScale returns startScale (runtime.StartScaler).
+func (d *Driver) StartScale() float64 { return startScale }
+
+var _ runtime.StartScaler = (*Driver)(nil)
 
 // Status maps runsc state.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {

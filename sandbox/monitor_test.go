@@ -1,0 +1,48 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/forkbox/forkbox/abuse"
+	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/store"
+)
+
+// TestEndForAbuseOnce: when the monitor and a call both see a sandbox
+// stop at its pids limit, both wait for its one teardown, and the abuse is
+// recorded (and the tenant flagged) once.
+func TestEndForAbuseOnce(t *testing.T) {
+	drv := &fakeDriver{deleting: make(chan struct{}, 2), release: make(chan struct{})}
+	m, sb := newTestManager(t, drv)
+	m.opts.Audit = audit.New(m.opts.Store, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sb.rec.Tenant = "default"
+	v := abuse.New(abuse.Config{}).PidsLimitStop(sb.id)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.endForAbuse(sb, v, store.ReasonPidsLimit)
+		}()
+	}
+	<-drv.deleting
+	close(drv.release)
+	wg.Wait()
+	ctx := context.Background()
+	rec, err := m.opts.Store.GetSession(ctx, sb.id)
+	if err != nil || rec.State != store.StateTerminated || rec.Reason != store.ReasonPidsLimit || rec.Detail != v.Reason {
+		t.Fatalf("record %+v %v, want terminated with reason pids-limit", rec, err)
+	}
+	recs, err := m.opts.Store.ListAudit(ctx, store.AuditFilter{Kind: "abuse"})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("abuse records %d (%v), want 1", len(recs), err)
+	}
+	tn, err := m.opts.Store.GetTenant(ctx, "default")
+	if err != nil || tn.FlaggedAt.IsZero() {
+		t.Fatalf("tenant %+v %v, want it flagged", tn, err)
+	}
+}
