@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,6 +79,10 @@ type Options struct {
 	// EgressResolver resolves the names sandboxes with a network ask for;
 	// nil is the host's resolver. (Tests map names to their test hosts.)
 	EgressResolver netpolicy.Resolver
+	// EgressTestNetworks are documentation-range prefixes sandboxes may
+	// reach although they are always blocked otherwise (tests' hosts live
+	// in 198.51.100.0/24); see netpolicy.ServiceOptions.TestNetworks.
+	EgressTestNetworks []netip.Prefix
 	// Capacity bounds the sessions this host runs at once; zero fields
 	// take DefaultCapacity's.
 	Capacity sandbox.Capacity
@@ -191,7 +196,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	// service; without it (no nftables, say) such creates are refused and
 	// every other sandbox works as before.
 	netsvc, err := netpolicy.NewService(netpolicy.ServiceOptions{
-		Dir: layout.Netns(), Resolver: opts.EgressResolver, Log: log})
+		Dir: layout.Netns(), Resolver: opts.EgressResolver, TestNetworks: opts.EgressTestNetworks, Log: log})
 	if err != nil {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil

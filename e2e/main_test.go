@@ -96,7 +96,7 @@ func startDaemon(dataDir string) (*daemon.Daemon, error) {
 	return daemon.Start(context.Background(), daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
 		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
-		EgressResolver: egressNames,
+		EgressResolver: egressNames, EgressTestNetworks: egressTestNetworks,
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
 		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},

@@ -23,6 +23,11 @@ type ServiceOptions struct {
 	Resolver Resolver
 	// Log receives errors; nil is slog.Default().
 	Log *slog.Logger
+	// TestNetworks are documentation-range prefixes (RFC 5737, RFC 3849,
+	// RFC 9637) the egress may reach although the blocklist refuses those
+	// ranges: tests put their hosts there. Empty in production; a prefix
+	// outside the documentation ranges makes NewService fail.
+	TestNetworks []netip.Prefix
 }
 
 // Service gives sandboxes their networks: a namespace each, wired to the
@@ -46,13 +51,17 @@ func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
 	}
+	block, err := NewBlocklist(map[netip.Prefix]string{subnet: "the sandboxes' own network"}).WithHostNetworks().
+		WithTestNetworks(opts.TestNetworks)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
 	if err := hostRules(); err != nil {
 		return nil, err
 	}
-	block := NewBlocklist(map[netip.Prefix]string{subnet: "the sandboxes' own network"}).WithHostNetworks()
 	return &Service{opts: opts, block: block, slots: map[int]string{}, active: map[string]*Attachment{}}, nil
 }
 

@@ -53,7 +53,7 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 	hostPort := hostSvc.Addr().(*net.TCPAddr).Port
 
 	s, err := NewService(ServiceOptions{Dir: t.TempDir(), Resolver: MapResolver{
-		"allowed.test": {host.Addr}, "other.test": {host.Addr}}})
+		"allowed.test": {host.Addr}, "other.test": {host.Addr}}, TestNetworks: testNetworks})
 	if err != nil {
 		t.Fatal(err)
 	}
