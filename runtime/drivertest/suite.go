@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 	"github.com/forkbox/forkbox/runtime"
@@ -69,6 +70,7 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("Pause", e.testPause)
 	t.Run("PauseDuringKill", e.testPauseDuringKill)
 	t.Run("BadConfig", e.testBadConfig)
+	t.Run("Sample", e.testSample)
 }
 
 // sandbox is one running test sandbox.
@@ -276,6 +278,55 @@ func (e *env) testLimits(t *testing.T) {
 	}
 	if m := readCgroup(t, "memory", sb.id, "memory.limit_in_bytes"); m != strconv.Itoa(64<<20) {
 		t.Fatalf("memory.limit_in_bytes %q", m)
+	}
+}
+
+// testSample: a driver with a cheap reading for the host monitor
+// (runtime.Sampler) sees the sandbox's CPU grow while it works, its tasks
+// and their limit, and no sandbox once it is deleted. It reports what a
+// Sample and a Stats cost here (the monitor takes one of every sandbox
+// every 5 s).
+func (e *env) testSample(t *testing.T) {
+	s, ok := e.driver.(runtime.Sampler)
+	if !ok {
+		t.Skip("the driver has no runtime.Sampler; the monitor uses Stats")
+	}
+	sb := e.start(t, defaultLimits)
+	ctx := context.Background()
+	before, err := s.Sample(ctx, sb.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a second of CPU, however busy the host is.
+	sb.run(t, ctx, "python3", "-c", "import time\nwhile time.process_time() < 0.5: pass")
+	after, err := s.Sample(ctx, sb.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CPUSeconds < before.CPUSeconds+0.4 || after.Pids < 1 || after.ReadAt.IsZero() {
+		t.Fatalf("samples around half a second of CPU: %+v then %+v", before, after)
+	}
+	if limit := after.PidsLimit; limit != 0 && limit < defaultLimits.Pids {
+		t.Fatalf("pids limit %d, below the sandbox's %d", limit, defaultLimits.Pids)
+	}
+	const n = 20
+	cost := func(read func() error) time.Duration {
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			if err := read(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Since(start) / n
+	}
+	sampleCost := cost(func() error { _, err := s.Sample(ctx, sb.id); return err })
+	statsCost := cost(func() error { _, err := e.driver.Stats(ctx, sb.id); return err })
+	t.Logf("%s: Sample %v, Stats %v per call (mean of %d)", e.driver.Name(), sampleCost, statsCost, n)
+	if err := e.driver.Delete(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sample(ctx, sb.id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("sample of a deleted sandbox: %v, want not found", err)
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
 )
 
 // cgroupV1 reads and writes a sandbox's cgroup v1 files directly, which is
@@ -223,6 +226,38 @@ func RemoveSandboxCgroups(ctx context.Context, id string) error {
 		return err
 	}
 	return sharedCgroups.remove(id)
+}
+
+// sample reads what the host monitor needs of the sandbox's cgroups:
+// cpuacct.usage, pids.current, pids.max and the "max" count of
+// pids.events: four small reads, no process started.
+func (c *cgroupV1) sample(id string) (runtime.Stats, error) {
+	var st runtime.Stats
+	cpuNS, err := c.readInt("cpuacct", id, "cpuacct.usage")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return st, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
+		}
+		return st, err
+	}
+	st.CPUSeconds = float64(cpuNS) / 1e9
+	if st.Pids, err = c.readInt("pids", id, "pids.current"); err != nil {
+		return st, err
+	}
+	st.PidsLimit, _ = c.readInt("pids", id, "pids.max") // "max" (no limit) reads as 0
+	st.PidsLimitHits, _ = c.pidsLimitHits(id)           // (older kernels have no pids.events)
+	st.ReadAt = time.Now()
+	return st, nil
+}
+
+// SampleSandboxCgroups is the host monitor's reading of sandbox id from
+// its cgroups (see runtime.Sampler), for other drivers that use the same
+// cgroup layout (gVisor). ErrNotFound when the sandbox has no cgroup.
+func SampleSandboxCgroups(id string) (runtime.Stats, error) {
+	if !ValidID(id) {
+		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	return sharedCgroups.sample(id)
 }
 
 // nsPgid returns the innermost-namespace process group id of host pid, read
