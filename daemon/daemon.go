@@ -88,7 +88,11 @@ type Options struct {
 	Capacity sandbox.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
-	Log   *slog.Logger
+	// HostNames overrides the host-wide names derived from the data
+	// directory (storage.Layout.HostNames); nil keeps them. Tests use
+	// storage.LegacyHostNames to stand in for a previous version.
+	HostNames *storage.HostNames
+	Log       *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -184,7 +188,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	drivers, err := openDrivers(opts, layout, log)
+	names := layout.HostNames()
+	if opts.HostNames != nil {
+		names = *opts.HostNames
+	}
+	drivers, err := openDrivers(opts, layout, names, log)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +204,8 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	// service; without it (no nftables, say) such creates are refused and
 	// every other sandbox works as before.
 	netsvc, err := netpolicy.NewService(netpolicy.ServiceOptions{
-		Dir: layout.Netns(), Resolver: opts.EgressResolver, TestNetworks: opts.EgressTestNetworks, Log: log})
+		Dir: layout.Netns(), Resolver: opts.EgressResolver, TestNetworks: opts.EgressTestNetworks, Log: log,
+		Table: names.NftTable, LinkGroup: names.LinkGroup})
 	if err != nil {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil
@@ -216,6 +225,16 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
+	}
+	// Adopted sandboxes of a previous version now have this daemon's
+	// link group; the table that version shared goes once no link of
+	// any daemon of that version is left on the host.
+	if netsvc != nil && names.NftTable != netpolicy.LegacyHostTable {
+		if gone, err := netpolicy.RetireLegacyHostTable(); err != nil {
+			log.Warn("remove the previous version's shared nftables table", "err", err)
+		} else if gone {
+			log.Debug("the previous version's shared nftables table is gone")
+		}
 	}
 	if mgr.TemplateReferenced(ctx, storage.BaseTemplate) && !storage.BaseIsCurrent(layout.Template(storage.BaseTemplate)) {
 		log.Warn("base template is outdated but sessions or snapshots use it; it is rebuilt on a restart when none do")
@@ -397,13 +416,13 @@ func findAgent() string {
 // openDrivers returns the isolation drivers this host has: runc, which
 // must work, and gVisor when runsc is installed. Isolation must name one
 // of them.
-func openDrivers(opts Options, layout storage.Layout, log *slog.Logger) ([]runtime.Driver, error) {
-	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot()})
+func openDrivers(opts Options, layout storage.Layout, names storage.HostNames, log *slog.Logger) ([]runtime.Driver, error) {
+	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot(), CgroupParent: names.CgroupParent})
 	if err != nil {
 		return nil, err
 	}
 	drivers := []runtime.Driver{rc}
-	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot()})
+	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent})
 	switch {
 	case err == nil:
 		drivers = append(drivers, gv)

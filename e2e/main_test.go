@@ -91,16 +91,23 @@ func setup() error {
 	return nil
 }
 
-func startDaemon(dataDir string) (*daemon.Daemon, error) {
+func startDaemon(dataDir string) (*daemon.Daemon, error) { return startDaemonWith(dataDir, nil) }
+
+// startDaemonWith is startDaemon with the options mod (if not nil) changes.
+func startDaemonWith(dataDir string, mod func(*daemon.Options)) (*daemon.Daemon, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return daemon.Start(context.Background(), daemon.Options{
+	opts := daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
 		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
 		EgressResolver: egressNames, EgressTestNetworks: egressTestNetworks,
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
 		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},
-	})
+	}
+	if mod != nil {
+		mod(&opts)
+	}
+	return daemon.Start(context.Background(), opts)
 }
 
 // testLimits are the daemon's default limits with a small default disk:

@@ -99,7 +99,7 @@ func TestSessionTimeoutDuringExec(t *testing.T) {
 func TestExecCallerLeavesBeforeStart(t *testing.T) {
 	s := newSession(t, client.CreateRequest{})
 	ctx := ctxFor(t, 2*time.Minute)
-	freezer := filepath.Join("/sys/fs/cgroup/freezer/forkbox", s.ID, "freezer.state")
+	freezer := cgroupFile(t, "freezer", s.ID, "freezer.state")
 	if err := os.WriteFile(freezer, []byte("FROZEN"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +137,15 @@ type ownDaemon struct {
 	key     string
 	d       *daemon.Daemon
 	c       *client.Client
+	// mod, when set, changes the options of the next start.
+	mod func(*daemon.Options)
 }
 
-func newOwnDaemon(t *testing.T) *ownDaemon {
+func newOwnDaemon(t *testing.T) *ownDaemon { t.Helper(); return newOwnDaemonWith(t, nil) }
+
+// newOwnDaemonWith is newOwnDaemon whose starts take the options mod
+// changes (until the test clears o.mod).
+func newOwnDaemonWith(t *testing.T, mod func(*daemon.Options)) *ownDaemon {
 	t.Helper()
 	need(t)
 	tmp, err := os.MkdirTemp("", "forkbox-own-")
@@ -147,12 +153,12 @@ func newOwnDaemon(t *testing.T) *ownDaemon {
 		t.Fatal(err)
 	}
 	os.Chmod(tmp, 0o711)
-	o := &ownDaemon{dataDir: filepath.Join(tmp, "data")}
+	o := &ownDaemon{dataDir: filepath.Join(tmp, "data"), mod: mod}
 	t.Cleanup(func() {
 		if o.d == nil && o.key != "" {
 			// Stopped by a test that failed before it restarted it: its
 			// sandboxes still run and must not outlive the directory.
-			if d, err := startDaemon(o.dataDir); err == nil {
+			if d, err := startDaemonWith(o.dataDir, o.mod); err == nil {
 				o.d, o.c = d, client.New(d.URL, o.key, nil)
 			}
 		}
@@ -177,7 +183,7 @@ func newOwnDaemon(t *testing.T) *ownDaemon {
 // start starts the daemon (again).
 func (o *ownDaemon) start(t *testing.T) {
 	t.Helper()
-	d, err := startDaemon(o.dataDir)
+	d, err := startDaemonWith(o.dataDir, o.mod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +261,7 @@ func TestRestartThawsFrozenSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.restart(t, func() {
-		freezer := filepath.Join("/sys/fs/cgroup/freezer/forkbox", s.ID, "freezer.state")
+		freezer := cgroupFile(t, "freezer", s.ID, "freezer.state")
 		if err := os.WriteFile(freezer, []byte("FROZEN"), 0); err != nil {
 			t.Error(err)
 		}

@@ -11,22 +11,65 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
 )
 
-// cgroupV1 reads and writes a sandbox's cgroup v1 files directly, which is
+// LegacyCgroupParent is the cgroup under which every daemon made its
+// sandboxes' cgroups before each had its own parent
+// (storage.HostNames.CgroupParent); Cgroups still finds sandboxes there.
+const LegacyCgroupParent = "forkbox"
+
+// Cgroups reads and writes sandboxes' cgroup v1 files directly, which is
 // an order of magnitude faster than a runc CLI call (no process start).
-type cgroupV1 struct {
+// A sandbox's cgroup is PARENT/ID in every hierarchy; a sandbox made by a
+// daemon of a previous version (under LegacyCgroupParent) is found there
+// and removed from there, so that it can be adopted. Safe for concurrent
+// use.
+type Cgroups struct {
+	parent string
 	once   sync.Once
 	mounts map[string]string // controller name -> hierarchy mount point
 	err    error
+	// where remembers, per sandbox id, the parent its cgroups were
+	// found under (its own, or the legacy one).
+	where sync.Map
+}
+
+// NewCgroups returns the cgroups of the sandboxes under parent (a cgroup
+// name; "" is LegacyCgroupParent).
+func NewCgroups(parent string) *Cgroups {
+	if parent == "" {
+		parent = LegacyCgroupParent
+	}
+	return &Cgroups{parent: parent}
+}
+
+// SpecPath is sandbox id's cgroup path for its OCI spec (relative to each
+// hierarchy's root): /PARENT/ID.
+func (c *Cgroups) SpecPath(id string) string { return "/" + c.parent + "/" + id }
+
+// parentOf returns the parent under which sandbox id's cgroup is in the
+// hierarchy mounted at mp: c's own, or the legacy one for a sandbox made
+// by a previous version; c's own when it is in neither (yet).
+func (c *Cgroups) parentOf(mp, id string) string {
+	if v, ok := c.where.Load(id); ok {
+		return v.(string)
+	}
+	for _, parent := range []string{c.parent, LegacyCgroupParent} {
+		if _, err := os.Stat(filepath.Join(mp, parent, id)); err == nil {
+			c.where.Store(id, parent)
+			return parent
+		}
+	}
+	return c.parent
 }
 
 // mountPoint returns where the v1 hierarchy holding controller is mounted.
-func (c *cgroupV1) mountPoint(controller string) (string, error) {
+func (c *Cgroups) mountPoint(controller string) (string, error) {
 	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
 	if c.err != nil {
 		return "", c.err
@@ -39,12 +82,12 @@ func (c *cgroupV1) mountPoint(controller string) (string, error) {
 }
 
 // path returns the sandbox's directory in controller's hierarchy.
-func (c *cgroupV1) path(controller, id string) (string, error) {
+func (c *Cgroups) path(controller, id string) (string, error) {
 	mp, err := c.mountPoint(controller)
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(mp, cgroupsPath(id)), nil
+	return filepath.Join(mp, c.parentOf(mp, id), id), nil
 }
 
 // unifiedKey is the key of the cgroup2 ("unified") mount in the map of
@@ -99,7 +142,7 @@ func parseCgroupMounts(data []byte) (map[string]string, error) {
 	return out, nil
 }
 
-func (c *cgroupV1) readInt(controller, id, file string) (int64, error) {
+func (c *Cgroups) readInt(controller, id, file string) (int64, error) {
 	p, err := c.path(controller, id)
 	if err != nil {
 		return 0, err
@@ -112,7 +155,7 @@ func (c *cgroupV1) readInt(controller, id, file string) (int64, error) {
 }
 
 // oomKills returns the oom_kill counter of memory.oom_control.
-func (c *cgroupV1) oomKills(id string) (int64, error) {
+func (c *Cgroups) oomKills(id string) (int64, error) {
 	p, err := c.path("memory", id)
 	if err != nil {
 		return 0, err
@@ -130,7 +173,7 @@ func (c *cgroupV1) oomKills(id string) (int64, error) {
 }
 
 // procs returns the host pids of every process in the sandbox's cgroup.
-func (c *cgroupV1) procs(id string) ([]int, error) {
+func (c *Cgroups) procs(id string) ([]int, error) {
 	p, err := c.path("pids", id)
 	if err != nil {
 		return nil, err
@@ -149,7 +192,7 @@ func (c *cgroupV1) procs(id string) ([]int, error) {
 }
 
 // freezerState returns THAWED, FREEZING or FROZEN.
-func (c *cgroupV1) freezerState(id string) (string, error) {
+func (c *Cgroups) freezerState(id string) (string, error) {
 	p, err := c.path("freezer", id)
 	if err != nil {
 		return "", err
@@ -163,7 +206,7 @@ func (c *cgroupV1) freezerState(id string) (string, error) {
 
 // setFreezer writes state (FROZEN or THAWED) and waits until the kernel
 // reports it, polling with a short backoff; it gives up after 2 s.
-func (c *cgroupV1) setFreezer(id, state string) error {
+func (c *Cgroups) setFreezer(id, state string) error {
 	p, err := c.path("freezer", id)
 	if err != nil {
 		return err
@@ -190,7 +233,7 @@ func (c *cgroupV1) setFreezer(id, state string) error {
 
 // remove deletes the sandbox's cgroup directories in every hierarchy.
 // Directories that are already gone are fine.
-func (c *cgroupV1) remove(id string) error {
+func (c *Cgroups) remove(id string) error {
 	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
 	if c.err != nil {
 		return c.err
@@ -202,36 +245,61 @@ func (c *cgroupV1) remove(id string) error {
 			continue
 		}
 		seen[mp] = true
-		dir := filepath.Join(mp, cgroupsPath(id))
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		for _, parent := range []string{c.parent, LegacyCgroupParent} {
+			dir := filepath.Join(mp, parent, id)
+			if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		c.where.Delete(id)
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveParent removes c's parent cgroup in every hierarchy when no
+// sandbox is left under it (forkbox down); a parent that is gone, or
+// still holds a sandbox, is left as it is (EBUSY) and not an error.
+func (c *Cgroups) RemoveParent() error {
+	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
+	if c.err != nil {
+		return c.err
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, mp := range c.mounts {
+		if seen[mp] {
+			continue
+		}
+		seen[mp] = true
+		err := os.Remove(filepath.Join(mp, c.parent))
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// sharedCgroups serves RemoveSandboxCgroups.
-var sharedCgroups cgroupV1
-
-// RemoveSandboxCgroups SIGKILLs every process left in sandbox id's cgroups
-// (forkbox/ID in each cgroup v1 hierarchy), waits until they are gone (up
-// to 10 s, or ctx) and removes the cgroup directories. For other drivers
-// that use the same cgroup layout (gVisor), after their own delete: a
-// runtime whose state was lost must not leave its processes running.
-func RemoveSandboxCgroups(ctx context.Context, id string) error {
+// Remove SIGKILLs every process left in sandbox id's cgroups, waits until
+// they are gone (up to 10 s, or ctx) and removes the cgroup directories.
+// For other drivers that use the same cgroup layout (gVisor), after their
+// own delete: a runtime whose state was lost must not leave its processes
+// running.
+func (c *Cgroups) Remove(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return nil
 	}
-	if err := killCgroup(ctx, &sharedCgroups, id); err != nil {
+	if err := killCgroup(ctx, c, id); err != nil {
 		return err
 	}
-	return sharedCgroups.remove(id)
+	return c.remove(id)
 }
 
 // sample reads what the host monitor needs of the sandbox's cgroups:
 // cpuacct.usage, pids.current, pids.max and the "max" count of
 // pids.events: four small reads, no process started.
-func (c *cgroupV1) sample(id string) (runtime.Stats, error) {
+func (c *Cgroups) sample(id string) (runtime.Stats, error) {
 	var st runtime.Stats
 	cpuNS, err := c.readInt("cpuacct", id, "cpuacct.usage")
 	if err != nil {
@@ -250,14 +318,14 @@ func (c *cgroupV1) sample(id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// SampleSandboxCgroups is the host monitor's reading of sandbox id from
-// its cgroups (see runtime.Sampler), for other drivers that use the same
-// cgroup layout (gVisor). ErrNotFound when the sandbox has no cgroup.
-func SampleSandboxCgroups(id string) (runtime.Stats, error) {
+// Sample is the host monitor's reading of sandbox id from its cgroups
+// (see runtime.Sampler), for other drivers that use the same cgroup
+// layout (gVisor). ErrNotFound when the sandbox has no cgroup.
+func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
 	if !ValidID(id) {
 		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
-	return sharedCgroups.sample(id)
+	return c.sample(id)
 }
 
 // nsPgid returns the innermost-namespace process group id of host pid, read
@@ -281,7 +349,7 @@ func nsPgid(pid int) (int, error) {
 
 // pidsLimitHits reads the "max" count of the sandbox's pids.events: forks
 // refused at its pids limit.
-func (c *cgroupV1) pidsLimitHits(id string) (int64, error) {
+func (c *Cgroups) pidsLimitHits(id string) (int64, error) {
 	p, err := c.path("pids", id)
 	if err != nil {
 		return 0, err

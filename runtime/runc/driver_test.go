@@ -15,7 +15,7 @@ func TestConformance(t *testing.T) {
 		t.Skip("runc is not installed (make deps installs it)")
 	}
 	drivertest.Run(t, func(t *testing.T, stateRoot string) runtime.Driver {
-		d, err := runc.New(runc.Options{StateRoot: stateRoot})
+		d, err := runc.New(runc.Options{StateRoot: stateRoot, CgroupParent: "forkbox-drivertest"})
 		if err != nil {
 			t.Fatal(err)
 		}

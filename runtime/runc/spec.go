@@ -54,12 +54,6 @@ var (
 // cpuPeriodUS is the CFS period the CPU quota is expressed in, in µs.
 const cpuPeriodUS = 100000
 
-// cgroupParent is the cgroup (in every v1 hierarchy) under which sandboxes live.
-const cgroupParent = "forkbox"
-
-// cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
-func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
-
 // BuildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
 // mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
 // maps), a read-only root, the minimal capability set, no_new_privs, the
@@ -104,7 +98,7 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			CgroupsPath: cgroupsPath(cfg.ID),
+			CgroupsPath: "/" + LegacyCgroupParent + "/" + cfg.ID, // drivers put in their own parent (Cgroups.SpecPath)
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},

@@ -62,6 +62,10 @@ type Options struct {
 	StateRoot string
 	// Platform is gVisor's platform; "" is systrap.
 	Platform string
+	// CgroupParent is the host cgroup under which sandboxes' cgroups are
+	// made (the daemon's storage.HostNames.CgroupParent); "" is
+	// runc.LegacyCgroupParent.
+	CgroupParent string
 }
 
 // Driver runs sandboxes with runsc. Create one with New.
@@ -69,6 +73,7 @@ type Driver struct {
 	runsc *gorunc.Runc
 	bin   string
 	root  string
+	cg    *runc.Cgroups
 
 	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
 	mu    sync.Mutex
@@ -177,7 +182,8 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, root: opts.StateRoot, locks: map[string]*idLock{}, sentries: map[string]process{},
+		bin:   path, root: opts.StateRoot, cg: runc.NewCgroups(opts.CgroupParent),
+		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
 
@@ -243,6 +249,7 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
+	spec.Linux.CgroupsPath = d.cg.SpecPath(cfg.ID)
 	adapt(spec, runDir, cfg.ControlDir)
 	data, err := json.Marshal(spec)
 	if err != nil {
@@ -397,7 +404,7 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	// A sandbox whose Sentry died (an OOM kill) can leave its gofer and
 	// stub processes behind after runsc forgets it: kill what is left in
 	// its cgroups and remove them.
-	if err := runc.RemoveSandboxCgroups(ctx, id); err != nil {
+	if err := d.cg.Remove(ctx, id); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	return nil
@@ -476,7 +483,7 @@ func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
 	if !d.sentryAlive(ctx, id) {
 		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s: its Sentry is not running", id)
 	}
-	return runc.SampleSandboxCgroups(id)
+	return d.cg.Sample(id)
 }
 
 // KillProcessGroup signals process group pgid inside the sandbox: the

@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 		t.Skip("runsc is not installed (Debian bookworm-backports; make deps installs it)")
 	}
 	drivertest.Run(t, func(t *testing.T, stateRoot string) runtime.Driver {
-		d, err := runsc.New(runsc.Options{StateRoot: stateRoot})
+		d, err := runsc.New(runsc.Options{StateRoot: stateRoot, CgroupParent: "forkbox-drivertest"})
 		if err != nil {
 			t.Fatal(err)
 		}
