@@ -88,6 +88,11 @@ type Options struct {
 	Capacity sandbox.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
+	// StopSessions makes Shutdown destroy every session and warm-pool
+	// member and leave nothing on the host (storage unmounted, its nftables
+	// table and cgroup parent removed), as forkbox down does, instead of
+	// leaving them for the next daemon to adopt.
+	StopSessions bool
 	// HostNames overrides the host-wide names derived from the data
 	// directory (storage.Layout.HostNames); nil keeps them. Tests use
 	// storage.LegacyHostNames to stand in for a previous version.
@@ -105,6 +110,11 @@ type Daemon struct {
 	KeyFile string
 
 	log *slog.Logger
+	// layout and names are the data directory's and its host-wide names.
+	layout storage.Layout
+	names  storage.HostNames
+	stop   bool     // Options.StopSessions
+	lock   *os.File // holds layout.Lock() until Shutdown ends
 	// scratch is the tmpfs directory of restores in progress (removed at
 	// shutdown: it lives outside the data directory).
 	scratch string
@@ -140,6 +150,20 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(layout.Root, 0o711); err != nil {
+		return nil, err
+	}
+	// One daemon per data directory; a restart may overlap the previous
+	// daemon's last moments.
+	lock, err := lockDataDir(ctx, layout, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			lock.Close()
+		}
+	}()
 	// 0711: sandbox processes run as unprivileged host ids and must be able
 	// to traverse to their root filesystem, but not to list anything.
 	for _, dir := range []string{layout.Root, layout.Templates(), layout.Sandboxes(), filepath.Dir(layout.AgentBinary())} {
@@ -258,6 +282,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
+		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -282,7 +307,9 @@ func (d *Daemon) Wait() error {
 
 // Shutdown stops accepting requests, waits up to ctx for running ones, and
 // closes the manager and the store. Sandboxes keep running; the next Start
-// adopts them.
+// adopts them. With Options.StopSessions it destroys them first (each
+// teardown bounded, a few minutes in all) and then releases the host as
+// forkbox down does (Down).
 //
 // Requests still running when ctx ends (exec streams, transfers) are cut
 // then: their clients see the connection close, and a foreground command
@@ -305,12 +332,23 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Warn("shutdown: requests still running after they were cut")
 		}
 	}
+	var stopErr error
+	if d.stop {
+		if stopErr = d.mgr.StopAll(context.WithoutCancel(ctx), "the daemon stopped with --stop-sessions"); stopErr != nil {
+			d.log.Error("stop sessions", "err", stopErr)
+		}
+	}
 	d.mgr.Close()
 	_ = os.RemoveAll(d.scratch)
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
 	}
-	return d.st.Close()
+	err := d.st.Close()
+	if d.stop && stopErr == nil {
+		stopErr = releaseHost(d.layout, d.names, d.log)
+	}
+	d.lock.Close()
+	return errors.Join(stopErr, err)
 }
 
 // Manager returns the sandbox manager (for tests and benchmarks in-process).

@@ -288,7 +288,7 @@ func (m *Manager) refill() {
 		}
 		m.poolMu.Lock()
 		for _, pl := range m.pools {
-			for pl.starting+len(pl.ready) < pl.cfg.Size && pl.failures < maxFillFailures {
+			for pl.starting+len(pl.ready) < pl.cfg.Size && pl.failures < maxFillFailures && !m.poolsStopped {
 				select {
 				case sem <- struct{}{}:
 				default:
@@ -338,7 +338,7 @@ func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
 		return
 	default:
 	}
-	if sb != nil && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
+	if sb != nil && !m.poolsStopped && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
 		pl.ready = append(pl.ready, sb)
 		sb = nil
 	}

@@ -17,6 +17,7 @@ import (
 //
 //	DIR/
 //	  api-key                 the generated API key (0600)
+//	  daemon.lock             held (flock) by the daemon that runs on it
 //	  forkbox.db              SQLite state
 //	  bin/forkbox-agent       the agent binary mounted into sandboxes
 //	  runc/                   runc's state root
@@ -37,6 +38,10 @@ func NewLayout(dir string) (Layout, error) {
 
 // APIKey is the file holding the generated API key.
 func (l Layout) APIKey() string { return filepath.Join(l.Root, "api-key") }
+
+// Lock is the file a daemon on the data directory holds an exclusive
+// flock on while it runs (and forkbox down while it works).
+func (l Layout) Lock() string { return filepath.Join(l.Root, "daemon.lock") }
 
 // Database is the SQLite database file.
 func (l Layout) Database() string { return filepath.Join(l.Root, "forkbox.db") }

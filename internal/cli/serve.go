@@ -29,7 +29,8 @@ func newServeCmd() *cobra.Command {
 database, the built-in "base" template and an API key (written to DIR/api-key,
 mode 0600): the admin key of the "default" tenant, which also creates other
 tenants and their keys (forkbox tenant, forkbox key). Sandboxes keep running
-across daemon restarts and are adopted.`,
+across daemon restarts and are adopted; with --stop-sessions the daemon
+destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lv slog.Level
@@ -57,6 +58,9 @@ across daemon restarts and are adopted.`,
 				return err
 			case <-cmd.Context().Done():
 			}
+			if opts.StopSessions {
+				fmt.Fprintln(os.Stderr, "forkbox: stopping; destroying every session (--stop-sessions)")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return d.Shutdown(ctx)
@@ -72,6 +76,8 @@ across daemon restarts and are adopted.`,
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
 	f.Int64Var(&imageSize, "storage-size", 64, "size in GiB of the sparse loop image made when the data directory's filesystem cannot host the storage driver")
+	f.BoolVar(&opts.StopSessions, "stop-sessions", false,
+		"on shutdown destroy every session and release the host (storage unmounted, nftables table and cgroups removed) instead of leaving the sandboxes running for the next daemon")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
