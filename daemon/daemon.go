@@ -345,7 +345,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	err := d.st.Close()
 	if d.stop && stopErr == nil {
-		stopErr = releaseHost(d.layout, d.names, d.log)
+		_, stopErr = releaseHost(d.layout, d.names, d.log)
 	}
 	d.lock.Close()
 	return errors.Join(stopErr, err)

@@ -105,7 +105,8 @@ func Down(ctx context.Context, opts DownOptions) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	return n, releaseHost(layout, names, log)
+	lost, err := releaseHost(layout, names, log)
+	return n + lost, err
 }
 
 // destroyAll destroys every sandbox of layout's database through a
@@ -162,9 +163,6 @@ func destroyAll(ctx context.Context, opts DownOptions, layout storage.Layout, na
 	if netsvc != nil {
 		netsvc.Close()
 	}
-	if netsvc == nil {
-		err = errors.Join(err, removeNamespaces(layout.Netns()))
-	}
 	return len(live), err
 }
 
@@ -183,46 +181,39 @@ func storageKind(layout storage.Layout) string {
 	return ""
 }
 
-// removeNamespaces unmounts and removes the network namespace files left
-// in dir (when the egress service could not be opened to do it).
-func removeNamespaces(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+// releaseHost removes what a daemon keeps on the host outside its data
+// directory once its sandboxes are destroyed: whatever is still left of
+// them (processes in its cgroups, network namespaces and links, mounts in
+// the data directory: a database that lost track of a sandbox must not
+// keep it alive), its nftables table (and the shared table of older
+// versions when no link of theirs is left), its cgroup parent, the restore
+// scratch directory in /dev/shm, and its storage volume's mount and loop
+// device. It returns how many lost sandboxes it killed.
+func releaseHost(layout storage.Layout, names storage.HostNames, log *slog.Logger) (int, error) {
+	var errs []error
+	cg := runc.NewCgroups(names.CgroupParent)
+	ids, err := cg.Sandboxes()
 	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		p := filepath.Join(dir, e.Name())
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-		}
-		if err := os.Remove(p); err != nil {
-			errs = append(errs, err)
+		errs = append(errs, err)
+	} else {
+		for _, id := range ids {
+			log.Warn("killing what is left of a sandbox nobody knows", "session", id)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			errs = append(errs, cg.Remove(ctx, id))
+			cancel()
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// releaseHost removes what a daemon with no sandboxes left keeps on the
-// host outside its data directory: its nftables table (and the shared
-// table of older versions when no link of theirs is left), its cgroup
-// parent, the restore scratch directory in /dev/shm, and its storage
-// volume's mount and loop device.
-func releaseHost(layout storage.Layout, names storage.HostNames, log *slog.Logger) error {
-	var errs []error
+	errs = append(errs, netpolicy.RemoveNetworks(layout.Netns()), unmountUnder(layout.Sandboxes()))
 	if names.NftTable != netpolicy.LegacyHostTable {
 		errs = append(errs, netpolicy.RemoveHostRules(names.NftTable))
 		if _, err := netpolicy.RetireLegacyHostTable(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, runc.NewCgroups(names.CgroupParent).RemoveParent())
+	errs = append(errs, cg.RemoveParent())
 	errs = append(errs, os.RemoveAll(layout.Scratch()), os.RemoveAll(layout.CheckpointScratch()))
 	errs = append(errs, unmountStorage(layout, log))
-	return errors.Join(errs...)
+	return len(ids), errors.Join(errs...)
 }
 
 // unmountStorage unmounts the storage volumes mounted in the data
@@ -236,6 +227,7 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 		if !isMountPoint(dir) {
 			continue
 		}
+		errs = append(errs, unmountUnder(dir)) // layers of lost sandboxes
 		if err := unix.Unmount(dir, 0); err != nil {
 			if !errors.Is(err, unix.EBUSY) {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
@@ -263,6 +255,29 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 			errs = append(errs, detachLoop(dev))
 		}
 		break
+	}
+	return errors.Join(errs...)
+}
+
+// unmountUnder unmounts every mount below dir, deepest first (a sandbox's
+// root filesystem and the gVisor agent's socket directory, left by a
+// sandbox whose record was lost).
+func unmountUnder(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	var errs []error
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := unix.Unmount(points[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", points[i], err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -279,3 +279,28 @@ func TestDown(t *testing.T) {
 	}
 	s2.stop(t)
 }
+
+// TestDownLostSandboxes: sandboxes whose records are lost (the database
+// and runtime state deleted after the daemon stopped, as a half-done rm -rf
+// of the data directory leaves them) are still taken down by forkbox down:
+// what is in the daemon's cgroups is killed, their networks and mounts go,
+// and so do the storage mount and loop device.
+func TestDownLostSandboxes(t *testing.T) {
+	dir := newDataDir(t)
+	s := serve(t, dir)
+	ids := s.makeSessions(t)
+	s.stop(t)
+	for _, p := range []string{"forkbox.db", "forkbox.db-wal", "forkbox.db-shm", "runc", "runsc"} {
+		if err := os.RemoveAll(filepath.Join(dir, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(env.cli, "down", "--data-dir", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("forkbox down: %v: %s", err, out)
+	}
+	t.Logf("forkbox down: %s", strings.TrimSpace(string(out)))
+	if left := hostLeftovers(t, dir, ids); len(left) > 0 {
+		t.Errorf("left on the host after forkbox down: %v", left)
+	}
+}

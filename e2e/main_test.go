@@ -128,9 +128,21 @@ func teardown() {
 		}
 	}
 	_ = env.d.Shutdown(ctx)
-	_ = daemon.ReleaseStorage(env.dataDir)
+	downDataDir(env.dataDir)
 	os.RemoveAll(storage.Layout{Root: env.dataDir}.Scratch())
 	os.RemoveAll(filepath.Dir(env.dataDir))
+}
+
+// downDataDir takes down what a test daemon on dataDir left on the host
+// once it has stopped (forkbox down): sandboxes, its nftables table and
+// cgroup parent, its storage mount and loop device.
+func downDataDir(dataDir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := daemon.Down(ctx, daemon.DownOptions{DataDir: dataDir, Log: log}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: take down", dataDir+":", err)
+	}
 }
 
 // need skips t when the environment cannot run sandboxes, or fails it

@@ -173,7 +173,7 @@ func newOwnDaemonWith(t *testing.T, mod func(*daemon.Options)) *ownDaemon {
 			}
 			o.d.Shutdown(ctx)
 		}
-		_ = daemon.ReleaseStorage(o.dataDir)
+		downDataDir(o.dataDir)
 		os.RemoveAll(tmp)
 	})
 	o.start(t)

@@ -323,6 +323,24 @@ func (s *Service) Sweep(live func(id string) bool) error {
 	return errors.Join(errs...)
 }
 
+// RemoveNetworks removes every sandbox network whose namespace file is in
+// dir (a daemon's netns directory): the namespace and its host link. For
+// forkbox down, after the sandboxes are gone, with or without a Service.
+func RemoveNetworks(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		errs = append(errs, deleteLink(HostLinkName(e.Name())), removeNamespace(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
 // RetireLegacyHostTable removes LegacyHostTable, the table every daemon
 // shared before each had its own, once no host link of such a daemon is
 // left (a link in no group): a daemon calls it after adopting its own

@@ -258,6 +258,30 @@ func (c *Cgroups) remove(id string) error {
 	return errors.Join(errs...)
 }
 
+// Sandboxes lists the ids of the sandbox cgroups under c's own parent, in
+// any hierarchy (forkbox down kills what is left there).
+func (c *Cgroups) Sandboxes() ([]string, error) {
+	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
+	if c.err != nil {
+		return nil, c.err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, mp := range c.mounts {
+		entries, err := os.ReadDir(filepath.Join(mp, c.parent))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && ValidID(e.Name()) && !seen[e.Name()] {
+				seen[e.Name()] = true
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids, nil
+}
+
 // RemoveParent removes c's parent cgroup in every hierarchy when no
 // sandbox is left under it (forkbox down); a parent that is gone, or
 // still holds a sandbox, is left as it is (EBUSY) and not an error.
