@@ -61,7 +61,8 @@ type DownOptions struct {
 	// PATH; without runsc gVisor sandboxes cannot be asked, only killed
 	// through their cgroups).
 	RuncPath, RunscPath string
-	Log                 *slog.Logger
+	// Log receives what Down does and could not do; nil is slog.Default().
+	Log *slog.Logger
 }
 
 // Down takes down what a daemon on opts.DataDir left on the host while no

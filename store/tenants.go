@@ -154,6 +154,7 @@ func (s *Store) AddSessionCPU(ctx context.Context, id, tenant string, totalMS in
 
 // CPUReading is one session's CPU time as the host read it.
 type CPUReading struct {
+	// Session is the session's id and Tenant its tenant's name.
 	Session, Tenant string
 	// TotalMS is the CPU the session has used in all, in CPU-milliseconds.
 	TotalMS int64
