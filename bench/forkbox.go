@@ -126,6 +126,9 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
 		StorageImageBytes: f.opts.StorageImageBytes,
 		Log:               f.opts.logger(),
+		// A data directory of the run's own goes with it: nothing of it
+		// may stay on the host (its nftables table, cgroup parent).
+		StopSessions: f.removeDir,
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,10 @@ type Options struct {
 	// EgressResolver resolves the names sandboxes with a network ask for;
 	// nil is the host's resolver. (Tests map names to their test hosts.)
 	EgressResolver netpolicy.Resolver
+	// EgressTestNetworks are documentation-range prefixes sandboxes may
+	// reach although they are always blocked otherwise (tests' hosts live
+	// in 198.51.100.0/24); see netpolicy.ServiceOptions.TestNetworks.
+	EgressTestNetworks []netip.Prefix
 	// Capacity bounds the sessions this host runs at once; zero fields
 	// take DefaultCapacity's.
 	Capacity sandbox.Capacity
@@ -103,7 +108,16 @@ type Options struct {
 	// agent on an idle host (sandbox.Options.AgentReadyTimeout; zero:
 	// sandbox.DefaultAgentReadyTimeout).
 	AgentReadyTimeout time.Duration
-	Log               *slog.Logger
+	// StopSessions makes Shutdown destroy every session and warm-pool
+	// member and leave nothing on the host (storage unmounted, its nftables
+	// table and cgroup parent removed), as forkbox down does, instead of
+	// leaving them for the next daemon to adopt.
+	StopSessions bool
+	// HostNames overrides the host-wide names derived from the data
+	// directory (storage.Layout.HostNames); nil keeps them. Tests use
+	// storage.LegacyHostNames to stand in for a previous version.
+	HostNames *storage.HostNames
+	Log       *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -116,6 +130,11 @@ type Daemon struct {
 	KeyFile string
 
 	log *slog.Logger
+	// layout and names are the data directory's and its host-wide names.
+	layout storage.Layout
+	names  storage.HostNames
+	stop   bool     // Options.StopSessions
+	lock   *os.File // holds layout.Lock() until Shutdown ends
 	// scratch is the tmpfs directory of restores in progress (removed at
 	// shutdown: it lives outside the data directory).
 	scratch string
@@ -155,6 +174,20 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(layout.Root, 0o711); err != nil {
+		return nil, err
+	}
+	// One daemon per data directory; a restart may overlap the previous
+	// daemon's last moments.
+	lock, err := lockDataDir(ctx, layout, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			lock.Close()
+		}
+	}()
 	// 0711: sandbox processes run as unprivileged host ids and must be able
 	// to traverse to their root filesystem, but not to list anything.
 	for _, dir := range []string{layout.Root, layout.Templates(), layout.Sandboxes(), filepath.Dir(layout.AgentBinary())} {
@@ -211,7 +244,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
-	drivers, err := openDrivers(opts, layout, log)
+	names := layout.HostNames()
+	if opts.HostNames != nil {
+		names = *opts.HostNames
+	}
+	drivers, err := openDrivers(opts, layout, names, log)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +260,8 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	// service; without it (no nftables, say) such creates are refused and
 	// every other sandbox works as before.
 	netsvc, err := netpolicy.NewService(netpolicy.ServiceOptions{
-		Dir: layout.Netns(), Resolver: opts.EgressResolver, Log: log})
+		Dir: layout.Netns(), Resolver: opts.EgressResolver, TestNetworks: opts.EgressTestNetworks, Log: log,
+		Table: names.NftTable, LinkGroup: names.LinkGroup})
 	if err != nil {
 		log.Warn("egress service unavailable: sandboxes can have no network", "err", err)
 		netsvc = nil
@@ -237,13 +275,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		return nil, err
 	}
 	opts.Limits.HostFileMax = fileMax
-	// The claims' owner is the data directory's real path: the same
-	// directory reached another way after a restart keeps its claims.
-	owner, err := filepath.EvalSymlinks(layout.Root)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, owner)
+	ids, err := openIDs(layout)
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +301,16 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err := mgr.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover sandboxes: %w", err)
 	}
+	// Adopted sandboxes of a previous version now have this daemon's
+	// link group; the table that version shared goes once no link of
+	// any daemon of that version is left on the host.
+	if netsvc != nil && names.NftTable != netpolicy.LegacyHostTable {
+		if gone, err := netpolicy.RetireLegacyHostTable(); err != nil {
+			log.Warn("remove the previous version's shared nftables table", "err", err)
+		} else if gone {
+			log.Debug("the previous version's shared nftables table is gone")
+		}
+	}
 	if mgr.TemplateReferenced(ctx, storage.BaseTemplate) && !storage.BaseIsCurrent(layout.Template(storage.BaseTemplate)) {
 		log.Warn("base template is outdated but sessions or snapshots use it; it is rebuilt on a restart when none do")
 	} else if err := catalog.EnsureBase(ctx); err != nil {
@@ -293,6 +335,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
+		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -317,7 +360,9 @@ func (d *Daemon) Wait() error {
 
 // Shutdown stops accepting requests, waits up to ctx for running ones, and
 // closes the manager and the store. Sandboxes keep running; the next Start
-// adopts them.
+// adopts them. With Options.StopSessions it destroys them first (each
+// teardown bounded, a few minutes in all) and then releases the host as
+// forkbox down does (Down).
 //
 // Requests still running when ctx ends (exec streams, transfers) are cut
 // then: their clients see the connection close, and a foreground command
@@ -340,12 +385,23 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Warn("shutdown: requests still running after they were cut")
 		}
 	}
+	var stopErr error
+	if d.stop {
+		if stopErr = d.mgr.StopAll(context.WithoutCancel(ctx), "the daemon stopped with --stop-sessions"); stopErr != nil {
+			d.log.Error("stop sessions", "err", stopErr)
+		}
+	}
 	d.mgr.Close()
 	_ = os.RemoveAll(d.scratch)
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
 	}
-	return d.st.Close()
+	err := d.st.Close()
+	if d.stop && stopErr == nil {
+		_, stopErr = releaseHost(d.layout, d.names, d.log)
+	}
+	d.lock.Close()
+	return errors.Join(stopErr, err)
 }
 
 // Manager returns the sandbox manager (for tests and benchmarks in-process).
@@ -451,13 +507,13 @@ func findAgent() string {
 // openDrivers returns the isolation drivers this host has: runc, which
 // must work, and gVisor when runsc is installed. Isolation must name one
 // of them.
-func openDrivers(opts Options, layout storage.Layout, log *slog.Logger) ([]runtime.Driver, error) {
-	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot()})
+func openDrivers(opts Options, layout storage.Layout, names storage.HostNames, log *slog.Logger) ([]runtime.Driver, error) {
+	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot(), CgroupParent: names.CgroupParent})
 	if err != nil {
 		return nil, err
 	}
 	drivers := []runtime.Driver{rc}
-	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot()})
+	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent})
 	switch {
 	case err == nil:
 		drivers = append(drivers, gv)
@@ -510,3 +566,15 @@ func withDefaultCapacity(c sandbox.Capacity) sandbox.Capacity {
 // StorageDriver names the storage driver the daemon runs on ("btrfs" or
 // "overlay").
 func (d *Daemon) StorageDriver() string { return d.sdrv.Name() }
+
+// openIDs opens the host-wide claims of host id slices for the sandboxes
+// of layout's data directory. Their owner is the directory's real path:
+// the same directory reached another way after a restart keeps its
+// claims.
+func openIDs(layout storage.Layout) (*userns.Claims, error) {
+	owner, err := filepath.EvalSymlinks(layout.Root)
+	if err != nil {
+		return nil, err
+	}
+	return userns.OpenClaims(userns.DefaultClaimsDir, userns.DefaultRange, owner)
+}

@@ -41,8 +41,9 @@ func openStorage(ctx context.Context, layout storage.Layout, opts Options, log *
 }
 
 // ReleaseStorage detaches the storage volumes a daemon on dataDir mounted
-// (the loop-mounted btrfs or XFS images), for tests and uninstalls: call it
-// after Shutdown once no sandbox runs any more. Sandboxes still running keep
+// (the loop-mounted btrfs or XFS images), lazily: call it after Shutdown
+// once no sandbox runs any more. Down releases everything else the daemon
+// left on the host as well, and waits for the loop devices to go. Sandboxes still running keep
 // their files (the detach is lazy). A volume that is not mounted is fine.
 func ReleaseStorage(dataDir string) error {
 	layout, err := storage.NewLayout(dataDir)

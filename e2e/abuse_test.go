@@ -104,8 +104,14 @@ func TestBusyButHonestNotKilled(t *testing.T) {
 // named series (name{labels} exactly as exposed), 0 when absent.
 func metricValue(t *testing.T, series string) float64 {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctxFor(t, time.Minute), "GET", env.d.URL+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+env.key)
+	return metricOf(t, env.d.URL, env.key, series)
+}
+
+// metricOf is metricValue of the daemon at url (admin key key).
+func metricOf(t *testing.T, url, key, series string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctxFor(t, time.Minute), "GET", url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

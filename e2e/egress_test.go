@@ -25,6 +25,10 @@ import (
 // no name a test uses is ever looked up outside this machine.
 const egressHost = "198.51.100.40"
 
+// egressTestNetworks is where the test hosts live: a documentation range
+// the blocklist refuses except to tests.
+var egressTestNetworks = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}
+
 var egressNames = netpolicy.MapResolver{
 	"allowed.test": {netip.MustParseAddr(egressHost)},
 	"other.test":   {netip.MustParseAddr(egressHost)},

@@ -10,10 +10,28 @@ import (
 	"testing"
 )
 
+// cgroupDirs returns sandbox id's cgroup directories in controller's
+// hierarchy ("*": every hierarchy), under whichever daemon's parent.
+func cgroupDirs(controller, id string) []string {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, "*", id))
+	return dirs
+}
+
+// cgroupFile is the path of file in sandbox id's cgroup in controller's
+// hierarchy; the test fails when there is not exactly one such cgroup.
+func cgroupFile(t *testing.T, controller, id, file string) string {
+	t.Helper()
+	dirs := cgroupDirs(controller, id)
+	if len(dirs) != 1 {
+		t.Fatalf("cgroup of %s in %s: %v", id, controller, dirs)
+	}
+	return filepath.Join(dirs[0], file)
+}
+
 // readCgroupInt reads an integer cgroup v1 file of sandbox id from the host.
 func readCgroupInt(t *testing.T, controller, id, file string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, "forkbox", id, file))
+	b, err := os.ReadFile(cgroupFile(t, controller, id, file))
 	if err != nil {
 		t.Fatalf("read cgroup file: %v", err)
 	}
@@ -28,10 +46,8 @@ func readCgroupInt(t *testing.T, controller, id, file string) int64 {
 // cgroup in any hierarchy, no runc state, no mount, no directory.
 func assertGone(t *testing.T, dataDir, id string) {
 	t.Helper()
-	for _, c := range []string{"cpu", "cpuacct", "memory", "pids", "freezer", "devices", "blkio", "cpuset", "systemd", "unified"} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "forkbox", id)); err == nil {
-			t.Errorf("cgroup %s/forkbox/%s is left", c, id)
-		}
+	if dirs := cgroupDirs("*", id); len(dirs) > 0 {
+		t.Errorf("cgroups of %s are left: %v", id, dirs)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "runc", id)); err == nil {
 		t.Errorf("runc state of %s is left", id)

@@ -177,7 +177,7 @@ func TestRootIsUnprivilegedOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.c.Kill(ctxFor(t, time.Minute), s.ID, pid)
-	procs, err := os.ReadFile("/sys/fs/cgroup/pids/forkbox/" + s.ID + "/cgroup.procs")
+	procs, err := os.ReadFile(cgroupFile(t, "pids", s.ID, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
 	}

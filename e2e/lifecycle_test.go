@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
-	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -90,7 +89,7 @@ func TestDaemonRestart(t *testing.T) {
 	os.Chmod(tmp, 0o711)
 	dataDir := filepath.Join(tmp, "data")
 	defer func() {
-		_ = daemon.ReleaseStorage(dataDir)
+		downDataDir(dataDir)
 		os.RemoveAll(tmp)
 	}()
 	d1, err := startDaemon(dataDir)

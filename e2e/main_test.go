@@ -100,7 +100,7 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 	opts := daemon.Options{
 		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
 		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
-		EgressResolver: egressNames,
+		EgressResolver: egressNames, EgressTestNetworks: egressTestNetworks,
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
 		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},
@@ -129,9 +129,21 @@ func teardown() {
 		}
 	}
 	_ = env.d.Shutdown(ctx)
-	_ = daemon.ReleaseStorage(env.dataDir)
+	downDataDir(env.dataDir)
 	os.RemoveAll(storage.Layout{Root: env.dataDir}.Scratch())
 	os.RemoveAll(filepath.Dir(env.dataDir))
+}
+
+// downDataDir takes down what a test daemon on dataDir left on the host
+// once it has stopped (forkbox down): sandboxes, its nftables table and
+// cgroup parent, its storage mount and loop device.
+func downDataDir(dataDir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := daemon.Down(ctx, daemon.DownOptions{DataDir: dataDir, Log: log}); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: take down", dataDir+":", err)
+	}
 }
 
 // need skips t when the environment cannot run sandboxes, or fails it

@@ -99,7 +99,7 @@ func TestSessionTimeoutDuringExec(t *testing.T) {
 func TestExecCallerLeavesBeforeStart(t *testing.T) {
 	s := newSession(t, client.CreateRequest{})
 	ctx := ctxFor(t, 2*time.Minute)
-	freezer := filepath.Join("/sys/fs/cgroup/freezer/forkbox", s.ID, "freezer.state")
+	freezer := cgroupFile(t, "freezer", s.ID, "freezer.state")
 	if err := os.WriteFile(freezer, []byte("FROZEN"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func newOwnDaemonWith(t *testing.T, tune func(*daemon.Options)) *ownDaemon {
 			}
 			o.d.Shutdown(ctx)
 		}
-		_ = daemon.ReleaseStorage(o.dataDir)
+		downDataDir(o.dataDir)
 		os.RemoveAll(tmp)
 	})
 	o.start(t)
@@ -259,7 +259,7 @@ func TestRestartThawsFrozenSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.restart(t, func() {
-		freezer := filepath.Join("/sys/fs/cgroup/freezer/forkbox", s.ID, "freezer.state")
+		freezer := cgroupFile(t, "freezer", s.ID, "freezer.state")
 		if err := os.WriteFile(freezer, []byte("FROZEN"), 0); err != nil {
 			t.Error(err)
 		}

@@ -1,6 +1,7 @@
 // Package metrics exposes forkbox's Prometheus metrics (client_golang):
 // sessions by state, create and exec latency, warm-pool depth, snapshot
-// bytes, egress denials, abuse kills and admission refusals. Gauges that
+// bytes, egress denials, abuse kills, admission refusals and the host
+// monitor's round time and overruns. Gauges that
 // describe the present (sessions, pools, snapshot bytes) are read from a
 // Source when scraped; events are counted as they happen. Every method of
 // a nil *Set does nothing, so packages can be used without metrics.
@@ -40,6 +41,8 @@ type Set struct {
 	abuseKills   *prometheus.CounterVec
 	refused      *prometheus.CounterVec
 	ended        *prometheus.CounterVec
+	round        prometheus.Histogram
+	overruns     prometheus.Counter
 	present      *present
 }
 
@@ -68,9 +71,14 @@ func New() *Set {
 			[]string{"type"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forkbox_sessions_ended_total", Help: "Sessions that ended, by reason."}, []string{"reason"}),
+		round: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "forkbox_monitor_round_seconds", Help: "Time one round of the host monitor took (every running session sampled).",
+			Buckets: latencyBuckets}),
+		overruns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forkbox_monitor_overruns_total", Help: "Host monitor rounds that took longer than their interval."}),
 		present: &present{},
 	}
-	s.reg.MustRegister(s.create, s.exec, s.egressDenied, s.abuseKills, s.refused, s.ended,
+	s.reg.MustRegister(s.create, s.exec, s.egressDenied, s.abuseKills, s.refused, s.ended, s.round, s.overruns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		s.present)
 	return s
@@ -129,6 +137,17 @@ func (s *Set) Refused(typ string) {
 func (s *Set) Ended(reason string) {
 	if s != nil {
 		s.ended.WithLabelValues(reason).Inc()
+	}
+}
+
+// ObserveMonitorRound records one round of the host monitor that took d;
+// overran says it took longer than its interval (or was cut short there).
+func (s *Set) ObserveMonitorRound(d time.Duration, overran bool) {
+	if s != nil {
+		s.round.Observe(d.Seconds())
+		if overran {
+			s.overruns.Inc()
+		}
 	}
 }
 

@@ -58,7 +58,7 @@ func newRig(t *testing.T, p *Policy, hostAddr ...string) *rig {
 		"rebind.test":  {netip.MustParseAddr("169.254.169.254")},
 		"mixed.test":   {netip.MustParseAddr("127.0.0.1"), host.Addr},
 	}
-	r.e = New(Config{SessionID: "test", Policy: p, Blocklist: NewBlocklist(nil), Resolver: resolver,
+	r.e = New(Config{SessionID: "test", Policy: p, Blocklist: testBlocklist(t), Resolver: resolver,
 		Sink:        func(ev Event) { r.mu.Lock(); r.events = append(r.events, ev); r.mu.Unlock() },
 		DialTimeout: 3 * time.Second})
 	t.Cleanup(r.e.Close)

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -106,9 +108,10 @@ func removeNamespace(path string) error {
 }
 
 // wire connects the namespace at nsPath to the host: a veth pair, hostLink
-// with gw/30 on the host, eth0 with sb/30 and a default route via gw in the
+// (in link group group, so that its daemon's host table fences it) with
+// gw/30 on the host, eth0 with sb/30 and a default route via gw in the
 // namespace, loopback up.
-func wire(nsPath, hostLink string, gw, sb netip.Addr) error {
+func wire(nsPath, hostLink string, group uint32, gw, sb netip.Addr) error {
 	ns, err := os.Open(nsPath)
 	if err != nil {
 		return err
@@ -123,6 +126,10 @@ func wire(nsPath, hostLink string, gw, sb netip.Addr) error {
 	hl, err := netlink.LinkByName(hostLink)
 	if err != nil {
 		return err
+	}
+	// In its group before it is up: no packet of it passes unfenced.
+	if err := netlink.LinkSetGroup(hl, int(group)); err != nil {
+		return fmt.Errorf("group of %s: %w", hostLink, err)
 	}
 	mask := net.CIDRMask(30, 32)
 	if err := netlink.AddrAdd(hl, &netlink.Addr{IPNet: &net.IPNet{IP: gw.AsSlice(), Mask: mask}}); err != nil {
@@ -195,6 +202,73 @@ func hostGateways() map[netip.Addr]bool {
 		}
 	}
 	return out
+}
+
+// linkGroup returns the link group of an existing host link, and whether
+// the link exists.
+func linkGroup(hostLink string) (uint32, bool, error) {
+	l, err := netlink.LinkByName(hostLink)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) {
+			return 0, false, nil
+		}
+		return 0, false, err
+	}
+	return l.Attrs().Group, true, nil
+}
+
+// setLinkGroup puts an existing host link in group.
+func setLinkGroup(hostLink string, group uint32) error {
+	l, err := netlink.LinkByName(hostLink)
+	if err != nil {
+		return err
+	}
+	if l.Attrs().Group == group {
+		return nil
+	}
+	if err := netlink.LinkSetGroup(l, int(group)); err != nil {
+		return fmt.Errorf("group of %s: %w", hostLink, err)
+	}
+	return nil
+}
+
+// legacyLinks counts the sandbox host links on the host that are in no
+// link group: made by a daemon from before link groups.
+func legacyLinks() (int, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range links {
+		if a := l.Attrs(); strings.HasPrefix(a.Name, hostInterfacePrefix) && a.Group == 0 {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// slotLock is a host-wide lock on the sandbox subnet: daemons hold it
+// from reading which gateway addresses are on the host until their new
+// link has its own, so that two daemons attaching at once never pick the
+// same slot.
+const slotLock = "/run/forkbox/netslots.lock"
+
+// lockSlots takes slotLock (waiting for it) and returns its release.
+func lockSlots() (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(slotLock), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(slotLock, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", slotLock, err)
+	}
+	return func() { f.Close() }, nil // closing releases the lock
 }
 
 // deleteLink removes a host link (its peer goes with it); a missing link

@@ -16,12 +16,14 @@ import (
 // on 53, any address on 80 and 443); nftables in its namespace redirects
 // them here, so the host may run its own services on those ports.
 const (
-	ProxyPort            = 3128 // what the sandbox's HTTP_PROXY names
-	listenProxyPort      = 15128
-	listenHTTPPort       = 15080
-	listenTLSPort        = 15443
-	listenDNSPort        = 15053
-	hostTableName        = "forkbox"
+	ProxyPort       = 3128 // what the sandbox's HTTP_PROXY names
+	listenProxyPort = 15128
+	listenHTTPPort  = 15080
+	listenTLSPort   = 15443
+	listenDNSPort   = 15053
+	// LegacyHostTable is the one host table every daemon shared before
+	// each had its own (ServiceOptions.Table).
+	LegacyHostTable      = "forkbox"
 	sandboxTableName     = "forkbox_sandbox"
 	hostInterfacePrefix  = "fbx"
 	sandboxInterfaceName = "eth0"
@@ -144,16 +146,31 @@ func sandboxRules(netnsFD int, gw netip.Addr) error {
 	return nil
 }
 
-// hostRules (re)installs the host's table: traffic from sandbox
-// interfaces (fbx*) may reach only the egress service's ports and replies;
-// nothing is forwarded to or from them. It replaces a previous version of
-// the table atomically.
-func hostRules() error {
+// sandboxLinks matches packets whose interface (key: the input or output
+// interface's group) is a sandbox host link of group: named fbx*, in
+// group (a daemon's links), or any fbx* link when group is 0 (tables of
+// before link groups).
+func sandboxLinks(nameKey, groupKey expr.MetaKey, group uint32) rule {
+	r := ifname(nameKey, hostInterfacePrefix, true)
+	if group != 0 {
+		r = r.then(match(&expr.Meta{Key: groupKey, Register: 1}, binaryutil.NativeEndian.PutUint32(group))...)
+	}
+	return r
+}
+
+// hostRules (re)installs the daemon's host table (name): traffic from its
+// sandboxes' host links (fbx*, in link group group) may reach only the
+// egress service's ports and replies; nothing is forwarded to or from
+// them; and the egress ports on any sandbox gateway refuse what does not
+// come from a sandbox link. It replaces a previous version of the same
+// table atomically and touches no other table: other daemons' links are
+// in their own tables.
+func hostRules(name string, group uint32) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: hostTableName}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
 	c.AddTable(t)
 	c.DelTable(t) // with the add first, this never fails: a clean start
 	t = c.AddTable(t)
@@ -161,7 +178,7 @@ func hostRules() error {
 
 	in := c.AddChain(&nftables.Chain{Name: "sandboxes_in", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
-	fromSandbox := ifname(expr.MetaKeyIIFNAME, hostInterfacePrefix, true)
+	fromSandbox := sandboxLinks(expr.MetaKeyIIFNAME, expr.MetaKeyIIFGROUP, group)
 	tcp, udp := l4(unix.IPPROTO_TCP), l4(unix.IPPROTO_UDP)
 	// The egress service is for sandboxes only: its ports on the gateways
 	// refuse anything that does not come from a sandbox link (another
@@ -183,7 +200,7 @@ func hostRules() error {
 	fwd := c.AddChain(&nftables.Chain{Name: "sandboxes_forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	add(fwd, fromSandbox.then(drop()))
-	add(fwd, ifname(expr.MetaKeyOIFNAME, hostInterfacePrefix, true).then(drop()))
+	add(fwd, sandboxLinks(expr.MetaKeyOIFNAME, expr.MetaKeyOIFGROUP, group).then(drop()))
 
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("nftables host rules: %w", err)
@@ -191,14 +208,18 @@ func hostRules() error {
 	return nil
 }
 
-// removeHostRules deletes the host's table (at shutdown of the last user).
-func removeHostRules() error {
+// RemoveHostRules deletes the host table name (a daemon's, when it is
+// uninstalled); a table that is not there is fine.
+func RemoveHostRules(name string) error {
 	c, err := nftables.New()
 	if err != nil {
 		return err
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: hostTableName}
-	c.AddTable(t)
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	c.AddTable(t) // with the add first, the delete never fails
 	c.DelTable(t)
-	return c.Flush()
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("remove nftables table %s: %w", name, err)
+	}
+	return nil
 }

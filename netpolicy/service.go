@@ -23,6 +23,18 @@ type ServiceOptions struct {
 	Resolver Resolver
 	// Log receives errors; nil is slog.Default().
 	Log *slog.Logger
+	// Table is the daemon's own nftables table on the host and LinkGroup
+	// the interface group of its sandboxes' host links, by which the table
+	// fences them and only them (storage.HostNames); "" and 0 are the
+	// table and the links of daemons from before, which fenced every
+	// daemon's links in one table.
+	Table     string
+	LinkGroup uint32
+	// TestNetworks are documentation-range prefixes (RFC 5737, RFC 3849,
+	// RFC 9637) the egress may reach although the blocklist refuses those
+	// ranges: tests put their hosts there. Empty in production; a prefix
+	// outside the documentation ranges makes NewService fail.
+	TestNetworks []netip.Prefix
 }
 
 // Service gives sandboxes their networks: a namespace each, wired to the
@@ -36,8 +48,8 @@ type Service struct {
 	active map[string]*Attachment // by session id
 }
 
-// NewService prepares the host (its nftables table) and returns the
-// service. The sandbox subnet, the host's own addresses and the networks
+// NewService prepares the host (its own nftables table, replaced
+// atomically; no other daemon's is touched) and returns the service. The sandbox subnet, the host's own addresses and the networks
 // the host is on join the blocklist.
 func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Log == nil {
@@ -46,13 +58,20 @@ func NewService(opts ServiceOptions) (*Service, error) {
 	if opts.Resolver == nil {
 		opts.Resolver = net.DefaultResolver
 	}
+	if opts.Table == "" {
+		opts.Table = LegacyHostTable
+	}
+	block, err := NewBlocklist(map[netip.Prefix]string{subnet: "the sandboxes' own network"}).WithHostNetworks().
+		WithTestNetworks(opts.TestNetworks)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := hostRules(); err != nil {
+	if err := hostRules(opts.Table, opts.LinkGroup); err != nil {
 		return nil, err
 	}
-	block := NewBlocklist(map[netip.Prefix]string{subnet: "the sandboxes' own network"}).WithHostNetworks()
 	return &Service{opts: opts, block: block, slots: map[int]string{}, active: map[string]*Attachment{}}, nil
 }
 
@@ -102,6 +121,13 @@ func (a *Attachment) OpenBytes() int64 { return a.egress.meter.openBytes() }
 // sandbox cannot change the namespace's links, routes or rules: its
 // capabilities never include CAP_NET_ADMIN.
 func (s *Service) Attach(id string, p *Policy, sink Sink, makeNetns func(path string) error) (*Attachment, error) {
+	// Other daemons choose slots too: hold the host-wide lock from
+	// reading the host's gateways until this link has its own.
+	unlock, err := lockSlots()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	s.mu.Lock()
 	if _, ok := s.active[id]; ok {
 		s.mu.Unlock()
@@ -153,11 +179,21 @@ func (s *Service) attach(id string, slot int, p *Policy, sink Sink, makeNetns fu
 			_ = removeNamespace(a.NetnsPath)
 		}
 	}()
-	_ = deleteLink(link) // a leftover of a crash
+	// A link by that name is a leftover of a crash of this daemon when it
+	// is in this daemon's group; anyone else's is left alone.
+	if group, exists, err := linkGroup(link); err != nil {
+		return nil, err
+	} else if exists && group != s.opts.LinkGroup {
+		return nil, errdefs.Newf(errdefs.ErrConflict, "host link %s of session %s exists in link group %d, not this daemon's", link, id, group)
+	} else if exists {
+		if err := deleteLink(link); err != nil {
+			return nil, err
+		}
+	}
 	if err := makeNetns(a.NetnsPath); err != nil {
 		return nil, err
 	}
-	if err := wire(a.NetnsPath, link, gw, sb); err != nil {
+	if err := wire(a.NetnsPath, link, s.opts.LinkGroup, gw, sb); err != nil {
 		return nil, err
 	}
 	ns, err := os.Open(a.NetnsPath)
@@ -224,9 +260,11 @@ func listenEgress(gw netip.Addr) ([]net.Listener, net.PacketConn, error) {
 }
 
 // Adopt takes over session id's network after a daemon restart: its
-// namespace file and host link are still there (with their rules); only
-// the Egress is started again, with usedBytes (what the session moved
-// before, in bytes) already counted against its quota. ErrNotFound when
+// namespace file and host link are still there (with their rules); the
+// link joins this daemon's link group (a link made by a daemon from
+// before link groups moves from the shared table's fence to this
+// daemon's), and the Egress is started again, with usedBytes (what the
+// session moved before, in bytes) already counted against its quota. ErrNotFound when
 // the network is gone; ErrUnavailable when the egress ports are still held
 // (by a previous daemon that is shutting down): try again later.
 func (s *Service) Adopt(id string, p *Policy, sink Sink, usedBytes int64) (*Attachment, error) {
@@ -237,6 +275,9 @@ func (s *Service) Adopt(id string, p *Policy, sink Sink, usedBytes int64) (*Atta
 	gw, err := linkGateway(HostLinkName(id))
 	if err != nil {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "network of session %s: %v", id, err)
+	}
+	if err := setLinkGroup(HostLinkName(id), s.opts.LinkGroup); err != nil {
+		return nil, err
 	}
 	slot, _ := slotOf(gw)
 	_, sb := slotAddrs(slot)
@@ -291,6 +332,40 @@ func (s *Service) Sweep(live func(id string) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// RemoveNetworks removes every sandbox network whose namespace file is in
+// dir (a daemon's netns directory): the namespace and its host link. For
+// forkbox down, after the sandboxes are gone, with or without a Service.
+func RemoveNetworks(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		errs = append(errs, deleteLink(HostLinkName(e.Name())), removeNamespace(filepath.Join(dir, e.Name())))
+	}
+	return errors.Join(errs...)
+}
+
+// RetireLegacyHostTable removes LegacyHostTable, the table every daemon
+// shared before each had its own, once no host link of such a daemon is
+// left (a link in no group): a daemon calls it after adopting its own
+// sandboxes (whose links then join its group), and forkbox down after
+// removing them. It reports whether the table is gone.
+func RetireLegacyHostTable() (bool, error) {
+	n, err := legacyLinks()
+	if err != nil || n > 0 {
+		return false, err
+	}
+	if err := RemoveHostRules(LegacyHostTable); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Close stops every Egress (at daemon shutdown); namespaces, links and

@@ -2,6 +2,9 @@ package netpolicy
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 
@@ -54,8 +59,9 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 	defer hostSvc.Close()
 	hostPort := hostSvc.Addr().(*net.TCPAddr).Port
 
-	s, err := NewService(ServiceOptions{Dir: t.TempDir(), Resolver: MapResolver{
-		"allowed.test": {host.Addr}, "other.test": {host.Addr}}})
+	opts := testServiceOptions(t)
+	opts.Resolver = MapResolver{"allowed.test": {host.Addr}, "other.test": {host.Addr}}
+	s, err := NewService(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,6 +182,146 @@ func TestServiceFencesTheSandboxNamespace(t *testing.T) {
 	defer s.Detach("svc2test")
 	if b.Gateway != a.Gateway {
 		t.Errorf("slot not reused: %s then %s", a.Gateway, b.Gateway)
+	}
+}
+
+// testServiceOptions are a service's options with a table and link group
+// of the test's own (removed when it ends), as a daemon has.
+func testServiceOptions(t *testing.T) ServiceOptions {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	table := "forkbox-test-" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		if err := RemoveHostRules(table); err != nil {
+			t.Error(err)
+		}
+	})
+	return ServiceOptions{Dir: t.TempDir(), TestNetworks: testNetworks, Table: table,
+		LinkGroup: binary.BigEndian.Uint32(b[:]) | 1<<31}
+}
+
+// hostTableRules returns the user data of every rule in the host table
+// name's input chain (nil when the table is not there).
+func hostTableRules(t *testing.T, name string) []string {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListTableOfFamily(name, nftables.TableFamilyINet); err != nil {
+		return nil
+	}
+	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	rules, err := c.GetRules(tbl, &nftables.Chain{Name: "sandboxes_in", Table: tbl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{}
+	for _, r := range rules {
+		out = append(out, string(r.UserData))
+	}
+	return out
+}
+
+// addProbeRule appends a rule that matches nothing, tagged tag, to the
+// host table name's input chain: it survives only while nobody replaces
+// the table.
+func addProbeRule(t *testing.T, name, tag string) {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := &nftables.Table{Family: nftables.TableFamilyINet, Name: name}
+	c.AddRule(&nftables.Rule{Table: tbl, Chain: &nftables.Chain{Name: "sandboxes_in", Table: tbl},
+		Exprs: ifname(expr.MetaKeyIIFNAME, "fbxprobe-none", false).then(drop()), UserData: []byte(tag)})
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestServicesOfTwoDaemons: two daemons' egress services on one host
+// have a table each; a restart of one (its NewService) replaces its own
+// table and leaves the other's as it was (a rule only the test added
+// survives); each link is in its own daemon's group; and attaches of both
+// at once never share a gateway (the host-wide slot lock).
+func TestServicesOfTwoDaemons(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces, nftables)")
+	}
+	optsA, optsB := testServiceOptions(t), testServiceOptions(t)
+	a, err := NewService(optsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b, err := NewService(optsB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	addProbeRule(t, optsA.Table, "probe-a")
+	addProbeRule(t, optsB.Table, "probe-b")
+
+	rules, _ := ParseAllow("allow", []string{"allowed.test:80"})
+	const n = 6
+	var wg sync.WaitGroup
+	gateways := make(chan string, 2*n)
+	for i := 0; i < n; i++ {
+		for _, sv := range []struct {
+			s   *Service
+			tag string
+		}{{a, "a"}, {b, "b"}} {
+			id := fmt.Sprintf("two%s%dtest", sv.tag, i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at, err := sv.s.Attach(id, &Policy{Allow: rules}, nil, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				t.Cleanup(func() { sv.s.Detach(id) })
+				gateways <- at.Gateway.String()
+			}()
+		}
+	}
+	wg.Wait()
+	close(gateways)
+	seen := map[string]bool{}
+	for gw := range gateways {
+		if seen[gw] {
+			t.Errorf("two attaches got gateway %s", gw)
+		}
+		seen[gw] = true
+	}
+	for i := 0; i < n; i++ {
+		for _, c := range []struct {
+			tag   string
+			group uint32
+		}{{"a", optsA.LinkGroup}, {"b", optsB.LinkGroup}} {
+			link := HostLinkName(fmt.Sprintf("two%s%dtest", c.tag, i))
+			if g, ok, err := linkGroup(link); err != nil || !ok || g != c.group {
+				t.Errorf("link %s: group %d %v %v, want %d", link, g, ok, err, c.group)
+			}
+		}
+	}
+
+	// A restarts: its table is new, B's untouched.
+	a.Close()
+	a2, err := NewService(optsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a2.Close)
+	if got := hostTableRules(t, optsA.Table); strings.Contains(strings.Join(got, ","), "probe-a") {
+		t.Errorf("A's restart kept its old table: %q", got)
+	}
+	if got := hostTableRules(t, optsB.Table); !strings.Contains(strings.Join(got, ","), "probe-b") {
+		t.Errorf("A's restart replaced B's table: rules %q", got)
 	}
 }
 

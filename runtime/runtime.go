@@ -157,6 +157,10 @@ type Stats struct {
 	// PidsLimitHits counts forks refused at the pids limit so far (0 when
 	// the driver cannot tell).
 	PidsLimitHits int64 `json:"pids_limit_hits"`
+	// PidsLimit is the limit Pids counts against when the driver reads it
+	// from a limit of its own (gVisor's host cgroup, which has headroom for
+	// the runtime's threads); 0 means the sandbox's Limits.Pids.
+	PidsLimit int64 `json:"pids_limit,omitempty"`
 	// ReadAt is when the reading was taken.
 	ReadAt time.Time `json:"read_at"`
 }
@@ -204,6 +208,17 @@ type Driver interface {
 	// from the checkpoint. On error nothing is left behind.
 	// ErrUnavailable when Capabilities().MemorySnapshot is false.
 	Restore(ctx context.Context, cfg Config, dir string) error
+}
+
+// Sampler is implemented by drivers that can take a reading cheap enough
+// for the host monitor to take of every sandbox every few seconds: from
+// the host's cgroup files, without starting a process. Sample fills
+// CPUSeconds (all the CPU the sandbox costs the host, the runtime's own
+// processes included: what its CPU quota caps), Pids, PidsLimit,
+// PidsLimitHits and ReadAt; other fields may be zero. ErrNotFound for an
+// unknown sandbox.
+type Sampler interface {
+	Sample(ctx context.Context, id string) (Stats, error)
 }
 
 // Process is one process of a sandbox as the host sees it.

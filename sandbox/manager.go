@@ -91,8 +91,11 @@ type Manager struct {
 	live map[string]*Sandbox // sandboxes in creating, running or terminating state
 	// active counts admitted sessions that have not ended, by tenant;
 	// with activeAll and activeMemory (MiB) over all tenants (policy.go).
-	active       map[string]int
-	activeAll    int
+	active    map[string]int
+	activeAll int
+	// stopping: StopAll runs; creates are refused and pools not refilled
+	// (under mu, and poolMu for the pools).
+	stopping     bool
 	activeMemory int64
 	// making counts snapshots and template imports under way, by
 	// "what/tenant", for their quotas (ReserveQuota).
@@ -108,12 +111,14 @@ type Manager struct {
 	// is never removed from under a sandbox that is starting on it.
 	tplMu sync.RWMutex
 	// pools are the warm pools by template (pool.go).
-	poolMu    sync.Mutex
-	pools     map[string]*pool
-	poolKick  chan struct{}
-	closing   chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	poolMu sync.Mutex
+	pools  map[string]*pool
+	// poolsStopped: StopPools was called; no member is made any more.
+	poolsStopped bool
+	poolKick     chan struct{}
+	closing      chan struct{}
+	closeOnce    sync.Once
+	wg           sync.WaitGroup
 	// egressQueue feeds recordEgress; egressDropped counts records lost
 	// because it was full.
 	egressQueue   chan store.EgressRecord

@@ -15,27 +15,60 @@ import (
 	"github.com/forkbox/forkbox/store"
 )
 
+// processListInterval is how often, at most, the monitor lists one
+// sandbox's processes for the mining check (listing a gVisor sandbox's
+// starts a runsc process). A mining signal counts for the detector's
+// whole window, so a miner is still caught within it.
+const processListInterval = 15 * time.Second
+
 // monitor samples every running session each abuse interval, from the
 // host: it adds the CPU each used since the last sample to its tenant's
 // daily usage (ending the tenant's sessions when its budget is used up),
 // feeds the abuse detector (killing on a verdict), and ends sessions
-// whose sandbox died by itself.
+// whose sandbox died by itself. Each round's duration is a metric, and a
+// round longer than the interval counts as an overrun.
 func (m *Manager) monitor() {
 	defer m.wg.Done()
-	t := time.NewTicker(m.detector.Config().Interval)
+	interval := m.detector.Config().Interval
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	listed := map[string]time.Time{} // when each sandbox's processes were listed last
 	for {
 		select {
 		case <-m.closing:
 			return
 		case <-t.C:
 		}
-		m.sampleAll()
+		start := time.Now()
+		finished := m.sampleAll(listed)
+		took := time.Since(start)
+		m.opts.Metrics.ObserveMonitorRound(took, !finished || took > interval)
 	}
 }
 
-// sampleAll takes one round of samples.
-func (m *Manager) sampleAll() {
+// sample reads sb's CPU time and tasks from the host: the driver's cheap
+// reading (runtime.Sampler) when it has one, else its Stats.
+func (m *Manager) sample(ctx context.Context, sb *Sandbox) (runtime.Stats, error) {
+	drv := m.driverOf(sb)
+	var st runtime.Stats
+	var err error
+	if s, ok := drv.(runtime.Sampler); ok {
+		st, err = s.Sample(ctx, sb.id)
+	} else {
+		st, err = drv.Stats(ctx, sb.id)
+	}
+	if err == nil && st.ReadAt.IsZero() {
+		st.ReadAt = time.Now()
+	}
+	return st, err
+}
+
+// sampleAll takes one round of samples: a cheap reading of every running
+// session from the host, the CPU they used written to the store in one
+// transaction, then the budget and abuse checks. listed holds when each
+// sandbox's processes were last listed (kept from round to round). It
+// returns false when the round ran out of its interval and stopped early.
+func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), m.detector.Config().Interval)
 	defer cancel()
 	policies := map[string]*v1.TenantPolicy{}
@@ -63,10 +96,19 @@ func (m *Manager) sampleAll() {
 		sb.mu.Unlock()
 	}
 	m.mu.Unlock()
-	over := map[string]int64{} // tenants past their budget: CPU-ms used
+
+	type reading struct {
+		sb  *Sandbox
+		rec store.Session
+		st  runtime.Stats
+	}
+	readings := make([]reading, 0, len(running))
+	cpu := make([]store.CPUReading, 0, len(running))
+	finished := true
 	for _, sb := range running {
 		if ctx.Err() != nil {
 			m.log.Warn("abuse monitor: round did not finish within its interval", "sessions", len(running))
+			finished = false
 			break
 		}
 		rec := sb.Record()
@@ -78,8 +120,7 @@ func (m *Manager) sampleAll() {
 			}()
 			continue
 		}
-		drv := m.driverOf(sb)
-		st, total, err := m.countCPU(ctx, sb)
+		st, err := m.sample(ctx, sb)
 		if err != nil {
 			// Ended meanwhile, or a reading failed: next round. A sandbox
 			// that died by itself (a gVisor sandbox over its memory) is
@@ -89,14 +130,32 @@ func (m *Manager) sampleAll() {
 			}
 			continue
 		}
-		now := st.ReadAt
-		if p := policy(rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
-			over[rec.Tenant] = total
+		readings = append(readings, reading{sb: sb, rec: rec, st: st})
+		cpu = append(cpu, store.CPUReading{Session: sb.id, Tenant: rec.Tenant, TotalMS: int64(st.CPUSeconds * 1000), At: st.ReadAt})
+	}
+	totals, err := m.opts.Store.AddSessionsCPU(ctx, cpu)
+	if err != nil {
+		m.log.Warn("count sessions' CPU", "sessions", len(cpu), "err", err)
+	}
+
+	over := map[string]int64{} // tenants past their budget: CPU-ms used
+	seen := make(map[string]bool, len(readings))
+	for _, r := range readings {
+		seen[r.sb.id] = true
+		if total, ok := totals[r.rec.Tenant]; ok {
+			if p := policy(r.rec.Tenant); p != nil && p.CPUSecondsPerDay > 0 && total >= p.CPUSecondsPerDay*1000 {
+				over[r.rec.Tenant] = total
+			}
 		}
 		var procs func() []abuse.Process
-		if pl, ok := drv.(runtime.ProcessLister); ok {
+		if pl, ok := m.driverOf(r.sb).(runtime.ProcessLister); ok {
+			id := r.sb.id
 			procs = func() []abuse.Process {
-				ps, err := pl.Processes(ctx, sb.id)
+				if at, ok := listed[id]; ok && time.Since(at) < processListInterval {
+					return nil // the signal of the last listing still counts
+				}
+				listed[id] = time.Now()
+				ps, err := pl.Processes(ctx, id)
 				if err != nil {
 					return nil
 				}
@@ -107,37 +166,42 @@ func (m *Manager) sampleAll() {
 				return out
 			}
 		}
-		v := m.detector.Observe(sb.id, abuse.Sample{Time: now, CPUSeconds: st.CPUSeconds, CPULimit: rec.CPU,
-			PidsLimitHits: st.PidsLimitHits, Pids: st.Pids, PidsLimit: rec.Pids}, procs)
+		limit := r.rec.Pids
+		if r.st.PidsLimit > 0 {
+			limit = r.st.PidsLimit
+		}
+		v := m.detector.Observe(r.sb.id, abuse.Sample{Time: r.st.ReadAt, CPUSeconds: r.st.CPUSeconds, CPULimit: r.rec.CPU,
+			PidsLimitHits: r.st.PidsLimitHits, Pids: r.st.Pids, PidsLimit: limit}, procs)
 		if v != nil {
-			go m.endForAbuse(sb, *v, store.ReasonAbuse)
+			go m.endForAbuse(r.sb, *v, store.ReasonAbuse)
+		}
+	}
+	for id := range listed {
+		if !seen[id] {
+			delete(listed, id)
 		}
 	}
 	for tenant, used := range over {
 		m.endForBudget(tenant, used, policy(tenant).CPUSecondsPerDay)
 	}
+	return finished
 }
 
-// countCPU reads sb's stats from the host and adds the CPU it used since
-// the last reading to its tenant's day; it returns the reading and the
-// tenant's CPU-milliseconds today. Warm-pool members count for nobody.
-func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) (runtime.Stats, int64, error) {
+// countCPU reads sb's CPU time from the host and adds what it used since
+// the last reading to its tenant's day (the last reading before its
+// cgroup goes). Warm-pool members count for nobody.
+func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) {
 	rec := sb.Record()
 	if rec.Tenant == "" || rec.State == store.StatePooled {
-		return runtime.Stats{}, 0, errdefs.Newf(errdefs.ErrNotFound, "session %s has no tenant", sb.id)
+		return
 	}
-	st, err := m.driverOf(sb).Stats(ctx, sb.id)
+	st, err := m.sample(ctx, sb)
 	if err != nil {
-		return st, 0, err
+		return
 	}
-	if st.ReadAt.IsZero() {
-		st.ReadAt = time.Now()
-	}
-	total, err := m.opts.Store.AddSessionCPU(ctx, sb.id, rec.Tenant, int64(st.CPUSeconds*1000), st.ReadAt)
-	if err != nil {
+	if _, err := m.opts.Store.AddSessionCPU(ctx, sb.id, rec.Tenant, int64(st.CPUSeconds*1000), st.ReadAt); err != nil {
 		m.log.Warn("count session CPU", "session", sb.id, "tenant", rec.Tenant, "err", err)
 	}
-	return st, total, err
 }
 
 // endForAbuse ends sb for verdict v with reason (abuse when the detector

@@ -286,6 +286,8 @@ func (m *Manager) admit(ctx context.Context, t *store.Tenant, p v1.TenantPolicy,
 	m.mu.Lock()
 	var e *errdefs.TypedError
 	switch {
+	case m.stopping:
+		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity, "the daemon is stopping and destroying its sessions")
 	case p.MaxSessions > 0 && m.active[tenant] >= p.MaxSessions:
 		e = errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantConcurrency,
 			"tenant %s is at its limit of %d concurrent sessions", tenant, p.MaxSessions)

@@ -173,7 +173,7 @@ func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKe
 // adoptMember configures member sb for req and makes it a running session.
 func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
 	// What the member used while it waited is nobody's: mark it counted.
-	if st, err := m.driverOf(sb).Stats(ctx, sb.id); err == nil {
+	if st, err := m.sample(ctx, sb); err == nil {
 		_, _ = m.opts.Store.AddSessionCPU(ctx, sb.id, "", int64(st.CPUSeconds*1000), time.Now())
 	}
 	if err := m.initAgent(ctx, sb, req); err != nil {
@@ -288,7 +288,7 @@ func (m *Manager) refill() {
 		}
 		m.poolMu.Lock()
 		for _, pl := range m.pools {
-			for pl.starting+len(pl.ready) < pl.cfg.Size && pl.failures < maxFillFailures {
+			for pl.starting+len(pl.ready) < pl.cfg.Size && pl.failures < maxFillFailures && !m.poolsStopped {
 				select {
 				case sem <- struct{}{}:
 				default:
@@ -338,7 +338,7 @@ func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
 		return
 	default:
 	}
-	if sb != nil && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
+	if sb != nil && !m.poolsStopped && m.pools[cfg.Template] == pl && sameLimits(pl.cfg, cfg) && len(pl.ready) < pl.cfg.Size {
 		pl.ready = append(pl.ready, sb)
 		sb = nil
 	}

@@ -5,6 +5,7 @@ package storage
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"path/filepath"
 
@@ -16,6 +17,7 @@ import (
 //
 //	DIR/
 //	  api-key                 the generated API key (0600)
+//	  daemon.lock             held (flock) by the daemon that runs on it
 //	  forkbox.db              SQLite state
 //	  bin/forkbox-agent       the agent binary mounted into sandboxes
 //	  runc/                   runc's state root
@@ -37,6 +39,10 @@ func NewLayout(dir string) (Layout, error) {
 
 // APIKey is the file holding the generated API key.
 func (l Layout) APIKey() string { return filepath.Join(l.Root, "api-key") }
+
+// Lock is the file a daemon on the data directory holds an exclusive
+// flock on while it runs (and forkbox down while it works).
+func (l Layout) Lock() string { return filepath.Join(l.Root, "daemon.lock") }
 
 // Database is the SQLite database file.
 func (l Layout) Database() string { return filepath.Join(l.Root, "forkbox.db") }
@@ -92,6 +98,43 @@ func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }
 // Netns is the directory of the sandboxes' network namespace files
 // (netpolicy; root only).
 func (l Layout) Netns() string { return filepath.Join(l.Root, "netns") }
+
+// HostNames are the names of the host-wide objects a daemon makes outside
+// its data directory: every daemon on a host has its own, so that one
+// never touches another's (tests, several daemons, a blue/green restart),
+// and a daemon restarted on the same data directory finds its own again.
+type HostNames struct {
+	// CgroupParent is the cgroup, in every hierarchy, under which its
+	// sandboxes' cgroups are made ("forkbox-" and 10 hex digits).
+	CgroupParent string
+	// NftTable is its nftables table (family inet) on the host: the
+	// fence of its sandboxes' host links.
+	NftTable string
+	// LinkGroup is the interface group (IFLA_GROUP) of its sandboxes'
+	// host links, by which its table tells them from other daemons' (0:
+	// none, as before names were per daemon).
+	LinkGroup uint32
+}
+
+// legacyName is the one name every daemon used for its cgroup parent and
+// nftables table before each daemon had its own.
+const legacyName = "forkbox"
+
+// LegacyHostNames are the names of daemons from before HostNames: one
+// cgroup parent and one table for every daemon on the host, and no link
+// group. A daemon adopts sandboxes made under them (see HostNames).
+func LegacyHostNames() HostNames { return HostNames{CgroupParent: legacyName, NftTable: legacyName} }
+
+// HostNames derives the daemon's host-wide names from the data directory
+// (its absolute path): sha256 of it names them, so two data directories
+// collide with odds of 2^-40 (names) and 2^-31 (link group).
+func (l Layout) HostNames() HostNames {
+	sum := sha256.Sum256([]byte("forkbox host names\x00" + l.Root))
+	tag := legacyName + "-" + hex.EncodeToString(sum[:5])
+	// The top bit set keeps it clear of 0 (no group) and of small groups
+	// an administrator may use.
+	return HostNames{CgroupParent: tag, NftTable: tag, LinkGroup: binary.BigEndian.Uint32(sum[5:9]) | 1<<31}
+}
 
 // Sandbox is the directory of sandbox id.
 func (l Layout) Sandbox(id string) string { return filepath.Join(l.Sandboxes(), id) }

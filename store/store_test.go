@@ -13,7 +13,7 @@ import (
 )
 
 // openTemp opens a fresh database in t's temporary directory; it closes with t.
-func openTemp(t *testing.T) (*Store, string) {
+func openTemp(t testing.TB) (*Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "forkbox.db")
 	s, err := Open(context.Background(), path)

@@ -139,33 +139,77 @@ func UsageDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // CPU-milliseconds in all: the part not counted yet is added to the
 // tenant's usage for the UTC day of at, in one transaction, so a crash
 // counts it once or not at all. It returns the tenant's total for that
-// day, in CPU-milliseconds.
+// day, in CPU-milliseconds; ErrNotFound for an unknown session.
 func (s *Store) AddSessionCPU(ctx context.Context, id, tenant string, totalMS int64, at time.Time) (int64, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+	totals, err := s.AddSessionsCPU(ctx, []CPUReading{{Session: id, Tenant: tenant, TotalMS: totalMS, At: at}})
 	if err != nil {
 		return 0, err
 	}
-	defer tx.Rollback()
-	var counted int64
-	if err := tx.QueryRowContext(ctx, `SELECT cpu_ms FROM sessions WHERE id = ?`, id).Scan(&counted); err != nil {
-		return 0, notFound(err, fmt.Sprintf("session %q", id))
+	total, ok := totals[tenant]
+	if !ok {
+		return 0, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 	}
-	day := UsageDay(at)
-	if delta := totalMS - counted; delta > 0 {
-		if _, err := tx.ExecContext(ctx, `UPDATE sessions SET cpu_ms = ? WHERE id = ?`, totalMS, id); err != nil {
-			return 0, err
+	return total, nil
+}
+
+// CPUReading is one session's CPU time as the host read it.
+type CPUReading struct {
+	// Session is the session's id and Tenant its tenant's name.
+	Session, Tenant string
+	// TotalMS is the CPU the session has used in all, in CPU-milliseconds.
+	TotalMS int64
+	// At is when it was read; its UTC day is the day the CPU counts for.
+	At time.Time
+}
+
+// AddSessionsCPU is AddSessionCPU for many sessions in one transaction
+// (the host monitor's round: one write instead of one per session). A
+// reading of an unknown session (ended and purged meanwhile) is skipped.
+// It returns, for the tenant of every reading it counted, the tenant's
+// total for the day of its last reading, in CPU-milliseconds.
+func (s *Store) AddSessionsCPU(ctx context.Context, readings []CPUReading) (map[string]int64, error) {
+	if len(readings) == 0 {
+		return map[string]int64{}, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	days := map[string]string{} // tenant -> the day of its last reading
+	for _, r := range readings {
+		var counted int64
+		err := tx.QueryRowContext(ctx, `SELECT cpu_ms FROM sessions WHERE id = ?`, r.Session).Scan(&counted)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		day := UsageDay(r.At)
+		days[r.Tenant] = day
+		delta := r.TotalMS - counted
+		if delta <= 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sessions SET cpu_ms = ? WHERE id = ?`, r.TotalMS, r.Session); err != nil {
+			return nil, err
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO tenant_usage (tenant, day, cpu_ms) VALUES (?, ?, ?)
-			ON CONFLICT(tenant, day) DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms`, tenant, day, delta); err != nil {
-			return 0, err
+			ON CONFLICT(tenant, day) DO UPDATE SET cpu_ms = cpu_ms + excluded.cpu_ms`, r.Tenant, day, delta); err != nil {
+			return nil, err
 		}
 	}
-	var total int64
-	err = tx.QueryRowContext(ctx, `SELECT cpu_ms FROM tenant_usage WHERE tenant = ? AND day = ?`, tenant, day).Scan(&total)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return 0, err
+	totals := make(map[string]int64, len(days))
+	for tenant, day := range days {
+		var total int64
+		err := tx.QueryRowContext(ctx, `SELECT cpu_ms FROM tenant_usage WHERE tenant = ? AND day = ?`, tenant, day).Scan(&total)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		totals[tenant] = total
 	}
-	return total, tx.Commit()
+	return totals, tx.Commit()
 }
 
 // TenantCPU returns the CPU-milliseconds tenant used on the UTC day of at.

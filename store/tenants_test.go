@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,6 +123,85 @@ func TestSessionCPUCountsOnce(t *testing.T) {
 	if got, _ := s.TenantCPU(ctx, "acme", now.Add(48*time.Hour)); got != 0 {
 		t.Fatalf("TenantCPU another day = %d", got)
 	}
+}
+
+// TestSessionsCPUInOneTransaction proves the monitor's batch: each
+// session's new CPU goes to its own tenant once, an unknown session is
+// skipped without failing the others, and every counted tenant's total
+// comes back.
+func TestSessionsCPUInOneTransaction(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	now := time.Now()
+	for _, sess := range []struct{ id, tenant string }{{"a1", "acme"}, {"a2", "acme"}, {"b1", "beta"}} {
+		if err := s.CreateSession(ctx, &Session{ID: sess.id, Template: "base", Driver: "runc", State: StateRunning,
+			Tenant: sess.tenant, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round := func(a1, a2, b1 int64) map[string]int64 {
+		t.Helper()
+		got, err := s.AddSessionsCPU(ctx, []CPUReading{
+			{Session: "a1", Tenant: "acme", TotalMS: a1, At: now}, {Session: "gone", Tenant: "acme", TotalMS: 99, At: now},
+			{Session: "a2", Tenant: "acme", TotalMS: a2, At: now}, {Session: "b1", Tenant: "beta", TotalMS: b1, At: now}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := round(100, 200, 50); got["acme"] != 300 || got["beta"] != 50 || len(got) != 2 {
+		t.Fatalf("first round: %v", got)
+	}
+	if got := round(100, 250, 40); got["acme"] != 350 || got["beta"] != 50 {
+		t.Fatalf("second round (a restarted counter counts nothing): %v", got)
+	}
+	if got, _ := s.TenantCPU(ctx, "acme", now); got != 350 {
+		t.Fatalf("TenantCPU(acme) = %d", got)
+	}
+	if _, err := s.AddSessionCPU(ctx, "gone", "acme", 5, now); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("AddSessionCPU of an unknown session: %v", err)
+	}
+}
+
+// BenchmarkSessionsCPU is the store's part of one monitor round with 20
+// running sessions: one transaction per session (before) against one for
+// the round.
+func BenchmarkSessionsCPU(b *testing.B) {
+	s, _ := openTemp(b)
+	ctx := context.Background()
+	now := time.Now()
+	var readings []CPUReading
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("s%d", i)
+		if err := s.CreateSession(ctx, &Session{ID: id, Template: "base", Driver: "runc", State: StateRunning,
+			Tenant: "acme", CreatedAt: now}); err != nil {
+			b.Fatal(err)
+		}
+		readings = append(readings, CPUReading{Session: id, Tenant: "acme", At: now})
+	}
+	next := func() {
+		for i := range readings {
+			readings[i].TotalMS += 10
+		}
+	}
+	b.Run("per-session", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			next()
+			for _, r := range readings {
+				if _, err := s.AddSessionCPU(ctx, r.Session, r.Tenant, r.TotalMS, r.At); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("one-transaction", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			next()
+			if _, err := s.AddSessionsCPU(ctx, readings); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestMigrateToTenants proves an install from before tenants keeps working:

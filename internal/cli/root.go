@@ -1,5 +1,5 @@
 // Package cli is the forkbox command line (cobra). Every command except
-// serve and bench talks to a daemon through package client.
+// serve, down and bench talks to a daemon through package client.
 package cli
 
 import (
@@ -51,7 +51,7 @@ func Execute() int {
 	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", client.DefaultKeyFile,
 		"API key file read when "+client.EnvAPIKey+" is unset and the daemon is local")
 	root.AddCommand(
-		newServeCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
+		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
 		newSnapshotCmd(g), newForkCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
 		newEgressCmd(g), newTenantCmd(g), newKeyCmd(g), newAuditCmd(g),

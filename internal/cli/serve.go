@@ -32,7 +32,8 @@ func newServeCmd() *cobra.Command {
 database, the built-in "base" template and an API key (written to DIR/api-key,
 mode 0600): the admin key of the "default" tenant, which also creates other
 tenants and their keys (forkbox tenant, forkbox key). Sandboxes keep running
-across daemon restarts and are adopted.`,
+across daemon restarts and are adopted; with --stop-sessions the daemon
+destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var lv slog.Level
@@ -61,6 +62,9 @@ across daemon restarts and are adopted.`,
 				return err
 			case <-cmd.Context().Done():
 			}
+			if opts.StopSessions {
+				fmt.Fprintln(os.Stderr, "forkbox: stopping; destroying every session (--stop-sessions)")
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return d.Shutdown(ctx)
@@ -78,6 +82,8 @@ across daemon restarts and are adopted.`,
 	f.Int64Var(&imageSize, "storage-size", 0, fmt.Sprintf("size in GiB of the storage image (its blocks reserved on the host) made when the data directory's filesystem cannot host the storage driver (default: half the free space there, at least 1, at most %d)", storage.MaxImageBytes>>30))
 	f.Int64Var(&opts.MaxSnapshotEntries, "max-snapshot-entries", storage.DefaultMaxSnapshotEntries,
 		"most entries (files, directories, links) a snapshot may hold; past it a snapshot gets 429 resource-exhausted")
+	f.BoolVar(&opts.StopSessions, "stop-sessions", false,
+		"on shutdown destroy every session and release the host (storage unmounted, nftables table and cgroups removed) instead of leaving the sandboxes running for the next daemon")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")

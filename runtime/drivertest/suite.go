@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 	"github.com/forkbox/forkbox/runtime"
@@ -69,6 +69,7 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("Pause", e.testPause)
 	t.Run("PauseDuringKill", e.testPauseDuringKill)
 	t.Run("BadConfig", e.testBadConfig)
+	t.Run("Sample", e.testSample)
 	if e.driver.Capabilities().JoinUserNamespace {
 		t.Run("JoinUserNamespace", e.testJoinUserNamespace)
 	}
@@ -237,8 +238,8 @@ func (e *env) testLifecycle(t *testing.T) {
 	if err := e.driver.Delete(ctx, sb.id); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
-	if out, _ := exec.Command("sh", "-c", "ls -d /sys/fs/cgroup/*/forkbox/"+sb.id+" 2>/dev/null").Output(); len(out) > 0 {
-		t.Fatalf("cgroups left after delete:\n%s", out)
+	if left, _ := filepath.Glob("/sys/fs/cgroup/*/*/" + sb.id); len(left) > 0 {
+		t.Fatalf("cgroups left after delete: %v", left)
 	}
 }
 
@@ -287,6 +288,59 @@ func (e *env) testLimits(t *testing.T) {
 	}
 }
 
+// testSample: a driver with a cheap reading for the host monitor
+// (runtime.Sampler) sees the sandbox's CPU grow while it works, its tasks
+// and their limit, and no sandbox once it is deleted. It reports what a
+// Sample and a Stats cost here (the monitor takes one of every sandbox
+// every 5 s).
+func (e *env) testSample(t *testing.T) {
+	s, ok := e.driver.(runtime.Sampler)
+	if !ok {
+		t.Skip("the driver has no runtime.Sampler; the monitor uses Stats")
+	}
+	sb := e.start(t, defaultLimits)
+	ctx := context.Background()
+	before, err := s.Sample(ctx, sb.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Half a second of CPU, however busy the host is.
+	sb.run(t, ctx, "python3", "-c", "import time\nwhile time.process_time() < 0.5: pass")
+	after, err := s.Sample(ctx, sb.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CPUSeconds < before.CPUSeconds+0.4 || after.Pids < 1 || after.ReadAt.IsZero() {
+		t.Fatalf("samples around half a second of CPU: %+v then %+v", before, after)
+	}
+	if limit := after.PidsLimit; limit != 0 && limit < defaultLimits.Pids {
+		t.Fatalf("pids limit %d, below the sandbox's %d", limit, defaultLimits.Pids)
+	}
+	const n = 20
+	cost := func(read func() error) (time.Duration, int) {
+		start, failed := time.Now(), 0
+		for i := 0; i < n; i++ {
+			if err := read(); err != nil {
+				failed++
+			}
+		}
+		return time.Since(start) / n, failed
+	}
+	sampleCost, sampleFailed := cost(func() error { _, err := s.Sample(ctx, sb.id); return err })
+	statsCost, statsFailed := cost(func() error { _, err := e.driver.Stats(ctx, sb.id); return err })
+	t.Logf("%s: Sample %v, Stats %v per call (mean of %d; %d and %d failed)", e.driver.Name(),
+		sampleCost, statsCost, n, sampleFailed, statsFailed)
+	if sampleFailed > 0 {
+		t.Fatalf("%d of %d samples failed", sampleFailed, n)
+	}
+	if err := e.driver.Delete(ctx, sb.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sample(ctx, sb.id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("sample of a deleted sandbox: %v, want not found", err)
+	}
+}
+
 // forkLoop forks up to 100 children that wait, counts those it got, kills
 // them and prints the count.
 const forkLoop = `import os, signal
@@ -306,10 +360,15 @@ for k in kids:
 print(len(kids))
 `
 
-// readCgroup reads a file of the sandbox's cgroup (cgroup v1, forkbox/ID).
+// readCgroup reads a file of the sandbox's cgroup (cgroup v1,
+// PARENT/ID, whatever parent the driver uses).
 func readCgroup(t *testing.T, controller, id, file string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, "forkbox", id, file))
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", controller, "*", id))
+	if len(dirs) != 1 {
+		t.Fatalf("cgroup of %s in %s: %v", id, controller, dirs)
+	}
+	b, err := os.ReadFile(filepath.Join(dirs[0], file))
 	if err != nil {
 		t.Fatal(err)
 	}

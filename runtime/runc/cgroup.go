@@ -11,19 +11,65 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
 )
 
-// cgroupV1 reads and writes a sandbox's cgroup v1 files directly, which is
+// LegacyCgroupParent is the cgroup under which every daemon made its
+// sandboxes' cgroups before each had its own parent
+// (storage.HostNames.CgroupParent); Cgroups still finds sandboxes there.
+const LegacyCgroupParent = "forkbox"
+
+// Cgroups reads and writes sandboxes' cgroup v1 files directly, which is
 // an order of magnitude faster than a runc CLI call (no process start).
-type cgroupV1 struct {
+// A sandbox's cgroup is PARENT/ID in every hierarchy; a sandbox made by a
+// daemon of a previous version (under LegacyCgroupParent) is found there
+// and removed from there, so that it can be adopted. Safe for concurrent
+// use.
+type Cgroups struct {
+	parent string
 	once   sync.Once
 	mounts map[string]string // controller name -> hierarchy mount point
 	err    error
+	// where remembers, per sandbox id, the parent its cgroups were
+	// found under (its own, or the legacy one).
+	where sync.Map
+}
+
+// NewCgroups returns the cgroups of the sandboxes under parent (a cgroup
+// name; "" is LegacyCgroupParent).
+func NewCgroups(parent string) *Cgroups {
+	if parent == "" {
+		parent = LegacyCgroupParent
+	}
+	return &Cgroups{parent: parent}
+}
+
+// SpecPath is sandbox id's cgroup path for its OCI spec (relative to each
+// hierarchy's root): /PARENT/ID.
+func (c *Cgroups) SpecPath(id string) string { return "/" + c.parent + "/" + id }
+
+// parentOf returns the parent under which sandbox id's cgroup is in the
+// hierarchy mounted at mp: c's own, or the legacy one for a sandbox made
+// by a previous version; c's own when it is in neither (yet).
+func (c *Cgroups) parentOf(mp, id string) string {
+	if v, ok := c.where.Load(id); ok {
+		return v.(string)
+	}
+	for _, parent := range []string{c.parent, LegacyCgroupParent} {
+		if _, err := os.Stat(filepath.Join(mp, parent, id)); err == nil {
+			c.where.Store(id, parent)
+			return parent
+		}
+	}
+	return c.parent
 }
 
 // mountPoint returns where the v1 hierarchy holding controller is mounted.
-func (c *cgroupV1) mountPoint(controller string) (string, error) {
+func (c *Cgroups) mountPoint(controller string) (string, error) {
 	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
 	if c.err != nil {
 		return "", c.err
@@ -36,12 +82,12 @@ func (c *cgroupV1) mountPoint(controller string) (string, error) {
 }
 
 // path returns the sandbox's directory in controller's hierarchy.
-func (c *cgroupV1) path(controller, id string) (string, error) {
+func (c *Cgroups) path(controller, id string) (string, error) {
 	mp, err := c.mountPoint(controller)
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(mp, cgroupsPath(id)), nil
+	return filepath.Join(mp, c.parentOf(mp, id), id), nil
 }
 
 // unifiedKey is the key of the cgroup2 ("unified") mount in the map of
@@ -96,7 +142,7 @@ func parseCgroupMounts(data []byte) (map[string]string, error) {
 	return out, nil
 }
 
-func (c *cgroupV1) readInt(controller, id, file string) (int64, error) {
+func (c *Cgroups) readInt(controller, id, file string) (int64, error) {
 	p, err := c.path(controller, id)
 	if err != nil {
 		return 0, err
@@ -109,7 +155,7 @@ func (c *cgroupV1) readInt(controller, id, file string) (int64, error) {
 }
 
 // oomKills returns the oom_kill counter of memory.oom_control.
-func (c *cgroupV1) oomKills(id string) (int64, error) {
+func (c *Cgroups) oomKills(id string) (int64, error) {
 	p, err := c.path("memory", id)
 	if err != nil {
 		return 0, err
@@ -127,7 +173,7 @@ func (c *cgroupV1) oomKills(id string) (int64, error) {
 }
 
 // procs returns the host pids of every process in the sandbox's cgroup.
-func (c *cgroupV1) procs(id string) ([]int, error) {
+func (c *Cgroups) procs(id string) ([]int, error) {
 	p, err := c.path("pids", id)
 	if err != nil {
 		return nil, err
@@ -146,7 +192,7 @@ func (c *cgroupV1) procs(id string) ([]int, error) {
 }
 
 // freezerState returns THAWED, FREEZING or FROZEN.
-func (c *cgroupV1) freezerState(id string) (string, error) {
+func (c *Cgroups) freezerState(id string) (string, error) {
 	p, err := c.path("freezer", id)
 	if err != nil {
 		return "", err
@@ -160,7 +206,7 @@ func (c *cgroupV1) freezerState(id string) (string, error) {
 
 // setFreezer writes state (FROZEN or THAWED) and waits until the kernel
 // reports it, polling with a short backoff; it gives up after 2 s.
-func (c *cgroupV1) setFreezer(id, state string) error {
+func (c *Cgroups) setFreezer(id, state string) error {
 	p, err := c.path("freezer", id)
 	if err != nil {
 		return err
@@ -187,7 +233,7 @@ func (c *cgroupV1) setFreezer(id, state string) error {
 
 // remove deletes the sandbox's cgroup directories in every hierarchy.
 // Directories that are already gone are fine.
-func (c *cgroupV1) remove(id string) error {
+func (c *Cgroups) remove(id string) error {
 	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
 	if c.err != nil {
 		return c.err
@@ -199,53 +245,133 @@ func (c *cgroupV1) remove(id string) error {
 			continue
 		}
 		seen[mp] = true
-		dir := filepath.Join(mp, cgroupsPath(id))
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		for _, parent := range []string{c.parent, LegacyCgroupParent} {
+			dir := filepath.Join(mp, parent, id)
+			if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) == 0 {
+		c.where.Delete(id)
+	}
+	return errors.Join(errs...)
+}
+
+// Sandboxes lists the ids of the sandbox cgroups under c's own parent, in
+// any hierarchy (forkbox down kills what is left there).
+func (c *Cgroups) Sandboxes() ([]string, error) {
+	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
+	if c.err != nil {
+		return nil, c.err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, mp := range c.mounts {
+		entries, err := os.ReadDir(filepath.Join(mp, c.parent))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && ValidID(e.Name()) && !seen[e.Name()] {
+				seen[e.Name()] = true
+				ids = append(ids, e.Name())
+			}
+		}
+	}
+	return ids, nil
+}
+
+// RemoveParent removes c's parent cgroup in every hierarchy when no
+// sandbox is left under it (forkbox down); a parent that is gone, or
+// still holds a sandbox, is left as it is (EBUSY) and not an error.
+func (c *Cgroups) RemoveParent() error {
+	c.once.Do(func() { c.mounts, c.err = readCgroupMounts() })
+	if c.err != nil {
+		return c.err
+	}
+	var errs []error
+	seen := map[string]bool{}
+	for _, mp := range c.mounts {
+		if seen[mp] {
+			continue
+		}
+		seen[mp] = true
+		err := os.Remove(filepath.Join(mp, c.parent))
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// sharedCgroups serves RemoveSandboxCgroups, SandboxPidsLimitHits and
-// SandboxOOMKills.
-var sharedCgroups cgroupV1
-
-// RemoveSandboxCgroups SIGKILLs every process left in sandbox id's cgroups
-// (forkbox/ID in each cgroup v1 hierarchy), waits until they are gone (up
-// to 10 s, or ctx) and removes the cgroup directories. For other drivers
-// that use the same cgroup layout (gVisor), after their own delete: a
-// runtime whose state was lost must not leave its processes running.
-func RemoveSandboxCgroups(ctx context.Context, id string) error {
+// Remove SIGKILLs every process left in sandbox id's cgroups, waits until
+// they are gone (up to 10 s, or ctx) and removes the cgroup directories.
+// For other drivers that use the same cgroup layout (gVisor), after their
+// own delete: a runtime whose state was lost must not leave its processes
+// running.
+func (c *Cgroups) Remove(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return nil
 	}
-	if err := killCgroup(ctx, &sharedCgroups, id); err != nil {
+	if err := killCgroup(ctx, c, id); err != nil {
 		return err
 	}
-	return sharedCgroups.remove(id)
+	return c.remove(id)
 }
 
-// SandboxPidsLimitHits returns how many tasks the pids limit of sandbox
-// id's host cgroup has refused (the "max" count of its pids.events), for
+// sample reads what the host monitor needs of the sandbox's cgroups:
+// cpuacct.usage, pids.current, pids.max and the "max" count of
+// pids.events: four small reads, no process started.
+func (c *Cgroups) sample(id string) (runtime.Stats, error) {
+	var st runtime.Stats
+	cpuNS, err := c.readInt("cpuacct", id, "cpuacct.usage")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return st, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
+		}
+		return st, err
+	}
+	st.CPUSeconds = float64(cpuNS) / 1e9
+	if st.Pids, err = c.readInt("pids", id, "pids.current"); err != nil {
+		return st, err
+	}
+	st.PidsLimit, _ = c.readInt("pids", id, "pids.max") // "max" (no limit) reads as 0
+	st.PidsLimitHits, _ = c.pidsLimitHits(id)           // (older kernels have no pids.events)
+	st.ReadAt = time.Now()
+	return st, nil
+}
+
+// Sample is the host monitor's reading of sandbox id from its cgroups
+// (see runtime.Sampler), for other drivers that use the same cgroup
+// layout (gVisor). ErrNotFound when the sandbox has no cgroup.
+func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
+	if !ValidID(id) {
+		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	return c.sample(id)
+}
+
+// PidsLimitHits returns how many tasks the pids limit of sandbox id's
+// host cgroup has refused (the "max" count of its pids.events), for
 // drivers other than runc whose sandboxes live in the same cgroups (the
 // gVisor driver). An error when the cgroup is gone or the kernel keeps no
 // such count.
-func SandboxPidsLimitHits(id string) (int64, error) {
+func (c *Cgroups) PidsLimitHits(id string) (int64, error) {
 	if !ValidID(id) {
 		return 0, fmt.Errorf("invalid sandbox id %q", id)
 	}
-	return sharedCgroups.pidsLimitHits(id)
+	return c.pidsLimitHits(id)
 }
 
-// SandboxOOMKills returns the oom_kill count of sandbox id's host memory
-// cgroup (processes the kernel killed at its memory limit), for drivers
-// other than runc whose sandboxes live in the same cgroups.
-func SandboxOOMKills(id string) (int64, error) {
+// OOMKills returns the oom_kill count of sandbox id's host memory cgroup
+// (processes the kernel killed at its memory limit), for drivers other
+// than runc whose sandboxes live in the same cgroups.
+func (c *Cgroups) OOMKills(id string) (int64, error) {
 	if !ValidID(id) {
 		return 0, fmt.Errorf("invalid sandbox id %q", id)
 	}
-	return sharedCgroups.oomKills(id)
+	return c.oomKills(id)
 }
 
 // nsPgid returns the innermost-namespace process group id of host pid, read
@@ -269,7 +395,7 @@ func nsPgid(pid int) (int, error) {
 
 // pidsLimitHits reads the "max" count of the sandbox's pids.events: forks
 // refused at its pids limit.
-func (c *cgroupV1) pidsLimitHits(id string) (int64, error) {
+func (c *Cgroups) pidsLimitHits(id string) (int64, error) {
 	p, err := c.path("pids", id)
 	if err != nil {
 		return 0, err

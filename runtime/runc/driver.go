@@ -28,7 +28,7 @@ import (
 // Driver runs sandboxes with the runc CLI. Create one with New.
 type Driver struct {
 	runc *gorunc.Runc
-	cg   cgroupV1
+	cg   *Cgroups
 
 	// freezeMu holds a *sync.Mutex per sandbox id that orders its freezer
 	// changes: KillProcessGroup's freeze-signal-thaw is one step, so a
@@ -53,6 +53,10 @@ type Options struct {
 	// StateRoot is runc's --root: where it keeps container state. forkbox
 	// gives runc a root of its own so List sees only forkbox's sandboxes.
 	StateRoot string
+	// CgroupParent is the cgroup under which sandboxes' cgroups are made
+	// (the daemon's storage.HostNames.CgroupParent); "" is
+	// LegacyCgroupParent.
+	CgroupParent string
 }
 
 // New returns a driver over the runc binary. It fails with ErrUnavailable
@@ -69,7 +73,7 @@ func New(opts Options) (*Driver, error) {
 	if err := os.MkdirAll(opts.StateRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("runc driver: %w", err)
 	}
-	return &Driver{runc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true}}, nil
+	return &Driver{runc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true}, cg: NewCgroups(opts.CgroupParent)}, nil
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -97,6 +101,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
+	spec.Linux.CgroupsPath = d.cg.SpecPath(cfg.ID)
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -161,11 +166,11 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 
 // killAll SIGKILLs every process in the sandbox's cgroup and waits (up to
 // 10 s, or ctx) until none is left. A missing cgroup means nothing runs.
-func (d *Driver) killAll(ctx context.Context, id string) error { return killCgroup(ctx, &d.cg, id) }
+func (d *Driver) killAll(ctx context.Context, id string) error { return killCgroup(ctx, d.cg, id) }
 
 // killCgroup is killAll for the cgroups cg reads (a frozen cgroup is thawed
 // after the signals, so that they are delivered).
-func killCgroup(ctx context.Context, cg *cgroupV1, id string) error {
+func killCgroup(ctx context.Context, cg *Cgroups, id string) error {
 	frozen := false
 	if st, err := cg.freezerState(id); err == nil && st != "THAWED" {
 		frozen = true
@@ -262,6 +267,17 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	st.PidsLimitHits, _ = d.cg.pidsLimitHits(id) // (older kernels have no pids.events)
 	st.ReadAt = time.Now()
 	return st, nil
+}
+
+var _ runtime.Sampler = (*Driver)(nil)
+
+// Sample reads the sandbox's CPU time and tasks from its cgroups for the
+// host monitor (runtime.Sampler): fewer files than Stats.
+func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
+	if !ValidID(id) {
+		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	return d.cg.sample(id)
 }
 
 // KillProcessGroup freezes the sandbox, signals every process whose

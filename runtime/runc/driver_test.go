@@ -14,8 +14,10 @@ func TestConformance(t *testing.T) {
 	if _, err := exec.LookPath("runc"); err != nil {
 		t.Skip("runc is not installed (make deps installs it)")
 	}
+	// The suite's sandboxes are gone by then: their parent goes too.
+	t.Cleanup(func() { _ = runc.NewCgroups("forkbox-drivertest").RemoveParent() })
 	drivertest.Run(t, func(t *testing.T, stateRoot string) runtime.Driver {
-		d, err := runc.New(runc.Options{StateRoot: stateRoot})
+		d, err := runc.New(runc.Options{StateRoot: stateRoot, CgroupParent: "forkbox-drivertest"})
 		if err != nil {
 			t.Fatal(err)
 		}

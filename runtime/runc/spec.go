@@ -54,9 +54,6 @@ var (
 // cpuPeriodUS is the CFS period the CPU quota is expressed in, in µs.
 const cpuPeriodUS = 100000
 
-// cgroupParent is the cgroup (in every v1 hierarchy) under which sandboxes live.
-const cgroupParent = "forkbox"
-
 // AgentOOMScoreAdj is the agent's oom_score_adj, written by the runtime
 // with the host's privilege (which also makes it the floor for everything
 // the agent starts: a process may lower its own score only down to what
@@ -69,9 +66,6 @@ const cgroupParent = "forkbox"
 // this score to the Sentry and the gofer; inside, the Sentry kills no
 // single process (going over the limit stops the sandbox).
 const AgentOOMScoreAdj = 0
-
-// cgroupsPath returns the sandbox's cgroup path relative to a hierarchy root.
-func cgroupsPath(id string) string { return "/" + cgroupParent + "/" + id }
 
 // BuildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
 // mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
@@ -134,7 +128,7 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			CgroupsPath: cgroupsPath(cfg.ID),
+			CgroupsPath: "/" + LegacyCgroupParent + "/" + cfg.ID, // drivers put in their own parent (Cgroups.SpecPath)
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
