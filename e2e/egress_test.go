@@ -177,16 +177,7 @@ func TestEgressAllowList(t *testing.T) {
 		}
 		return out
 	}
-	var recs []client.EgressRecord
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if recs, err = env.c.Egress(ctxFor(t, time.Minute), s.ID, 0, 1000); err != nil {
-			t.Fatal(err)
-		}
-		if len(missing(recs)) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	recs := waitEgress(t, s.ID, missing)
 	if m := missing(recs); len(m) > 0 {
 		t.Errorf("records missing: %v (of %d records)", m, len(recs))
 	}
@@ -326,5 +317,21 @@ func TestEgressSurvivesRestart(t *testing.T) {
 	}
 	if after := runHost(t, "ip", "-o", "link"); strings.Contains(after, netpolicy.HostLinkName(s.ID)) {
 		t.Errorf("the session's link outlived it:\n%s", after)
+	}
+}
+
+// waitEgress reads session id's egress records until missing finds none
+// missing (or 10 s pass: records are written in batches) and returns the
+// last reading.
+func waitEgress(t *testing.T, id string, missing func([]client.EgressRecord) []string) []client.EgressRecord {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		recs, err := env.c.Egress(ctxFor(t, time.Minute), id, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(missing(recs)) == 0 || time.Now().After(deadline) {
+			return recs
+		}
 	}
 }

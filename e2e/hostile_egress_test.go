@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/forkbox/forkbox/client"
 )
@@ -113,16 +112,7 @@ print(json.dumps(res))
 		}
 		return out
 	}
-	var recs []client.EgressRecord
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		var err error
-		if recs, err = env.c.Egress(ctxFor(t, time.Minute), s.ID, 0, 1000); err != nil {
-			t.Fatal(err)
-		}
-		if len(missing(recs)) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	recs := waitEgress(t, s.ID, missing)
 	if m := missing(recs); len(m) > 0 {
 		t.Errorf("records missing: %v", m)
 		for _, r := range recs {

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -25,11 +23,11 @@ templates, snapshots, keys) stays: a later serve starts from it, and deleting
 it uninstalls forkbox for good.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var lv slog.Level
-			if err := lv.UnmarshalText([]byte(level)); err != nil {
+			log, err := stderrLogger(level)
+			if err != nil {
 				return err
 			}
-			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+			opts.Log = log
 			n, err := daemon.Down(cmd.Context(), opts)
 			if err != nil {
 				return err

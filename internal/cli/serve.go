@@ -36,11 +36,11 @@ across daemon restarts and are adopted; with --stop-sessions the daemon
 destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var lv slog.Level
-			if err := lv.UnmarshalText([]byte(level)); err != nil {
+			log, err := stderrLogger(level)
+			if err != nil {
 				return err
 			}
-			opts.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+			opts.Log = log
 			opts.StorageImageBytes = imageSize << 30
 			opts.ExecInflight = inflight.Limits{Total: execMB << 20, PerTenant: execTenantMB << 20}
 			for _, p := range pools {
@@ -97,4 +97,14 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
 			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")
 	return cmd
+}
+
+// stderrLogger returns a text logger to standard error at level ("debug",
+// "info", "warn" or "error"); an unknown level is an error.
+func stderrLogger(level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, err
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), nil
 }
