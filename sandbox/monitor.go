@@ -47,13 +47,25 @@ func (m *Manager) monitor() {
 }
 
 // sample reads sb's CPU time and tasks from the host: the driver's cheap
-// reading (runtime.Sampler) when it has one, else its Stats.
+// reading (runtime.Sampler) when it has one, else its Stats. A cheap
+// reading counts the runtime's own host tasks too (the gVisor Sentry's
+// threads and stubs, under a host limit with headroom for them), so when
+// it shows as many tasks as the session's pids limit or more, the
+// sandbox may sit at that limit inside (a fork bomb the Sentry refuses):
+// then the driver's Stats, which count the sandbox's own tasks, decide
+// the tasks and the limit the detector sees.
 func (m *Manager) sample(ctx context.Context, sb *Sandbox) (runtime.Stats, error) {
 	drv := m.driverOf(sb)
 	var st runtime.Stats
 	var err error
 	if s, ok := drv.(runtime.Sampler); ok {
 		st, err = s.Sample(ctx, sb.id)
+		if limit := sb.Record().Pids; err == nil && limit > 0 && st.Pids >= limit {
+			if full, ferr := drv.Stats(ctx, sb.id); ferr == nil {
+				st.Pids, st.PidsLimit = full.Pids, limit
+				st.PidsLimitHits = max(st.PidsLimitHits, full.PidsLimitHits)
+			}
+		}
 	} else {
 		st, err = drv.Stats(ctx, sb.id)
 	}
