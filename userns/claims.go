@@ -81,7 +81,6 @@ type Claims struct {
 
 	mu   sync.Mutex
 	mine map[string]Slice // sandbox id → slice, this owner's claims
-	next int              // where the next search starts
 }
 
 // DefaultClaimsDir is the host-wide claims directory.
@@ -181,8 +180,9 @@ func (c *Claims) Claim(id string) (Slice, error) {
 	if werr != nil {
 		return Slice{}, fmt.Errorf("claim id slice: %w", werr)
 	}
-	for n := 0; n < c.rng.Slices; n++ {
-		i := (c.next + n) % c.rng.Slices
+	// The lowest free slice: the slices in use stay few, so the id maps
+	// of id-mapped mounts are reused (MapMount keeps them).
+	for i := 0; i < c.rng.Slices; i++ {
 		first := c.rng.Base + uint32(i)*SliceSize
 		path := filepath.Join(c.dir, strconv.FormatUint(uint64(first), 10))
 		err := os.Link(tmp.Name(), path)
@@ -192,7 +192,6 @@ func (c *Claims) Claim(id string) (Slice, error) {
 		if err != nil {
 			return Slice{}, fmt.Errorf("claim id slice: %w", err)
 		}
-		c.next = i + 1
 		s := Slice{First: first}
 		c.mine[id] = s
 		return s, nil

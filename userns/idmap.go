@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,11 +24,10 @@ var ErrIDMapUnsupported = errors.New("id-mapped mounts are not supported on this
 // nodev. ErrIDMapUnsupported when
 // src's filesystem cannot do it. Remove it with RemoveFile or Unmount.
 func MapMount(src, dst string, from, to, size uint32) error {
-	nsfd, err := mappingNamespace(from, to, size)
+	nsfd, err := mappings.get(from, to, size)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(nsfd)
 	tree, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
 	if err != nil {
 		return fmt.Errorf("open_tree %s: %w", src, err)
@@ -56,6 +56,47 @@ func Unmount(dst string) error {
 		return fmt.Errorf("unmount %s: %w", dst, err)
 	}
 	return nil
+}
+
+// mappingCache keeps the user namespaces mount_setattr needs, one per id
+// map: making one starts a process (milliseconds, most of an id-mapped
+// mount's cost), and a slice's map is the same for every sandbox that
+// gets the slice. Claims hands out the lowest free slices, so the maps in
+// use stay about as many as the sandboxes at the busiest; past maxMappings
+// the oldest are closed.
+type mappingCache struct {
+	mu    sync.Mutex
+	fds   map[[3]uint32]int
+	order [][3]uint32
+}
+
+// maxMappings bounds the cached namespace descriptors.
+const maxMappings = 1024
+
+var mappings = &mappingCache{fds: map[[3]uint32]int{}}
+
+// get returns a cached descriptor for the map (owned by the cache: do not
+// close it), making it when missing.
+func (c *mappingCache) get(from, to, size uint32) (int, error) {
+	key := [3]uint32{from, to, size}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if fd, ok := c.fds[key]; ok {
+		return fd, nil
+	}
+	fd, err := mappingNamespace(from, to, size)
+	if err != nil {
+		return -1, err
+	}
+	if len(c.order) >= maxMappings {
+		old := c.order[0]
+		c.order = c.order[1:]
+		unix.Close(c.fds[old])
+		delete(c.fds, old)
+	}
+	c.fds[key] = fd
+	c.order = append(c.order, key)
+	return fd, nil
 }
 
 // mappingNamespace returns a descriptor of a user namespace whose id map

@@ -1,7 +1,6 @@
 package userns
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -107,7 +106,9 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 	if opts.NetPath != "" {
 		args = append(args, "--net")
 	}
-	args = append(args, "--", "/bin/sh", "-c", "echo ready; read _; exit 0")
+	// The holder waits in sleep(1) until it is killed; it is ready once
+	// its user namespace is no longer the daemon's.
+	args = append(args, "--", "/bin/sleep", "60")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -119,41 +120,45 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 		Setpgid:    true,
 		Pdeathsig:  syscall.SIGKILL,
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
 	var stderr strings.Builder
 	cmd.Stderr = &limitedWriter{w: &stderr, n: 4096}
+	self, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		return err
+	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("user namespace holder: %w", err)
 	}
+	exited := make(chan error, 1)
 	var bound []string
 	defer func() {
-		stdin.Close()
-		if err := cmd.Wait(); err != nil && retErr == nil {
-			retErr = fmt.Errorf("user namespace holder: %w: %s", err, stderr.String())
-		}
+		cmd.Process.Kill()
+		<-exited
 		if retErr != nil {
 			for _, p := range bound {
 				_ = RemoveFile(p)
 			}
 		}
 	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		cmd.Process.Kill()
-		return fmt.Errorf("user namespace holder did not start: %v: %s", err, stderr.String())
+	go func() { exited <- cmd.Wait() }()
+	nsLink := fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid)
+	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 5*time.Millisecond) {
+		if ns, err := os.Readlink(nsLink); err == nil && ns != self {
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("user namespace holder did not start: %v: %s", err, stderr.String())
+		case <-ctx.Done():
+			return fmt.Errorf("user namespace holder did not start: %w", ctx.Err())
+		case <-time.After(delay):
+		}
 	}
 	pid := cmd.Process.Pid
 	m := fmt.Sprintf("0 %d %d\n", opts.Map.HostID, opts.Map.Size)
 	for _, f := range []string{"uid_map", "gid_map"} {
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, f), []byte(m), 0); err != nil {
-			cmd.Process.Kill()
 			return fmt.Errorf("user namespace %s: %w", f, err)
 		}
 	}
@@ -163,7 +168,6 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 	}
 	for _, b := range binds {
 		if err := bindNamespace(fmt.Sprintf("/proc/%d/ns/%s", pid, b[0]), b[1]); err != nil {
-			cmd.Process.Kill()
 			return err
 		}
 		bound = append(bound, b[1])
