@@ -8,14 +8,14 @@ import (
 
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/store"
 )
 
 // sessionView is the API view of a session record.
-func sessionView(r *store.Session) v1.Session {
+func sessionView(r *node.Session) v1.Session {
 	meta := r.Metadata
 	if meta == nil {
 		meta = map[string]string{}
@@ -29,9 +29,9 @@ func sessionView(r *store.Session) v1.Session {
 		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: sandbox.APINetwork(r.Network),
 	}
 	if v.OnTimeout == "" {
-		v.OnTimeout = store.OnTimeoutKill // sessions from before on_timeout existed
+		v.OnTimeout = node.OnTimeoutKill // sessions from before on_timeout existed
 	}
-	if r.State == store.StatePaused {
+	if r.State == node.StatePaused {
 		// The timeout clock is stopped: say what is left instead of a date.
 		v.ExpiresAt = nil
 		v.RemainingS = int64(r.Remaining.Seconds())
@@ -40,7 +40,7 @@ func sessionView(r *store.Session) v1.Session {
 }
 
 // snapshotView is the API view of a snapshot record.
-func snapshotView(sn *store.Snapshot) v1.Snapshot {
+func snapshotView(sn *node.Snapshot) v1.Snapshot {
 	return v1.Snapshot{
 		ID: sn.ID, SessionID: sn.SessionID, Parent: sn.Parent, Template: sn.Template, Storage: sn.Storage,
 		SizeBytes: sn.SizeBytes, Digest: sn.Digest, CreatedAt: sn.CreatedAt, ExpiresAt: timePtr(sn.ExpiresAt),
@@ -99,16 +99,16 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // members are never listed.
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.SessionFilter{Metadata: map[string]string{}}
+	f := node.SessionFilter{Metadata: map[string]string{}}
 	switch st := q.Get("state"); st {
 	case "":
-		f.States = []store.State{store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating}
+		f.States = []node.State{node.StateCreating, node.StateRunning, node.StatePaused, node.StateTerminating}
 	case "all":
-		f.States = []store.State{store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating, store.StateTerminated}
+		f.States = []node.State{node.StateCreating, node.StateRunning, node.StatePaused, node.StateTerminating, node.StateTerminated}
 	default:
 		for _, v := range strings.Split(st, ",") {
-			switch state := store.State(v); state {
-			case store.StateCreating, store.StateRunning, store.StatePaused, store.StateTerminating, store.StateTerminated:
+			switch state := node.State(v); state {
+			case node.StateCreating, node.StateRunning, node.StatePaused, node.StateTerminating, node.StateTerminated:
 				f.States = append(f.States, state)
 			default:
 				s.writeError(w, r, errdefs.InvalidField("state", "unknown state %q", v))

@@ -8,8 +8,8 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
-	"github.com/forkbox/forkbox/store"
 )
 
 // maxSnapshotExpiryS is the largest expires_in_s a time.Duration holds
@@ -93,7 +93,7 @@ func (s *Server) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 }
 
 // noteSnapshot adds snapshot sn to the request's audit record.
-func noteSnapshot(r *http.Request, sn *store.Snapshot) {
+func noteSnapshot(r *http.Request, sn *node.Snapshot) {
 	note := access.NoteFrom(r.Context())
 	note.Set("snapshot", sn.ID)
 	note.Set("bytes", sn.SizeBytes)
@@ -103,7 +103,7 @@ func noteSnapshot(r *http.Request, sn *store.Snapshot) {
 }
 
 // noteForks adds the sessions a fork started to the request's audit record.
-func noteForks(r *http.Request, sessions []*store.Session) {
+func noteForks(r *http.Request, sessions []*node.Session) {
 	ids := make([]string, len(sessions))
 	for i, rec := range sessions {
 		ids[i] = rec.ID
@@ -111,7 +111,7 @@ func noteForks(r *http.Request, sessions []*store.Session) {
 	access.NoteFrom(r.Context()).Set("sessions", ids)
 }
 
-func forkView(sn *store.Snapshot, sessions []*store.Session) v1.ForkResult {
+func forkView(sn *node.Snapshot, sessions []*node.Session) v1.ForkResult {
 	out := v1.ForkResult{Snapshot: snapshotView(sn), Sessions: make([]v1.Session, 0, len(sessions))}
 	for _, rec := range sessions {
 		out.Sessions = append(out.Sessions, sessionView(rec))

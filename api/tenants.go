@@ -12,6 +12,7 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
@@ -209,7 +210,7 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 
 // tenantLeftovers lists tenant's snapshots and the names of its templates
 // (ctx acts as the tenant).
-func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*store.Snapshot, []string, error) {
+func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*node.Snapshot, []string, error) {
 	snaps, err := s.mgr.ListSnapshots(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
@@ -126,8 +127,8 @@ func destroyAll(ctx context.Context, opts DownOptions, layout storage.Layout, na
 		return 0, err
 	}
 	defer st.Close()
-	live, err := st.ListSessions(ctx, store.SessionFilter{States: []store.State{store.StateCreating, store.StateRunning,
-		store.StatePaused, store.StateTerminating, store.StatePooled}})
+	live, err := st.ListSessions(ctx, node.SessionFilter{States: []node.State{node.StateCreating, node.StateRunning,
+		node.StatePaused, node.StateTerminating, node.StatePooled}})
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
@@ -205,12 +206,12 @@ func endedRecords(t *testing.T, dataDir string, ids []string, detail string) {
 	defer st.Close()
 	for _, id := range ids {
 		rec, err := st.GetSession(context.Background(), id)
-		if err != nil || rec.State != store.StateTerminated || rec.Reason != store.ReasonDeleted || !strings.Contains(rec.Detail, detail) {
+		if err != nil || rec.State != node.StateTerminated || rec.Reason != node.ReasonDeleted || !strings.Contains(rec.Detail, detail) {
 			t.Errorf("record of %s: %+v %v, want terminated, deleted, %q", id, rec, err, detail)
 		}
 	}
-	live, err := st.ListSessions(context.Background(), store.SessionFilter{States: []store.State{store.StateCreating,
-		store.StateRunning, store.StatePaused, store.StateTerminating, store.StatePooled}})
+	live, err := st.ListSessions(context.Background(), node.SessionFilter{States: []node.State{node.StateCreating,
+		node.StateRunning, node.StatePaused, node.StateTerminating, node.StatePooled}})
 	if err != nil || len(live) > 0 {
 		t.Errorf("sessions left in the database: %d %v", len(live), err)
 	}

@@ -10,8 +10,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/store"
 )
 
 // ProblemAgentFailed is the problem type (errdefs.TypedError.Type) of a
@@ -131,11 +131,11 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 	}
 	switch cause {
 	case runtime.StopPidsLimit:
-		m.endForAbuse(sb, m.detector.PidsLimitStop(id), store.ReasonPidsLimit)
+		m.endForAbuse(sb, m.detector.PidsLimitStop(id), node.ReasonPidsLimit)
 	case runtime.StopMemoryLimit:
-		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox went over its memory limit, which stops the whole sandbox")
+		_ = m.teardown(tctx, sb, node.ReasonError, "the sandbox went over its memory limit, which stops the whole sandbox")
 	default:
-		_ = m.teardown(tctx, sb, store.ReasonError, "the sandbox's init process exited")
+		_ = m.teardown(tctx, sb, node.ReasonError, "the sandbox's init process exited")
 	}
 	return m.endedError(ctx, id)
 }
@@ -143,7 +143,7 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 // endedError returns ErrTerminated with the reason when session id is being
 // torn down or has ended (an agent call failed because of that), else nil.
 func (m *Manager) endedError(ctx context.Context, id string) error {
-	var rec store.Session
+	var rec node.Session
 	if sb := m.lookup(id); sb != nil {
 		rec = sb.Record()
 	} else if r, err := m.opts.Store.GetSession(context.WithoutCancel(ctx), id); err == nil {
@@ -151,7 +151,7 @@ func (m *Manager) endedError(ctx context.Context, id string) error {
 	} else {
 		return nil
 	}
-	if rec.State == store.StateTerminating || rec.State == store.StateTerminated {
+	if rec.State == node.StateTerminating || rec.State == node.StateTerminated {
 		return terminatedError(&rec)
 	}
 	return nil

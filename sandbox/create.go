@@ -19,9 +19,9 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
 
@@ -34,13 +34,13 @@ import (
 // With req.Snapshot the session starts from that snapshot's files (after
 // its integrity check); without one, a ready warm-pool member that fits is
 // taken when there is one.
-func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *store.Session, created bool, err error) {
+func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *node.Session, created bool, err error) {
 	return m.create(ctx, req, idempotencyKey, true)
 }
 
 // create is Create; verify=false skips the snapshot integrity check (Fork
 // checks once for all its sessions).
-func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *store.Session, created bool, err error) {
+func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *node.Session, created bool, err error) {
 	began := time.Now()
 	tenant := callerTenant(ctx)
 	trec, policy, err := m.tenant(ctx, tenant)
@@ -57,7 +57,7 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 	// Resolved once, here: a memory snapshot decides the driver (before
 	// the request hash); its errors are reported after the idempotency
 	// check below, as for any snapshot.
-	var snap *store.Snapshot
+	var snap *node.Snapshot
 	var snapErr error
 	if req.Snapshot != "" {
 		snap, snapErr = m.resolveSnapshot(ctx, req.Snapshot)
@@ -138,7 +138,7 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 		}
 		return rec, rec != nil, err
 	}
-	rec, err = m.launch(ctx, req, idempotencyKey, hash, store.StateCreating, store.StateRunning)
+	rec, err = m.launch(ctx, req, idempotencyKey, hash, node.StateCreating, node.StateRunning)
 	if err == nil {
 		m.started(ctx, rec, path, began)
 	}
@@ -148,7 +148,7 @@ func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyK
 // started records a session that a create started by path (pool, cold or
 // snapshot): its latency, and a "session.start" audit record (whatever
 // API or fork asked for it).
-func (m *Manager) started(ctx context.Context, rec *store.Session, path string, began time.Time) {
+func (m *Manager) started(ctx context.Context, rec *node.Session, path string, began time.Time) {
 	d := time.Since(began)
 	m.opts.Metrics.ObserveCreate(path, d)
 	detail := map[string]any{"path": path, "template": rec.Template, "driver": rec.Driver, "cpu": rec.CPU,
@@ -205,7 +205,7 @@ func (m *Manager) pickDriver(req *v1.CreateRequest) error {
 // initial), writable layer, runtime, agent; the record ends in state final.
 // On failure everything is torn down and the record ends terminated with
 // reason error (or deleted, when Destroy came while it was made).
-func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string, initial, final store.State) (*store.Session, error) {
+func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string, initial, final node.State) (*node.Session, error) {
 	// From loading the template until the sandbox is live (and so counts
 	// as a user of it), the template cannot be removed.
 	m.tplMu.RLock()
@@ -232,7 +232,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 	defer close(sb.created)
 	sb.dir = m.opts.Layout.Sandbox(sb.id)
 	sb.res = reservationOf(ctx) // (a warm-pool member's context has none)
-	sb.rec = store.Session{
+	sb.rec = node.Session{
 		ID: sb.id, Template: req.Template, Driver: req.Isolation, State: initial,
 		CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, TimeoutS: req.TimeoutS,
 		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
@@ -241,7 +241,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
 		Network: storeNetwork(req.Network), Tenant: callerTenant(ctx),
 	}
-	if initial == store.StatePooled {
+	if initial == node.StatePooled {
 		sb.rec.Tenant = "" // a warm-pool member belongs to whoever claims it
 	}
 	if err := m.opts.Store.CreateSession(ctx, &sb.rec); err != nil {
@@ -264,12 +264,12 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		if aborted {
 			// Destroy came while we were creating; it waits for this.
 			m.log.Info("create aborted: session deleted", "session", sb.id)
-			m.teardown(context.WithoutCancel(ctx), sb, store.ReasonDeleted, "")
+			m.teardown(context.WithoutCancel(ctx), sb, node.ReasonDeleted, "")
 			r := sb.Record()
 			return nil, terminatedError(&r)
 		}
 		m.log.Error("create failed", "session", sb.id, "err", err)
-		m.teardown(context.WithoutCancel(ctx), sb, store.ReasonError, publicDetail(err))
+		m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, publicDetail(err))
 		if idempotencyKey != "" {
 			// A retry with the key must try again (and get this error again,
 			// or a session), not be told 200 with this failed one.
@@ -286,7 +286,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 // start builds the sandbox's files, starts it through the driver and waits
 // for its agent; then the record becomes final (running, or pooled for a
 // warm-pool member) and a running session's timeout is armed.
-func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req v1.CreateRequest, final store.State) error {
+func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req v1.CreateRequest, final node.State) error {
 	began := time.Now()
 	if err := os.MkdirAll(sb.dir, 0o710); err != nil {
 		return err
@@ -461,14 +461,14 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		return err
 	}
 
-	if _, err := m.save(ctx, sb, func(r *store.Session) error {
+	if _, err := m.save(ctx, sb, func(r *node.Session) error {
 		if sb.deleteRequested {
 			return errCreateAborted
 		}
 		now := time.Now().UTC()
 		r.State = final
 		r.StartedAt = now
-		if final == store.StateRunning {
+		if final == node.StateRunning {
 			r.ExpiresAt = now.Add(time.Duration(req.TimeoutS) * time.Second)
 		}
 		sb.lastUse = now

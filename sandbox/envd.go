@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // EnvdConn is one proxied envd request's hold on a running session's
@@ -32,12 +32,12 @@ func (c *EnvdConn) Release() {
 // unknown id; ErrTerminated for an ended session; ErrUnauthenticated for a
 // wrong or missing token. It changes nothing (a paused session stays
 // paused), so it is safe to call for a request that is not yet trusted.
-func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*store.Session, error) {
+func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*node.Session, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if rec.State == store.StateTerminated {
+	if rec.State == node.StateTerminated {
 		return nil, terminatedError(rec)
 	}
 	// A record without a token (made before tokens existed) opens to none.
@@ -71,12 +71,12 @@ func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if rec.State == store.StateTerminated {
+		if rec.State == node.StateTerminated {
 			return terminatedError(rec)
 		}
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
-	if st := sb.Record().State; st != store.StateRunning {
+	if st := sb.Record().State; st != node.StateRunning {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
 	if err := sb.agent.health(ctx); err != nil {

@@ -19,6 +19,7 @@ import (
 
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/node"
 
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
@@ -121,7 +122,7 @@ type Manager struct {
 	wg           sync.WaitGroup
 	// egressQueue feeds recordEgress; egressDropped counts records lost
 	// because it was full.
-	egressQueue   chan store.EgressRecord
+	egressQueue   chan node.EgressRecord
 	egressDropped atomic.Int64
 	// images are memory checkpoints decrypted for restores in progress,
 	// by snapshot id (memory.go).
@@ -145,7 +146,7 @@ type Sandbox struct {
 	saveMu sync.Mutex
 
 	mu      sync.Mutex
-	rec     store.Session
+	rec     node.Session
 	timer   *time.Timer           // fires at rec.ExpiresAt
 	killers map[int]*time.Timer   // exec timeouts by in-sandbox pid
 	feeding map[int]chan struct{} // closed when an exec's stdin data is written (KeepStdin)
@@ -188,13 +189,13 @@ var errCreateAborted = errors.New("the session was deleted while it was being cr
 // both under sb.saveMu so that concurrent changes reach the store in the
 // order they were made. change runs under sb.mu; an error from it aborts
 // the save and is returned as is.
-func (m *Manager) save(ctx context.Context, sb *Sandbox, change func(r *store.Session) error) (store.Session, error) {
+func (m *Manager) save(ctx context.Context, sb *Sandbox, change func(r *node.Session) error) (node.Session, error) {
 	sb.saveMu.Lock()
 	defer sb.saveMu.Unlock()
 	sb.mu.Lock()
 	if err := change(&sb.rec); err != nil {
 		sb.mu.Unlock()
-		return store.Session{}, err
+		return node.Session{}, err
 	}
 	rec := sb.rec
 	sb.mu.Unlock()
@@ -202,7 +203,7 @@ func (m *Manager) save(ctx context.Context, sb *Sandbox, change func(r *store.Se
 }
 
 // Record returns a copy of the sandbox's current record.
-func (s *Sandbox) Record() store.Session {
+func (s *Sandbox) Record() node.Session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rec
@@ -218,7 +219,7 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan store.EgressRecord, 4096),
+		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	if m.inflight = opts.ExecInflight; m.inflight == nil {
 		m.inflight, _ = inflight.New(inflight.Limits{}, ExecOverhead+MaxExecBody)
@@ -279,10 +280,10 @@ func (m *Manager) arm(sb *Sandbox) {
 		sb.timer.Stop()
 	}
 	detail := "session timeout reached"
-	if sb.rec.State == store.StatePaused {
+	if sb.rec.State == node.StatePaused {
 		detail = fmt.Sprintf("paused for longer than %d s", m.opts.Limits.MaxTimeoutS)
 	}
-	pauseInstead := sb.rec.State == store.StateRunning && sb.rec.OnTimeout == store.OnTimeoutPause
+	pauseInstead := sb.rec.State == node.StateRunning && sb.rec.OnTimeout == node.OnTimeoutPause
 	// Timer.Stop cannot recall a callback that has started, so the
 	// callback acts only if the timeout is still due when it records its
 	// action (timeoutDue, in the same save): a SetTimeout that saved first
@@ -298,12 +299,12 @@ func (m *Manager) arm(sb *Sandbox) {
 			if err == nil || errors.Is(err, errNotDue) {
 				return
 			}
-			if st := sb.Record().State; st != store.StateRunning {
+			if st := sb.Record().State; st != node.StateRunning {
 				return // resumed, paused or ended meanwhile: its own timer rules
 			}
 			m.log.Error("pause on timeout failed; ending the session", "session", sb.id, "err", err)
 		}
-		if err := m.teardownIf(ctx, sb, store.ReasonTimeout, detail, timeoutDue); errors.Is(err, errNotDue) {
+		if err := m.teardownIf(ctx, sb, node.ReasonTimeout, detail, timeoutDue); errors.Is(err, errNotDue) {
 			return
 		}
 		m.log.Info("session timed out", "session", sb.id, "detail", detail)
@@ -329,7 +330,7 @@ func (m *Manager) find(ctx context.Context, id string) *Sandbox {
 
 // record returns session id's stored record for a caller: ErrNotFound
 // also when it is another tenant's.
-func (m *Manager) record(ctx context.Context, id string) (*store.Session, error) {
+func (m *Manager) record(ctx context.Context, id string) (*node.Session, error) {
 	rec, err := m.opts.Store.GetSession(ctx, id)
 	if err == nil && !tenancy.Owns(ctx, rec.Tenant) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
@@ -339,16 +340,16 @@ func (m *Manager) record(ctx context.Context, id string) (*store.Session, error)
 
 // Get returns the session's record; ErrNotFound for an unknown id (and
 // for warm-pool members, which are not sessions yet).
-func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
+func (m *Manager) Get(ctx context.Context, id string) (*node.Session, error) {
 	if sb := m.find(ctx, id); sb != nil {
 		r := sb.Record()
-		if r.State == store.StatePooled {
+		if r.State == node.StatePooled {
 			return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 		}
 		return &r, nil
 	}
 	rec, err := m.record(ctx, id)
-	if err == nil && rec.State == store.StatePooled {
+	if err == nil && rec.State == node.StatePooled {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 	}
 	return rec, err
@@ -356,7 +357,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*store.Session, error) {
 
 // List returns sessions matching f, newest first, with live state.
 // ErrInvalidArgument for a metadata key no session can have.
-func (m *Manager) List(ctx context.Context, f store.SessionFilter) ([]*store.Session, error) {
+func (m *Manager) List(ctx context.Context, f node.SessionFilter) ([]*node.Session, error) {
 	for k := range f.Metadata {
 		if err := validMetadataKey(k); err != nil {
 			return nil, err
@@ -392,7 +393,7 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 		}
 		sb.mu.Lock()
 		state, auto := sb.rec.State, sb.rec.AutoPaused
-		if state == store.StateRunning && !sb.tearing {
+		if state == node.StateRunning && !sb.tearing {
 			sb.inflight++
 			sb.lastUse = time.Now()
 			sb.mu.Unlock()
@@ -400,7 +401,7 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 		}
 		sb.mu.Unlock()
 		switch {
-		case state == store.StatePaused && auto && attempt == 0:
+		case state == node.StatePaused && auto && attempt == 0:
 			rec, err := m.Resume(ctx, id)
 			if err != nil {
 				return nil, nil, err
@@ -408,10 +409,10 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 			m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: id, Kind: "session.resume",
 				Detail: map[string]any{"cause": "the next call (auto-resume)"}})
 			continue
-		case state == store.StatePaused:
+		case state == node.StatePaused:
 			return nil, nil, errdefs.Newf(errdefs.ErrConflict,
 				"session %s is paused; resume it first (POST /v1/sessions/%s/resume)", id, id)
-		case state == store.StatePooled:
+		case state == node.StatePooled:
 			return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 		}
 		return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, state)
@@ -420,10 +421,10 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	if rec.State == store.StateTerminated {
+	if rec.State == node.StateTerminated {
 		return nil, nil, terminatedError(rec)
 	}
-	if rec.State == store.StatePooled {
+	if rec.State == node.StatePooled {
 		return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
 	}
 	return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
@@ -437,7 +438,7 @@ func (m *Manager) released(sb *Sandbox) {
 	sb.mu.Unlock()
 }
 
-func terminatedError(rec *store.Session) error {
+func terminatedError(rec *node.Session) error {
 	msg := fmt.Sprintf("session %s ended (%s)", rec.ID, rec.Reason)
 	if rec.Detail != "" {
 		msg += ": " + rec.Detail
@@ -449,12 +450,12 @@ func terminatedError(rec *store.Session) error {
 // extend or shorten from now); for a paused session it sets the time left
 // when it resumes. ErrInvalidArgument outside 1..MaxTimeoutS, or over the
 // tenant's max_timeout_s.
-func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*store.Session, error) {
+func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*node.Session, error) {
 	if seconds < 1 || seconds > m.opts.Limits.MaxTimeoutS {
 		return nil, errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", m.opts.Limits.MaxTimeoutS)
 	}
 	sb := m.find(ctx, id)
-	if sb == nil || sb.Record().State == store.StatePooled {
+	if sb == nil || sb.Record().State == node.StatePooled {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
@@ -465,14 +466,14 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*st
 	}
 	d := time.Duration(seconds) * time.Second
 	paused := false
-	rec, err := m.save(ctx, sb, func(r *store.Session) error {
+	rec, err := m.save(ctx, sb, func(r *node.Session) error {
 		switch {
-		case sb.tearing || r.State == store.StateTerminating || r.State == store.StateTerminated:
-			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
-		case r.State == store.StatePaused:
+		case sb.tearing || r.State == node.StateTerminating || r.State == node.StateTerminated:
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, node.StateTerminating)
+		case r.State == node.StatePaused:
 			paused = true
 			r.Remaining = d
-		case r.State == store.StateRunning:
+		case r.State == node.StateRunning:
 			r.ExpiresAt = time.Now().UTC().Add(d)
 		default:
 			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, r.State)
@@ -529,7 +530,7 @@ func (m *Manager) TemplateInUse(name string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, sb := range m.live {
-		if r := sb.Record(); r.Template == name && r.State != store.StatePooled {
+		if r := sb.Record(); r.Template == name && r.State != node.StatePooled {
 			return true
 		}
 	}
@@ -557,6 +558,6 @@ func (m *Manager) TemplateReferenced(ctx context.Context, name string) bool {
 
 // isLive reports whether a session in state st has a sandbox on the host
 // that can be inspected (running or paused).
-func isLive(st store.State) bool {
-	return st == store.StateRunning || st == store.StatePaused
+func isLive(st node.State) bool {
+	return st == node.StateRunning || st == node.StatePaused
 }

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -135,7 +136,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 	sb := &Sandbox{id: "testsandbox000000001", killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{},
 		done: make(chan struct{})}
 	sb.dir = layout.Sandbox(sb.id)
-	sb.rec = store.Session{ID: sb.id, Template: "base", Driver: "fake", State: store.StateRunning,
+	sb.rec = node.Session{ID: sb.id, Template: "base", Driver: "fake", State: node.StateRunning,
 		CPU: 1, MemoryMB: 512, Pids: 512, TimeoutS: 3600, DefaultUser: "user",
 		CreatedAt: now, StartedAt: now, ExpiresAt: now.Add(time.Hour)}
 	if err := st.CreateSession(context.Background(), &sb.rec); err != nil {
@@ -157,7 +158,7 @@ func TestSetTimeoutDuringTeardown(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	ctx := context.Background()
 	torn := make(chan error, 1)
-	go func() { torn <- m.teardown(ctx, sb, store.ReasonDeleted, "") }()
+	go func() { torn <- m.teardown(ctx, sb, node.ReasonDeleted, "") }()
 	<-drv.deleting // the teardown is under way
 
 	if _, err := m.SetTimeout(ctx, sb.id, 600); !errors.Is(err, errdefs.ErrConflict) {
@@ -171,7 +172,7 @@ func TestSetTimeoutDuringTeardown(t *testing.T) {
 		t.Fatalf("SetTimeout after teardown: %v, want terminated", err)
 	}
 	rec, err := m.opts.Store.GetSession(ctx, sb.id)
-	if err != nil || rec.State != store.StateTerminated || rec.Reason != store.ReasonDeleted {
+	if err != nil || rec.State != node.StateTerminated || rec.Reason != node.ReasonDeleted {
 		t.Fatalf("stored record %+v %v, want terminated (deleted)", rec, err)
 	}
 	// A late arm (as SetTimeout did after its check) must not bring the
@@ -193,7 +194,7 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	ctx := context.Background()
 	first := make(chan error, 1)
-	go func() { first <- m.teardown(ctx, sb, store.ReasonTimeout, "session timeout reached") }()
+	go func() { first <- m.teardown(ctx, sb, node.ReasonTimeout, "session timeout reached") }()
 	<-drv.deleting
 	second := make(chan error, 1)
 	go func() { second <- m.Destroy(ctx, sb.id) }()
@@ -210,7 +211,7 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a Destroy waiting for a failed teardown hangs")
 	}
-	if got := sb.Record(); got.State != store.StateTerminating || got.Reason != store.ReasonTimeout {
+	if got := sb.Record(); got.State != node.StateTerminating || got.Reason != node.ReasonTimeout {
 		t.Fatalf("record after a failed teardown: %s (%s), want terminating (timeout)", got.State, got.Reason)
 	}
 	// The retry (the janitor's, here Destroy's) finishes the job.
@@ -219,7 +220,7 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 	if err := m.Destroy(ctx, sb.id); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.Get(ctx, sb.id); got.State != store.StateTerminated || got.Reason != store.ReasonTimeout {
+	if got, _ := m.Get(ctx, sb.id); got.State != node.StateTerminated || got.Reason != node.ReasonTimeout {
 		t.Fatalf("after retry: %s (%s), want terminated (timeout)", got.State, got.Reason)
 	}
 }
@@ -423,23 +424,23 @@ func TestStaleTimeoutCallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the stale callback does after its first check passed.
-	if err := m.teardownIf(ctx, sb, store.ReasonTimeout, "session timeout reached", timeoutDue); !errors.Is(err, errNotDue) {
+	if err := m.teardownIf(ctx, sb, node.ReasonTimeout, "session timeout reached", timeoutDue); !errors.Is(err, errNotDue) {
 		t.Fatalf("teardown of a session whose timeout moved: %v, want errNotDue", err)
 	}
 	if _, err := m.pause(ctx, sb.id, pauseTimeout); !errors.Is(err, errNotDue) {
 		t.Fatalf("pause on a timeout that moved: %v, want errNotDue", err)
 	}
-	if got := sb.Record(); got.State != store.StateRunning {
+	if got := sb.Record(); got.State != node.StateRunning {
 		t.Fatalf("state %s after stale timeout actions, want running", got.State)
 	}
 	// Once due, the same calls act.
-	if _, err := m.save(ctx, sb, func(r *store.Session) error { r.ExpiresAt = time.Now().Add(-time.Second); return nil }); err != nil {
+	if _, err := m.save(ctx, sb, func(r *node.Session) error { r.ExpiresAt = time.Now().Add(-time.Second); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.teardownIf(ctx, sb, store.ReasonTimeout, "session timeout reached", timeoutDue); err != nil {
+	if err := m.teardownIf(ctx, sb, node.ReasonTimeout, "session timeout reached", timeoutDue); err != nil {
 		t.Fatal(err)
 	}
-	if got := sb.Record(); got.State != store.StateTerminated {
+	if got := sb.Record(); got.State != node.StateTerminated {
 		t.Fatalf("state %s after a due timeout, want terminated", got.State)
 	}
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
-	"github.com/forkbox/forkbox/store"
 )
 
 // Memory snapshots (drivers with the memory_snapshot capability: gVisor).
@@ -61,7 +61,7 @@ func generationOf(snapID string) uint64 {
 
 // prepareMemory checks that sb can be memory-snapshotted and prepares its
 // agent for snapshot snapID. Called with sb.lifeMu held.
-func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Session, snapID string) (*memoryCapture, error) {
+func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec node.Session, snapID string) (*memoryCapture, error) {
 	drv := m.driverOf(sb)
 	if !drv.Capabilities().MemorySnapshot {
 		return nil, errdefs.InvalidField("memory", "isolation %q takes no memory snapshots (create the session with isolation %q)",
@@ -70,7 +70,7 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 	if m.opts.SnapshotKey == nil {
 		return nil, fmt.Errorf("memory snapshots: %w: no snapshot key", errdefs.ErrUnavailable)
 	}
-	if rec.State != store.StateRunning {
+	if rec.State != node.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s: a memory snapshot needs it running", sb.id, rec.State)
 	}
 	mc := &memoryCapture{drv: drv, gen: generationOf(snapID), sb: sb, host: sb.id,
@@ -176,7 +176,7 @@ func writeResume(dir string, rf agent.ResumeFile) error {
 
 // sealMemory seals the checkpoint into the snapshot's memory directory and
 // fills sn's memory fields; the plaintext is removed either way.
-func (m *Manager) sealMemory(mc *memoryCapture, sn *store.Snapshot) error {
+func (m *Manager) sealMemory(mc *memoryCapture, sn *node.Snapshot) error {
 	defer os.RemoveAll(mc.dir)
 	if err := os.MkdirAll(m.opts.Layout.MemorySnapshots(), 0o700); err != nil {
 		return err
@@ -206,7 +206,7 @@ type openImage struct {
 // openMemory verifies and decrypts snapshot sn's checkpoint (or joins a
 // restore that did) and returns its directory and a release function. A
 // tampered or truncated image is ErrConflict and nothing is started.
-func (m *Manager) openMemory(sn *store.Snapshot) (string, func(), error) {
+func (m *Manager) openMemory(sn *node.Snapshot) (string, func(), error) {
 	m.imgMu.Lock()
 	im := m.images[sn.ID]
 	first := im == nil

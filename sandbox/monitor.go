@@ -10,6 +10,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -102,7 +103,7 @@ func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 	running := make([]*Sandbox, 0, len(m.live))
 	for _, sb := range m.live {
 		sb.mu.Lock()
-		if sb.rec.State == store.StateRunning && !sb.tearing && sb.rec.Tenant != "" {
+		if sb.rec.State == node.StateRunning && !sb.tearing && sb.rec.Tenant != "" {
 			running = append(running, sb)
 		}
 		sb.mu.Unlock()
@@ -111,7 +112,7 @@ func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 
 	type reading struct {
 		sb  *Sandbox
-		rec store.Session
+		rec node.Session
 		st  runtime.Stats
 	}
 	readings := make([]reading, 0, len(running))
@@ -128,7 +129,7 @@ func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 			// Its tenant was deleted (a create that raced the deletion,
 			// or one from before a crash during it): nobody may use it.
 			go func() {
-				_ = m.teardown(context.Background(), sb, store.ReasonDeleted, "its tenant was deleted")
+				_ = m.teardown(context.Background(), sb, node.ReasonDeleted, "its tenant was deleted")
 			}()
 			continue
 		}
@@ -185,7 +186,7 @@ func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 		v := m.detector.Observe(r.sb.id, abuse.Sample{Time: r.st.ReadAt, CPUSeconds: r.st.CPUSeconds, CPULimit: r.rec.CPU,
 			PidsLimitHits: r.st.PidsLimitHits, Pids: r.st.Pids, PidsLimit: limit}, procs)
 		if v != nil {
-			go m.endForAbuse(r.sb, *v, store.ReasonAbuse)
+			go m.endForAbuse(r.sb, *v, node.ReasonAbuse)
 		}
 	}
 	for id := range listed {
@@ -204,7 +205,7 @@ func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 // cgroup goes). Warm-pool members count for nobody.
 func (m *Manager) countCPU(ctx context.Context, sb *Sandbox) {
 	rec := sb.Record()
-	if rec.Tenant == "" || rec.State == store.StatePooled {
+	if rec.Tenant == "" || rec.State == node.StatePooled {
 		return
 	}
 	st, err := m.sample(ctx, sb)
@@ -260,7 +261,7 @@ func (m *Manager) endForBudget(tenant string, usedMS, budgetS int64) {
 		Detail: map[string]any{"rule": ProblemCPUBudgetExhausted, "error": detail, "sessions_ended": len(victims)}})
 	for _, sb := range victims {
 		go func() {
-			if err := m.teardown(context.Background(), sb, store.ReasonQuota, detail); err != nil {
+			if err := m.teardown(context.Background(), sb, node.ReasonQuota, detail); err != nil {
 				m.log.Error("end session for CPU budget", "session", sb.id, "err", err)
 			}
 		}()
@@ -307,7 +308,7 @@ func (m *Manager) SnapshotBytes() (files, memory int64) {
 }
 
 // sandboxesOf returns tenant's live sandboxes whose state keep accepts.
-func (m *Manager) sandboxesOf(tenant string, keep func(store.State) bool) []*Sandbox {
+func (m *Manager) sandboxesOf(tenant string, keep func(node.State) bool) []*Sandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*Sandbox
@@ -335,7 +336,7 @@ func (m *Manager) TenantSessions(tenant string) int {
 func (m *Manager) EndTenant(ctx context.Context, tenant string) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		sbs := m.sandboxesOf(tenant, func(st store.State) bool { return st != store.StatePooled })
+		sbs := m.sandboxesOf(tenant, func(st node.State) bool { return st != node.StatePooled })
 		left := m.TenantSessions(tenant)
 		if len(sbs) == 0 && left == 0 {
 			return nil

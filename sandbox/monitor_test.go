@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -26,7 +27,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.endForAbuse(sb, v, store.ReasonPidsLimit)
+			m.endForAbuse(sb, v, node.ReasonPidsLimit)
 		}()
 	}
 	<-drv.deleting
@@ -34,7 +35,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 	wg.Wait()
 	ctx := context.Background()
 	rec, err := m.opts.Store.GetSession(ctx, sb.id)
-	if err != nil || rec.State != store.StateTerminated || rec.Reason != store.ReasonPidsLimit || rec.Detail != v.Reason {
+	if err != nil || rec.State != node.StateTerminated || rec.Reason != node.ReasonPidsLimit || rec.Detail != v.Reason {
 		t.Fatalf("record %+v %v, want terminated with reason pids-limit", rec, err)
 	}
 	recs, err := m.opts.Store.ListAudit(ctx, store.AuditFilter{Kind: "abuse"})

@@ -10,7 +10,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // Egress defaults and bounds of a session's network.
@@ -55,16 +55,16 @@ func normalizeNetwork(n *v1.Network) error {
 }
 
 // storeNetwork is n as a session record keeps it.
-func storeNetwork(n *v1.Network) *store.Network {
+func storeNetwork(n *v1.Network) *node.Network {
 	if n == nil {
 		return nil
 	}
-	return &store.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
+	return &node.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
 		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
 }
 
 // APINetwork is a stored network as the API reports it (nil for none).
-func APINetwork(n *store.Network) *v1.Network {
+func APINetwork(n *node.Network) *v1.Network {
 	if n == nil {
 		return nil
 	}
@@ -73,7 +73,7 @@ func APINetwork(n *store.Network) *v1.Network {
 }
 
 // policyOf turns a stored network into the egress policy.
-func policyOf(n *store.Network) (*netpolicy.Policy, error) {
+func policyOf(n *node.Network) (*netpolicy.Policy, error) {
 	rules, err := netpolicy.ParseAllow("network.allow", n.Allow)
 	if err != nil {
 		return nil, err
@@ -168,12 +168,12 @@ func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
 		if denied {
 			m.opts.Metrics.EgressDenied(tenant, 1)
 		}
-		rec := store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
+		rec := node.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
 			Port: int(ev.Port), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Decision: ev.Decision, Reason: ev.Reason}
 		carriesBytes := ev.BytesUp+ev.BytesDown > 0
 		if n := count.Add(1); n > MaxEgressRecords && !carriesBytes {
 			if n == MaxEgressRecords+1 {
-				rec = store.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Decision: netpolicy.DecisionDeny,
+				rec = node.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Decision: netpolicy.DecisionDeny,
 					Reason: fmt.Sprintf("record limit of %d reached: later DNS queries and refusals are not recorded", MaxEgressRecords)}
 			} else {
 				return
@@ -201,7 +201,7 @@ func (m *Manager) recordEgress() {
 	defer m.wg.Done()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	var batch []store.EgressRecord
+	var batch []node.EgressRecord
 	flush := func() {
 		if n := m.egressDropped.Swap(0); n > 0 {
 			m.log.Warn("egress records dropped: the recorder fell behind", "records", n)
@@ -241,7 +241,7 @@ func (m *Manager) recordEgress() {
 
 // Egress returns session id's egress records, oldest first: up to limit
 // (1-1000) after the first skip. ErrNotFound for an unknown session.
-func (m *Manager) Egress(ctx context.Context, id string, skip, limit int) ([]store.EgressRecord, error) {
+func (m *Manager) Egress(ctx context.Context, id string, skip, limit int) ([]node.EgressRecord, error) {
 	if limit < 1 || limit > 1000 {
 		return nil, errdefs.InvalidField("limit", "must be between 1 and 1000")
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // Pause freezes every process of session id through the cgroup freezer: a
@@ -17,7 +17,7 @@ import (
 // timeout. Exec and files calls on a paused session fail with ErrConflict
 // ("paused") — except for a session paused by its own auto-pause, which
 // resumes on its next call. ErrConflict when it is not running.
-func (m *Manager) Pause(ctx context.Context, id string) (*store.Session, error) {
+func (m *Manager) Pause(ctx context.Context, id string) (*node.Session, error) {
 	return m.pause(ctx, id, pauseRequested)
 }
 
@@ -35,28 +35,28 @@ const (
 	pauseTimeout
 )
 
-func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*store.Session, error) {
+func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*node.Session, error) {
 	sb, err := m.pausable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	sb.lifeMu.Lock()
 	defer sb.lifeMu.Unlock()
-	if st := sb.Record().State; st != store.StateRunning {
+	if st := sb.Record().State; st != node.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
 	if err := m.driverOf(sb).Pause(ctx, id); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
-	rec, err := m.save(ctx, sb, func(r *store.Session) error {
-		if sb.tearing || r.State != store.StateRunning {
-			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+	rec, err := m.save(ctx, sb, func(r *node.Session) error {
+		if sb.tearing || r.State != node.StateRunning {
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, node.StateTerminating)
 		}
 		if cause == pauseTimeout && !timeoutDue(r) {
 			return errNotDue
 		}
-		r.State = store.StatePaused
+		r.State = node.StatePaused
 		r.PausedAt = now
 		r.Remaining = max(r.ExpiresAt.Sub(now), time.Second)
 		if cause == pauseTimeout {
@@ -85,25 +85,25 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*stor
 
 // Resume thaws a paused session and restarts its timeout clock with the
 // time it had left. ErrConflict when it is not paused.
-func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error) {
+func (m *Manager) Resume(ctx context.Context, id string) (*node.Session, error) {
 	sb, err := m.pausable(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	sb.lifeMu.Lock()
 	defer sb.lifeMu.Unlock()
-	if st := sb.Record().State; st != store.StatePaused {
+	if st := sb.Record().State; st != node.StatePaused {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s, not paused", id, st)
 	}
 	if err := m.driverOf(sb).Resume(ctx, id); err != nil {
 		return nil, err
 	}
-	rec, err := m.save(ctx, sb, func(r *store.Session) error {
-		if sb.tearing || r.State != store.StatePaused {
-			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, store.StateTerminating)
+	rec, err := m.save(ctx, sb, func(r *node.Session) error {
+		if sb.tearing || r.State != node.StatePaused {
+			return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, node.StateTerminating)
 		}
 		now := time.Now().UTC()
-		r.State = store.StateRunning
+		r.State = node.StateRunning
 		r.ExpiresAt = now.Add(r.Remaining)
 		r.PausedAt, r.Remaining = time.Time{}, 0
 		r.AutoPaused = false
@@ -124,7 +124,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (*store.Session, error)
 func (m *Manager) pausable(ctx context.Context, id string) (*Sandbox, error) {
 	sb := m.find(ctx, id)
 	if sb == nil || !isLive(sb.Record().State) {
-		if sb != nil && sb.Record().State != store.StatePooled {
+		if sb != nil && sb.Record().State != node.StatePooled {
 			return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, sb.Record().State)
 		}
 		_, _, err := m.use(ctx, id)
@@ -141,7 +141,7 @@ func (m *Manager) armIdle(sb *Sandbox) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	period := time.Duration(sb.rec.AutoPauseS) * time.Second
-	if period <= 0 || sb.rec.State != store.StateRunning || sb.tearing {
+	if period <= 0 || sb.rec.State != node.StateRunning || sb.tearing {
 		return
 	}
 	if sb.idle != nil {
@@ -152,7 +152,7 @@ func (m *Manager) armIdle(sb *Sandbox) {
 		sb.mu.Lock()
 		idleFor := time.Since(sb.lastUse)
 		busy := sb.inflight > 0
-		running := sb.rec.State == store.StateRunning && !sb.tearing
+		running := sb.rec.State == node.StateRunning && !sb.tearing
 		if running && (busy || idleFor < period) {
 			wait := period - idleFor
 			if busy || wait <= 0 {

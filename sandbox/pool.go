@@ -12,8 +12,8 @@ import (
 	"github.com/forkbox/forkbox/agent"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/store"
 )
 
 // Warm pools: per template, a number of sandboxes created ahead of time and
@@ -37,7 +37,7 @@ const maxFillFailures = 5
 
 // pool is one template's warm pool. Guarded by Manager.poolMu.
 type pool struct {
-	cfg      store.Pool
+	cfg      node.Pool
 	ready    []*Sandbox // oldest first
 	starting int
 	failures int // consecutive failed fills, for back-off
@@ -60,7 +60,7 @@ func (m *Manager) SetPool(ctx context.Context, p v1.Pool) (v1.Pool, error) {
 		}
 		return v1.Pool{}, err
 	}
-	cfg := store.Pool{Template: req.Template, Size: p.Size, CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB}
+	cfg := node.Pool{Template: req.Template, Size: p.Size, CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB}
 	if err := m.opts.Store.PutPool(ctx, &cfg); err != nil {
 		return v1.Pool{}, err
 	}
@@ -123,17 +123,17 @@ func (m *Manager) dropPool(template string) {
 	m.poolMu.Unlock()
 	if pl != nil {
 		m.discard(pl.ready, "template deleted")
-		_ = m.opts.Store.PutPool(context.Background(), &store.Pool{Template: template})
+		_ = m.opts.Store.PutPool(context.Background(), &node.Pool{Template: template})
 	}
 }
 
 // sameLimits reports whether members made for a fit pool b.
-func sameLimits(a, b store.Pool) bool {
+func sameLimits(a, b node.Pool) bool {
 	return a.Template == b.Template && a.CPU == b.CPU && a.MemoryMB == b.MemoryMB && a.Pids == b.Pids && a.DiskMB == b.DiskMB
 }
 
 // fits reports whether a create for req can take a member of cfg.
-func fits(cfg store.Pool, req v1.CreateRequest) bool {
+func fits(cfg node.Pool, req v1.CreateRequest) bool {
 	return req.Snapshot == "" && req.Template == cfg.Template && req.CPU == cfg.CPU &&
 		req.MemoryMB == cfg.MemoryMB && req.Pids == cfg.Pids && req.DiskMB == cfg.DiskMB
 }
@@ -142,7 +142,7 @@ func fits(cfg store.Pool, req v1.CreateRequest) bool {
 // returns nil (and no error) when no member fits, so that the caller makes
 // a sandbox the slow way; an error only for a request the member proved
 // wrong (an unknown user or workdir).
-func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
+func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string) (*node.Session, error) {
 	if req.Isolation != m.DefaultDriver().Name() {
 		return nil, nil // members run on the default driver
 	}
@@ -171,7 +171,7 @@ func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKe
 }
 
 // adoptMember configures member sb for req and makes it a running session.
-func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*store.Session, error) {
+func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*node.Session, error) {
 	// What the member used while it waited is nobody's: mark it counted.
 	if st, err := m.sample(ctx, sb); err == nil {
 		_, _ = m.opts.Store.AddSessionCPU(ctx, sb.id, "", int64(st.CPUSeconds*1000), time.Now())
@@ -182,12 +182,12 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 	if err := m.checkDefaults(ctx, sb, req); err != nil {
 		return nil, err
 	}
-	rec, err := m.save(ctx, sb, func(r *store.Session) error {
-		if sb.tearing || r.State != store.StatePooled {
+	rec, err := m.save(ctx, sb, func(r *node.Session) error {
+		if sb.tearing || r.State != node.StatePooled {
 			return errdefs.Newf(errdefs.ErrConflict, "pool member %s is %s", sb.id, r.State)
 		}
 		now := time.Now().UTC()
-		r.State = store.StateRunning
+		r.State = node.StateRunning
 		r.DefaultUser, r.Workdir, r.Env, r.Metadata = req.User, req.Workdir, req.Env, req.Metadata
 		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
 		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume
@@ -235,7 +235,7 @@ func (m *Manager) discard(members []*Sandbox, why string) {
 			defer m.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			_ = m.teardown(ctx, sb, store.ReasonDeleted, why)
+			_ = m.teardown(ctx, sb, node.ReasonDeleted, why)
 		}(sb)
 	}
 }
@@ -296,7 +296,7 @@ func (m *Manager) refill() {
 				}
 				pl.starting++
 				m.wg.Add(1) // Close waits for members being made
-				go func(pl *pool, cfg store.Pool) {
+				go func(pl *pool, cfg node.Pool) {
 					defer m.wg.Done()
 					defer func() { <-sem }()
 					m.fillOne(pl, cfg)
@@ -310,15 +310,15 @@ func (m *Manager) refill() {
 
 // fillOne makes one member for pool pl (configured as cfg) and adds it,
 // unless the pool no longer wants it.
-func (m *Manager) fillOne(pl *pool, cfg store.Pool) {
+func (m *Manager) fillOne(pl *pool, cfg node.Pool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	req := v1.CreateRequest{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB,
 		Isolation: m.DefaultDriver().Name()}
 	err := normalizeCreate(&req, m.opts.Limits)
-	var rec *store.Session
+	var rec *node.Session
 	if err == nil {
-		rec, err = m.launch(ctx, req, "", "", store.StatePooled, store.StatePooled)
+		rec, err = m.launch(ctx, req, "", "", node.StatePooled, node.StatePooled)
 	}
 	m.poolMu.Lock()
 	pl.starting--

@@ -9,8 +9,8 @@ import (
 
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/store"
 )
 
 // janitorInterval is how often leftovers of failed teardowns are retried.
@@ -32,9 +32,9 @@ const janitorInterval = 30 * time.Second
 //   - the snapshot of a fork that did not answer (still provisional) is
 //     deleted, or set to expire once its sessions end (reclaimForks).
 func (m *Manager) Recover(ctx context.Context) error {
-	recs, err := m.opts.Store.ListSessions(ctx, store.SessionFilter{
-		States: []store.State{store.StateCreating, store.StateRunning, store.StatePaused,
-			store.StateTerminating, store.StatePooled},
+	recs, err := m.opts.Store.ListSessions(ctx, node.SessionFilter{
+		States: []node.State{node.StateCreating, node.StateRunning, node.StatePaused,
+			node.StateTerminating, node.StatePooled},
 	})
 	if err != nil {
 		return err
@@ -43,25 +43,25 @@ func (m *Manager) Recover(ctx context.Context) error {
 		sb := &Sandbox{id: rec.ID, dir: m.opts.Layout.Sandbox(rec.ID), rec: *rec,
 			killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{})}
 		switch rec.State {
-		case store.StateRunning, store.StatePaused:
+		case node.StateRunning, node.StatePaused:
 			if m.adopt(ctx, sb) {
 				continue
 			}
 			m.register(sb)
-			_ = m.teardown(ctx, sb, store.ReasonError, "sandbox was gone when the daemon restarted")
-		case store.StateCreating:
+			_ = m.teardown(ctx, sb, node.ReasonError, "sandbox was gone when the daemon restarted")
+		case node.StateCreating:
 			m.register(sb)
-			_ = m.teardown(ctx, sb, store.ReasonError, "daemon restarted while the sandbox was being created")
+			_ = m.teardown(ctx, sb, node.ReasonError, "daemon restarted while the sandbox was being created")
 			// The create never answered; a retry with its key tries again.
 			if err := m.opts.Store.ReleaseIdempotencyKey(ctx, rec.ID); err != nil {
 				m.log.Warn("release idempotency key", "session", rec.ID, "err", err)
 			}
-		case store.StateTerminating:
+		case node.StateTerminating:
 			m.register(sb)
 			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
-		case store.StatePooled:
+		case node.StatePooled:
 			m.register(sb)
-			_ = m.teardown(ctx, sb, store.ReasonDeleted, "warm-pool member of a previous daemon")
+			_ = m.teardown(ctx, sb, node.ReasonDeleted, "warm-pool member of a previous daemon")
 		}
 	}
 	m.sweepOrphans(ctx)
@@ -101,7 +101,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	}
 	drv := m.driverOf(sb)
 	st, err := drv.Status(ctx, sb.id)
-	paused := sb.rec.State == store.StatePaused
+	paused := sb.rec.State == node.StatePaused
 	if err == nil && st == runtime.StatusPaused && paused {
 		st = runtime.StatusRunning // frozen on purpose: adopt as it is
 	} else if err == nil && st == runtime.StatusPaused {
@@ -162,7 +162,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	}
 	m.register(sb)
 	if time.Now().After(sb.rec.ExpiresAt) {
-		_ = m.teardown(ctx, sb, store.ReasonTimeout, "session timeout reached while the daemon was down")
+		_ = m.teardown(ctx, sb, node.ReasonTimeout, "session timeout reached while the daemon was down")
 		return true
 	}
 	sb.lastUse = time.Now()
@@ -214,7 +214,7 @@ func (m *Manager) register(sb *Sandbox) {
 	defer m.mu.Unlock()
 	m.live[sb.id] = sb
 	// An adopted session keeps its place in the admission counts.
-	if r := sb.Record(); r.Tenant != "" && r.State != store.StatePooled && r.State != store.StateTerminated {
+	if r := sb.Record(); r.Tenant != "" && r.State != node.StatePooled && r.State != node.StateTerminated {
 		sb.res = m.reserve(r.Tenant, r.MemoryMB)
 	}
 }
@@ -267,7 +267,7 @@ func (m *Manager) janitor() {
 		var stuck []*Sandbox
 		for _, sb := range m.live {
 			sb.mu.Lock()
-			if sb.rec.State == store.StateTerminating && !sb.tearing {
+			if sb.rec.State == node.StateTerminating && !sb.tearing {
 				stuck = append(stuck, sb)
 			}
 			sb.mu.Unlock()

@@ -11,10 +11,10 @@ import (
 	"unicode/utf8"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/node"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/store"
 )
 
 // DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
@@ -65,13 +65,13 @@ func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 	}
 	switch r.OnTimeout {
 	case "":
-		r.OnTimeout = store.OnTimeoutKill
-	case store.OnTimeoutKill, store.OnTimeoutPause:
+		r.OnTimeout = node.OnTimeoutKill
+	case node.OnTimeoutKill, node.OnTimeoutPause:
 	default:
-		return errdefs.InvalidField("on_timeout", "must be %q or %q", store.OnTimeoutKill, store.OnTimeoutPause)
+		return errdefs.InvalidField("on_timeout", "must be %q or %q", node.OnTimeoutKill, node.OnTimeoutPause)
 	}
-	if r.AutoResume && r.OnTimeout != store.OnTimeoutPause {
-		return errdefs.InvalidField("auto_resume", "needs on_timeout %q", store.OnTimeoutPause)
+	if r.AutoResume && r.OnTimeout != node.OnTimeoutPause {
+		return errdefs.InvalidField("auto_resume", "needs on_timeout %q", node.OnTimeoutPause)
 	}
 	if r.Snapshot == "" && !storage.ValidTemplateName(r.Template) {
 		return errdefs.InvalidField("template", "must be 1-63 characters of [a-z0-9._-]")

@@ -12,6 +12,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
@@ -60,7 +61,7 @@ func validSnapshotName(name string) bool {
 
 // resolveSnapshot finds the snapshot ref names: an id, or else a name (the
 // newest snapshot with it). ErrNotFound when there is none.
-func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snapshot, error) {
+func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*node.Snapshot, error) {
 	if validID(ref) {
 		sn, err := m.opts.Store.GetSnapshot(ctx, ref)
 		if err == nil && !tenancy.Owns(ctx, sn.Tenant) {
@@ -82,7 +83,7 @@ func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*store.Snaps
 // the snapshot or not at all (an application that rewrites a file in place
 // with several writes can be caught between them, as after a crash; write
 // to a temporary file and rename it). ErrInvalidArgument for bad opts.
-func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (*store.Snapshot, error) {
+func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (*node.Snapshot, error) {
 	if opts.ExpiresIn < 0 {
 		return nil, errdefs.InvalidField("expires_in_s", "must not be negative")
 	}
@@ -126,7 +127,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		}
 	}
 	thaw := func() {}
-	if rec.State == store.StateRunning {
+	if rec.State == node.StateRunning {
 		if err := m.driverOf(sb).Pause(ctx, id); err != nil {
 			if mem != nil {
 				mem.resume(ctx, m)
@@ -164,7 +165,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 		}
 		return nil, fmt.Errorf("snapshot of %s: %w", id, err)
 	}
-	sn := &store.Snapshot{
+	sn := &node.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
 		Tenant: rec.Tenant, Provisional: opts.provisional,
@@ -197,7 +198,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 // it (req.Snapshot and req.Template must be empty). The snapshot's
 // integrity is checked once. All or nothing: when one session fails, the
 // others are destroyed and the error returned.
-func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.CreateRequest) ([]*store.Session, error) {
+func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.CreateRequest) ([]*node.Session, error) {
 	if count < 1 || count > maxForks {
 		return nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
 	}
@@ -213,7 +214,7 @@ func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.Cre
 		return nil, err
 	}
 	req.Snapshot = snapID
-	out := make([]*store.Session, count)
+	out := make([]*node.Session, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := 0; i < count; i++ {
@@ -249,7 +250,7 @@ func firstError(errs []error) error {
 // from the snapshot (which stays, so more can be forked later; with
 // opts.ExpiresIn it is collected once expired and unused). Settings req
 // leaves unset are the source session's.
-func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest, opts SnapshotOptions) (*store.Snapshot, []*store.Session, error) {
+func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest, opts SnapshotOptions) (*node.Snapshot, []*node.Session, error) {
 	if count < 1 || count > maxForks {
 		return nil, nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
 	}
@@ -330,7 +331,7 @@ func (m *Manager) reclaimForks(ctx context.Context) {
 }
 
 // inherit fills req's unset fields from rec.
-func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
+func inherit(rec node.Session, req v1.CreateRequest) v1.CreateRequest {
 	if req.CPU == 0 {
 		req.CPU = rec.CPU
 	}
@@ -372,7 +373,7 @@ func inherit(rec store.Session, req v1.CreateRequest) v1.CreateRequest {
 
 // GetSnapshot returns the snapshot ref names (its id, or a name: the
 // newest snapshot with it); ErrNotFound when absent.
-func (m *Manager) GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error) {
+func (m *Manager) GetSnapshot(ctx context.Context, id string) (*node.Snapshot, error) {
 	return m.resolveSnapshot(ctx, id)
 }
 
@@ -390,7 +391,7 @@ func (m *Manager) tenantSnapshots(ctx context.Context, tenant string) (int, erro
 
 // ListSnapshots returns every snapshot the caller can see (its tenant's),
 // newest first.
-func (m *Manager) ListSnapshots(ctx context.Context) ([]*store.Snapshot, error) {
+func (m *Manager) ListSnapshots(ctx context.Context) ([]*node.Snapshot, error) {
 	all, err := m.opts.Store.ListSnapshots(ctx)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // stopAllWithin bounds StopAll: every teardown is bounded itself (2
@@ -95,12 +95,12 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox, detail string) error {
 		}
 	}
 	switch st := sb.Record().State; {
-	case launching && st == store.StateCreating:
+	case launching && st == node.StateCreating:
 		return m.Destroy(ctx, sb.id)
 	case launching:
 		return nil
 	}
-	return m.teardown(ctx, sb, store.ReasonDeleted, detail)
+	return m.teardown(ctx, sb, node.ReasonDeleted, detail)
 }
 
 // poolsFilling reports whether a warm-pool member is being made.

@@ -8,9 +8,9 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/store"
 )
 
 // Destroy tears the session down now (reason deleted). Destroying a session
@@ -24,13 +24,13 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if rec.State == store.StateTerminated {
+		if rec.State == node.StateTerminated {
 			return nil
 		}
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	sb.mu.Lock()
-	if sb.rec.State == store.StateCreating && !sb.tearing && sb.created != nil {
+	if sb.rec.State == node.StateCreating && !sb.tearing && sb.created != nil {
 		sb.deleteRequested = true
 		abort := sb.abortReady
 		sb.mu.Unlock()
@@ -42,13 +42,13 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if sb.Record().State != store.StateTerminated {
+		if sb.Record().State != node.StateTerminated {
 			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", id, errdefs.ErrUnavailable)
 		}
 		return nil
 	}
 	sb.mu.Unlock()
-	return m.teardown(ctx, sb, store.ReasonDeleted, "")
+	return m.teardown(ctx, sb, node.ReasonDeleted, "")
 }
 
 // teardown moves sb to terminating, removes everything it has on the host
@@ -67,19 +67,19 @@ var errNotDue = errors.New("timeout not due")
 // timeoutDue reports whether r's timeout has passed; a timer callback
 // checks it in the same save that acts, so that a SetTimeout saved just
 // before wins.
-func timeoutDue(r *store.Session) bool { return !time.Now().Before(r.ExpiresAt) }
+func timeoutDue(r *node.Session) bool { return !time.Now().Before(r.ExpiresAt) }
 
 // teardownIf is teardown, done only if due (when not nil) holds for the
 // record at the moment the session is marked terminating; otherwise it
 // returns errNotDue and changes nothing.
-func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail string, due func(*store.Session) bool) error {
+func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail string, due func(*node.Session) bool) error {
 	// A caller that goes away (a client disconnecting) must not leave a
 	// teardown half done.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
 	var attempt chan struct{} // this call's attempt, or the one to wait for
-	_, err := m.save(ctx, sb, func(r *store.Session) error {
-		if sb.tearing || r.State == store.StateTerminated {
+	_, err := m.save(ctx, sb, func(r *node.Session) error {
+		if sb.tearing || r.State == node.StateTerminated {
 			attempt = sb.attempt
 			return errTeardownRunning
 		}
@@ -98,9 +98,9 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 		if sb.idle != nil {
 			sb.idle.Stop()
 		}
-		if r.State != store.StateTerminating {
+		if r.State != node.StateTerminating {
 			// A retry keeps the reason recorded by the first attempt.
-			r.State = store.StateTerminating
+			r.State = node.StateTerminating
 			r.Reason, r.Detail = reason, detail
 		}
 		return nil
@@ -114,7 +114,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 				return ctx.Err()
 			}
 		}
-		if sb.Record().State != store.StateTerminated {
+		if sb.Record().State != node.StateTerminated {
 			return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w", sb.id, errdefs.ErrUnavailable)
 		}
 		return nil
@@ -143,8 +143,8 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	if sb.agent != nil {
 		sb.agent.close()
 	}
-	if _, err := m.save(ctx, sb, func(r *store.Session) error {
-		r.State = store.StateTerminated
+	if _, err := m.save(ctx, sb, func(r *node.Session) error {
+		r.State = node.StateTerminated
 		r.EndedAt = time.Now().UTC()
 		return nil
 	}); err != nil {

@@ -5,23 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// EgressRecord is one egress event of a session (see netpolicy.Event).
-type EgressRecord struct {
-	SessionID          string
-	Time               time.Time
-	Kind               string
-	Host, Addr         string
-	Port               int
-	BytesUp, BytesDown int64
-	Decision, Reason   string
-}
+	"github.com/forkbox/forkbox/node"
+)
 
 // AddEgress appends records (of any sessions) in one transaction, each
 // also as an audit record (kind "egress", outcome its decision, under its
 // session's tenant).
-func (s *Store) AddEgress(ctx context.Context, records []EgressRecord) error {
+func (s *Store) AddEgress(ctx context.Context, records []node.EgressRecord) error {
 	if len(records) == 0 {
 		return nil
 	}
@@ -71,16 +62,16 @@ func (s *Store) AddEgress(ctx context.Context, records []EgressRecord) error {
 
 // ListEgress returns up to limit of session id's egress records, oldest
 // first, starting after the first skip of them.
-func (s *Store) ListEgress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error) {
+func (s *Store) ListEgress(ctx context.Context, id string, skip, limit int) ([]node.EgressRecord, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT session_id, time, kind, host, addr, port, bytes_up, bytes_down,
 		decision, reason FROM egress WHERE session_id = ? ORDER BY seq LIMIT ? OFFSET ?`, id, limit, skip)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []EgressRecord
+	var out []node.EgressRecord
 	for rows.Next() {
-		var r EgressRecord
+		var r node.EgressRecord
 		var t int64
 		if err := rows.Scan(&r.SessionID, &t, &r.Kind, &r.Host, &r.Addr, &r.Port, &r.BytesUp, &r.BytesDown,
 			&r.Decision, &r.Reason); err != nil {

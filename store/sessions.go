@@ -9,115 +9,17 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 )
-
-// State is a session's lifecycle state.
-type State string
-
-// The lifecycle: creating -> running <-> paused -> terminating ->
-// terminated. A session that fails while creating goes straight to
-// terminated with reason error. Warm-pool members wait in pooled (hidden
-// from users) until a create claims them and they become running.
-const (
-	StateCreating    State = "creating"
-	StatePooled      State = "pooled"
-	StateRunning     State = "running"
-	StatePaused      State = "paused"
-	StateTerminating State = "terminating"
-	StateTerminated  State = "terminated"
-)
-
-// Reasons a session ended.
-const (
-	ReasonDeleted = "deleted"
-	ReasonTimeout = "timeout"
-	ReasonError   = "error"
-	// ReasonAbuse: the abuse detector killed it (Detail says why).
-	ReasonAbuse = "abuse"
-	// ReasonQuota: its tenant's CPU budget for the day ran out.
-	ReasonQuota = "quota"
-	// ReasonPidsLimit: the sandbox stopped because its tasks reached the
-	// host's pids limit (a gVisor sandbox whose Sentry could not start
-	// another host thread); Detail says more.
-	ReasonPidsLimit = "pids-limit"
-)
-
-// Session is one sandbox session's durable record. Times are UTC; a zero
-// time means "not yet".
-type Session struct {
-	ID       string
-	Template string
-	Driver   string
-	State    State
-	// Reason and Detail say why a terminated session ended.
-	Reason string
-	Detail string
-	// CPU in cores, MemoryMB in MiB, Pids in tasks, TimeoutS in seconds.
-	CPU      float64
-	MemoryMB int64
-	Pids     int64
-	TimeoutS int64
-	// DefaultUser runs execs and owns files when a call names no user.
-	DefaultUser string
-	Workdir     string
-	Env         map[string]string
-	Metadata    map[string]string
-	// IdempotencyKey is the create request's Idempotency-Key ("" for none);
-	// RequestHash fingerprints the request body it came with.
-	IdempotencyKey string
-	RequestHash    string
-	CreatedAt      time.Time
-	StartedAt      time.Time
-	ExpiresAt      time.Time
-	EndedAt        time.Time
-	// Snapshot is the snapshot the session was restored from ("" for a template).
-	Snapshot string
-	// DiskMB caps what the session may write, in MiB (0 = no cap).
-	DiskMB int64
-	// AutoPauseS pauses the session after that many idle seconds (0 = never).
-	AutoPauseS int64
-	// PausedAt is when a paused session was paused; Remaining is the
-	// timeout it had left then, restored on resume.
-	PausedAt  time.Time
-	Remaining time.Duration
-	// AutoPaused: the session is paused because of its AutoPauseS (not on
-	// request), so its next exec or files call resumes it.
-	AutoPaused bool
-	// EnvdToken is the secret E2B clients send as X-Access-Token to reach
-	// the session's agent through the envd proxy.
-	EnvdToken string
-	// OnTimeout is what happens when the timeout is reached: OnTimeoutKill
-	// ("" is the same) or OnTimeoutPause.
-	OnTimeout string
-	// AutoResume: a session paused by OnTimeoutPause resumes on its next call.
-	AutoResume bool
-	// Network is the session's egress policy; nil for none (loopback only).
-	Network *Network
-	// Tenant owns the session; it never changes.
-	Tenant string
-}
-
-// Network is a session's egress policy as stored (see api/v1.Network).
-type Network struct {
-	Allow                   []string `json:"allow"`
-	MaxEgressBytes          int64    `json:"max_egress_bytes"`
-	MaxConnectionsPerMinute int      `json:"max_connections_per_minute"`
-}
 
 // networkJSON is n as stored: "" for none.
-func networkJSON(n *Network) string {
+func networkJSON(n *node.Network) string {
 	if n == nil {
 		return ""
 	}
 	b, _ := json.Marshal(n)
 	return string(b)
 }
-
-// What a session does when its timeout is reached (Session.OnTimeout).
-const (
-	OnTimeoutKill  = "kill"
-	OnTimeoutPause = "pause"
-)
 
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
@@ -126,7 +28,7 @@ const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
-func (s *Store) CreateSession(ctx context.Context, se *Session) error {
+func (s *Store) CreateSession(ctx context.Context, se *node.Session) error {
 	env, _ := json.Marshal(nonNil(se.Env))
 	meta, _ := json.Marshal(nonNil(se.Metadata))
 	var key any
@@ -147,14 +49,14 @@ func (s *Store) CreateSession(ctx context.Context, se *Session) error {
 }
 
 // GetSession returns the session with id; ErrNotFound when there is none.
-func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
+func (s *Store) GetSession(ctx context.Context, id string) (*node.Session, error) {
 	row := s.db.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, id)
 	se, err := scanSession(row)
 	return se, notFound(err, fmt.Sprintf("session %q", id))
 }
 
 // GetSessionByIdempotencyKey returns the session created with key.
-func (s *Store) GetSessionByIdempotencyKey(ctx context.Context, key string) (*Session, error) {
+func (s *Store) GetSessionByIdempotencyKey(ctx context.Context, key string) (*node.Session, error) {
 	row := s.db.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE idempotency_key = ?`, key)
 	se, err := scanSession(row)
 	return se, notFound(err, "session for idempotency key")
@@ -168,36 +70,9 @@ func (s *Store) ReleaseIdempotencyKey(ctx context.Context, id string) error {
 	return err
 }
 
-// SessionFilter selects sessions in ListSessions.
-type SessionFilter struct {
-	// States, when not empty, keeps only sessions in one of them.
-	States []State
-	// Metadata keeps sessions whose metadata has every key with that value.
-	Metadata map[string]string
-	// Template, when set, keeps only sessions of that template.
-	Template string
-	// Tenant, when set, keeps only that tenant's sessions.
-	Tenant string
-	// CreatedAfter, when not zero, keeps only sessions created after it.
-	CreatedAfter time.Time
-	// Ascending lists oldest first (the default is newest first).
-	Ascending bool
-	// After, when set, continues a listing after that session: the next
-	// page of a paginated list (ListCursor of the last session seen).
-	After *ListCursor
-	// Limit caps the result (0 = no cap).
-	Limit int
-}
-
-// ListCursor marks a place in a session listing: its sort keys.
-type ListCursor struct {
-	CreatedAt time.Time
-	ID        string
-}
-
 // ListSessions returns matching sessions, newest first (or oldest first
 // with f.Ascending); sessions created in the same millisecond by id.
-func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, error) {
+func (s *Store) ListSessions(ctx context.Context, f node.SessionFilter) ([]*node.Session, error) {
 	q := `SELECT ` + sessionColumns + ` FROM sessions`
 	var where []string
 	var args []any
@@ -244,7 +119,7 @@ func (s *Store) ListSessions(ctx context.Context, f SessionFilter) ([]*Session, 
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*Session
+	var out []*node.Session
 	for rows.Next() {
 		se, err := scanSession(rows)
 		if err != nil {
@@ -265,7 +140,7 @@ func jsonPathKey(k string) string {
 // member gets its claimer's).
 // ErrNotFound for an unknown id; ErrConflict when the idempotency key is
 // another session's.
-func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
+func (s *Store) UpdateSession(ctx context.Context, se *node.Session) error {
 	env, _ := json.Marshal(nonNil(se.Env))
 	meta, _ := json.Marshal(nonNil(se.Metadata))
 	var key any
@@ -296,8 +171,8 @@ func (s *Store) UpdateSession(ctx context.Context, se *Session) error {
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanSession(r scanner) (*Session, error) {
-	var se Session
+func scanSession(r scanner) (*node.Session, error) {
+	var se node.Session
 	var env, meta, network string
 	var key sql.NullString
 	var created, started, expires, ended, paused, remaining int64
@@ -309,7 +184,7 @@ func scanSession(r scanner) (*Session, error) {
 		return nil, err
 	}
 	if network != "" {
-		se.Network = &Network{}
+		se.Network = &node.Network{}
 		if err := json.Unmarshal([]byte(network), se.Network); err != nil {
 			return nil, fmt.Errorf("session %s network: %w", se.ID, err)
 		}

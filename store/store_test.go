@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 )
 
 // openTemp opens a fresh database in t's temporary directory; it closes with t.
@@ -25,9 +26,9 @@ func openTemp(t testing.TB) (*Store, string) {
 }
 
 // session returns a valid session record with id, created at created.
-func session(id string, created time.Time) *Session {
-	return &Session{
-		ID: id, Template: "base", Driver: "runc", State: StateRunning,
+func session(id string, created time.Time) *node.Session {
+	return &node.Session{
+		ID: id, Template: "base", Driver: "runc", State: node.StateRunning,
 		CPU: 1.5, MemoryMB: 512, Pids: 256, TimeoutS: 300,
 		DefaultUser: "user", Workdir: "/home/user",
 		Env:       map[string]string{"A": "1"},
@@ -112,7 +113,7 @@ func TestSessionRoundTripAndUpdate(t *testing.T) {
 	s, _ := openTemp(t)
 	created := time.Date(2026, 1, 2, 3, 4, 5, 678_900_000, time.FixedZone("X", 3600))
 	in := session("s1", created)
-	in.State = StateCreating
+	in.State = node.StateCreating
 	in.IdempotencyKey = "key-1"
 	in.RequestHash = "h"
 	in.Env = map[string]string{"QUOTE": `a"b`, "NL": "x\ny"}
@@ -137,7 +138,7 @@ func TestSessionRoundTripAndUpdate(t *testing.T) {
 	}
 
 	started := time.UnixMilli(1_800_000_000_000).UTC()
-	got.State, got.Reason, got.Detail = StateTerminated, ReasonTimeout, "ran out of time"
+	got.State, got.Reason, got.Detail = node.StateTerminated, node.ReasonTimeout, "ran out of time"
 	got.StartedAt, got.ExpiresAt, got.EndedAt = started, started.Add(time.Minute), started.Add(2*time.Minute)
 	got.Template = "ignored" // immutable: update must not write it
 	if err := s.UpdateSession(ctx, got); err != nil {
@@ -147,7 +148,7 @@ func TestSessionRoundTripAndUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.State != StateTerminated || after.Reason != ReasonTimeout || after.Detail != "ran out of time" ||
+	if after.State != node.StateTerminated || after.Reason != node.ReasonTimeout || after.Detail != "ran out of time" ||
 		!after.StartedAt.Equal(started) || !after.ExpiresAt.Equal(started.Add(time.Minute)) ||
 		!after.EndedAt.Equal(started.Add(2*time.Minute)) || after.Template != "base" {
 		t.Fatalf("after update: %+v", after)
@@ -155,16 +156,16 @@ func TestSessionRoundTripAndUpdate(t *testing.T) {
 
 	// The pause state survives a restart: when, the time left, and whether
 	// the session paused itself (then its next call resumes it).
-	after.State, after.PausedAt, after.Remaining, after.AutoPaused = StatePaused, started, 90*time.Second, true
+	after.State, after.PausedAt, after.Remaining, after.AutoPaused = node.StatePaused, started, 90*time.Second, true
 	if err := s.UpdateSession(ctx, after); err != nil {
 		t.Fatal(err)
 	}
 	paused, err := s.GetSession(ctx, "s1")
-	if err != nil || paused.State != StatePaused || !paused.PausedAt.Equal(started) ||
+	if err != nil || paused.State != node.StatePaused || !paused.PausedAt.Equal(started) ||
 		paused.Remaining != 90*time.Second || !paused.AutoPaused {
 		t.Fatalf("paused: %+v %v", paused, err)
 	}
-	wantClass(t, s.UpdateSession(ctx, &Session{ID: "nope"}), errdefs.ErrNotFound)
+	wantClass(t, s.UpdateSession(ctx, &node.Session{ID: "nope"}), errdefs.ErrNotFound)
 }
 
 // TestSessionConflictsAndNotFound proves a duplicate id and a duplicate
@@ -220,7 +221,7 @@ func TestReleaseIdempotencyKey(t *testing.T) {
 }
 
 // ids returns the ids of sessions, in order.
-func ids(list []*Session) []string {
+func ids(list []*node.Session) []string {
 	out := []string{}
 	for _, se := range list {
 		out = append(out, se.ID)
@@ -238,14 +239,14 @@ func TestListSessions(t *testing.T) {
 	odd := `we"ird.key\[0]`
 	specs := []struct {
 		id    string
-		state State
+		state node.State
 		meta  map[string]string
 	}{
-		{"s1", StateRunning, map[string]string{"team": "a", odd: "v"}},
-		{"s2", StateTerminated, map[string]string{"team": "a"}},
-		{"s3", StateRunning, map[string]string{"team": "b", "weird": "v"}},
-		{"s4", StateCreating, nil},
-		{"s5", StateRunning, map[string]string{"team": "a", "env": "prod"}},
+		{"s1", node.StateRunning, map[string]string{"team": "a", odd: "v"}},
+		{"s2", node.StateTerminated, map[string]string{"team": "a"}},
+		{"s3", node.StateRunning, map[string]string{"team": "b", "weird": "v"}},
+		{"s4", node.StateCreating, nil},
+		{"s5", node.StateRunning, map[string]string{"team": "a", "env": "prod"}},
 	}
 	for i, sp := range specs {
 		se := session(sp.id, base.Add(time.Duration(i)*time.Second))
@@ -256,20 +257,20 @@ func TestListSessions(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		f    SessionFilter
+		f    node.SessionFilter
 		want []string
 	}{
-		{"all", SessionFilter{}, []string{"s5", "s4", "s3", "s2", "s1"}},
-		{"running", SessionFilter{States: []State{StateRunning}}, []string{"s5", "s3", "s1"}},
-		{"two states", SessionFilter{States: []State{StateCreating, StateTerminated}}, []string{"s4", "s2"}},
-		{"metadata", SessionFilter{Metadata: map[string]string{"team": "a"}}, []string{"s5", "s2", "s1"}},
-		{"metadata and state", SessionFilter{States: []State{StateRunning}, Metadata: map[string]string{"team": "a"}}, []string{"s5", "s1"}},
-		{"two metadata keys", SessionFilter{Metadata: map[string]string{"team": "a", "env": "prod"}}, []string{"s5"}},
-		{"odd key", SessionFilter{Metadata: map[string]string{odd: "v"}}, []string{"s1"}},
-		{"key with a dot is not a path", SessionFilter{Metadata: map[string]string{"weird.key": "v"}}, []string{}},
-		{"no match", SessionFilter{Metadata: map[string]string{"team": "z"}}, []string{}},
-		{"limit", SessionFilter{Limit: 2}, []string{"s5", "s4"}},
-		{"limit with filter", SessionFilter{States: []State{StateRunning}, Limit: 1}, []string{"s5"}},
+		{"all", node.SessionFilter{}, []string{"s5", "s4", "s3", "s2", "s1"}},
+		{"running", node.SessionFilter{States: []node.State{node.StateRunning}}, []string{"s5", "s3", "s1"}},
+		{"two states", node.SessionFilter{States: []node.State{node.StateCreating, node.StateTerminated}}, []string{"s4", "s2"}},
+		{"metadata", node.SessionFilter{Metadata: map[string]string{"team": "a"}}, []string{"s5", "s2", "s1"}},
+		{"metadata and state", node.SessionFilter{States: []node.State{node.StateRunning}, Metadata: map[string]string{"team": "a"}}, []string{"s5", "s1"}},
+		{"two metadata keys", node.SessionFilter{Metadata: map[string]string{"team": "a", "env": "prod"}}, []string{"s5"}},
+		{"odd key", node.SessionFilter{Metadata: map[string]string{odd: "v"}}, []string{"s1"}},
+		{"key with a dot is not a path", node.SessionFilter{Metadata: map[string]string{"weird.key": "v"}}, []string{}},
+		{"no match", node.SessionFilter{Metadata: map[string]string{"team": "z"}}, []string{}},
+		{"limit", node.SessionFilter{Limit: 2}, []string{"s5", "s4"}},
+		{"limit with filter", node.SessionFilter{States: []node.State{node.StateRunning}, Limit: 1}, []string{"s5"}},
 	} {
 		got, err := s.ListSessions(ctx, tc.f)
 		if err != nil {
@@ -378,7 +379,7 @@ func TestEgressRecords(t *testing.T) {
 	s, _ := openTemp(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	recs := []EgressRecord{
+	recs := []node.EgressRecord{
 		{SessionID: "a", Time: now, Kind: "connect", Host: "x.test", Addr: "198.51.100.1", Port: 443, BytesUp: 10, BytesDown: 90, Decision: "allow"},
 		{SessionID: "a", Time: now, Kind: "dns", Host: "evil\x00\n" + strings.Repeat("y", 400), Port: 53, Decision: "deny", Reason: "name not in the allow-list"},
 		{SessionID: "b", Time: now, Kind: "http", Host: "z.test", Port: 80, BytesUp: 1, BytesDown: 2, Decision: "allow"},
@@ -405,7 +406,7 @@ func TestEgressRecords(t *testing.T) {
 	if n, err := s.CountEgress(ctx, "a"); err != nil || n != 2 {
 		t.Errorf("CountEgress(a) = %d %v, want 2", n, err)
 	}
-	old := []EgressRecord{{SessionID: "c", Time: now.Add(-48 * time.Hour), Kind: "dns", Decision: "deny"}}
+	old := []node.EgressRecord{{SessionID: "c", Time: now.Add(-48 * time.Hour), Kind: "dns", Decision: "deny"}}
 	if err := s.AddEgress(ctx, old); err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +423,7 @@ func TestProvisionalSnapshots(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTemp(t)
 	now := time.UnixMilli(1_800_000_000_000).UTC()
-	for _, sn := range []*Snapshot{
+	for _, sn := range []*node.Snapshot{
 		{ID: "p1", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true},
 		{ID: "p2", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true},
 		{ID: "p3", SessionID: "s", Template: "base", Storage: "btrfs", CreatedAt: now, Tenant: DefaultTenant, Provisional: true,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 )
 
 // TestAuditAppendOnly proves audit records come back in order with their
@@ -107,7 +108,7 @@ func TestSessionCPUCountsOnce(t *testing.T) {
 	s, _ := openTemp(t)
 	ctx := context.Background()
 	now := time.Now()
-	if err := s.CreateSession(ctx, &Session{ID: "s1", Template: "base", Driver: "runc", State: StateRunning,
+	if err := s.CreateSession(ctx, &node.Session{ID: "s1", Template: "base", Driver: "runc", State: node.StateRunning,
 		Tenant: "acme", CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestSessionsCPUInOneTransaction(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	for _, sess := range []struct{ id, tenant string }{{"a1", "acme"}, {"a2", "acme"}, {"b1", "beta"}} {
-		if err := s.CreateSession(ctx, &Session{ID: sess.id, Template: "base", Driver: "runc", State: StateRunning,
+		if err := s.CreateSession(ctx, &node.Session{ID: sess.id, Template: "base", Driver: "runc", State: node.StateRunning,
 			Tenant: sess.tenant, CreatedAt: now}); err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +174,7 @@ func BenchmarkSessionsCPU(b *testing.B) {
 	var readings []CPUReading
 	for i := 0; i < 20; i++ {
 		id := fmt.Sprintf("s%d", i)
-		if err := s.CreateSession(ctx, &Session{ID: id, Template: "base", Driver: "runc", State: StateRunning,
+		if err := s.CreateSession(ctx, &node.Session{ID: id, Template: "base", Driver: "runc", State: node.StateRunning,
 			Tenant: "acme", CreatedAt: now}); err != nil {
 			b.Fatal(err)
 		}

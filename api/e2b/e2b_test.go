@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // sdkMetadataQuery builds the list query the e2b JS SDK sends for a metadata
@@ -61,7 +61,7 @@ func TestListFilterDefaultsAndErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.Limit != maxListLimit || f.Ascending || f.After != nil ||
-		!reflect.DeepEqual(f.States, []store.State{store.StateRunning, store.StatePaused}) {
+		!reflect.DeepEqual(f.States, []node.State{node.StateRunning, node.StatePaused}) {
 		t.Fatalf("defaults: %+v", f)
 	}
 	f, err = listFilter(url.Values{"state": {"paused"}, "order": {"asc"}, "limit": {"7"}, "template": {"base"},
@@ -69,7 +69,7 @@ func TestListFilterDefaultsAndErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(f.States, []store.State{store.StatePaused}) || !f.Ascending || f.Limit != 7 ||
+	if !reflect.DeepEqual(f.States, []node.State{node.StatePaused}) || !f.Ascending || f.Limit != 7 ||
 		f.Template != "base" || !f.CreatedAfter.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
 		t.Fatalf("parsed: %+v", f)
 	}
@@ -91,7 +91,7 @@ func TestListFilterDefaultsAndErrors(t *testing.T) {
 }
 
 func TestCursorRoundTrip(t *testing.T) {
-	c := store.ListCursor{CreatedAt: time.UnixMilli(1764400000123).UTC(), ID: "abc_def"}
+	c := node.ListCursor{CreatedAt: time.UnixMilli(1764400000123).UTC(), ID: "abc_def"}
 	got, err := decodeCursor(encodeCursor(c))
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func TestCreateBodyMapping(t *testing.T) {
 	}
 	b, _ = parse(`{"templateID":"base","timeout":120,"autoPause":true,"autoResume":{"enabled":true},"envVars":{"A":"1"},"metadata":{"m":"v"}}`)
 	req, err = b.toCreateRequest()
-	if err != nil || req.TimeoutS != 120 || req.OnTimeout != store.OnTimeoutPause || !req.AutoResume ||
+	if err != nil || req.TimeoutS != 120 || req.OnTimeout != node.OnTimeoutPause || !req.AutoResume ||
 		req.Env["A"] != "1" || req.Metadata["m"] != "v" {
 		t.Fatalf("mapped: %+v %v", req, err)
 	}

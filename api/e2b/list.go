@@ -10,7 +10,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // List paging: limit defaults to and is capped at 100, as in E2B's API.
@@ -44,8 +44,8 @@ func (h *Handler) handleList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	recs = cutPage(w, recs, limit, func(rec *store.Session) store.ListCursor {
-		return store.ListCursor{CreatedAt: rec.CreatedAt, ID: rec.ID}
+	recs = cutPage(w, recs, limit, func(rec *node.Session) node.ListCursor {
+		return node.ListCursor{CreatedAt: rec.CreatedAt, ID: rec.ID}
 	})
 	out := make([]sandboxDetail, 0, len(recs))
 	for _, rec := range recs {
@@ -55,14 +55,14 @@ func (h *Handler) handleList(w http.ResponseWriter, r *http.Request) {
 }
 
 // listFilter reads the list query into a store filter.
-func listFilter(q url.Values) (store.SessionFilter, error) {
-	f := store.SessionFilter{Limit: maxListLimit}
-	f.States = []store.State{store.StateRunning, store.StatePaused}
+func listFilter(q url.Values) (node.SessionFilter, error) {
+	f := node.SessionFilter{Limit: maxListLimit}
+	f.States = []node.State{node.StateRunning, node.StatePaused}
 	if v := q.Get("state"); v != "" {
 		f.States = nil
 		for _, s := range strings.Split(v, ",") {
-			switch st := store.State(strings.TrimSpace(s)); st {
-			case store.StateRunning, store.StatePaused:
+			switch st := node.State(strings.TrimSpace(s)); st {
+			case node.StateRunning, node.StatePaused:
 				f.States = append(f.States, st)
 			default:
 				return f, errdefs.InvalidField("state", "%q is not running or paused", s)
@@ -143,7 +143,7 @@ func parseMetadata(v string) (map[string]string, error) {
 
 // cutPage returns the first limit items; when there are more it sets the
 // X-Next-Token header to the cursor (from key) of the last one returned.
-func cutPage[T any](w http.ResponseWriter, items []T, limit int, key func(T) store.ListCursor) []T {
+func cutPage[T any](w http.ResponseWriter, items []T, limit int, key func(T) node.ListCursor) []T {
 	if len(items) <= limit {
 		return items
 	}
@@ -154,20 +154,20 @@ func cutPage[T any](w http.ResponseWriter, items []T, limit int, key func(T) sto
 
 // encodeCursor makes the opaque nextToken: base64url of
 // "<created_at unix ms>_<id>".
-func encodeCursor(c store.ListCursor) string {
+func encodeCursor(c node.ListCursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAt.UnixMilli(), 10) + "_" + c.ID))
 }
 
-func decodeCursor(tok string) (store.ListCursor, error) {
+func decodeCursor(tok string) (node.ListCursor, error) {
 	bad := errdefs.InvalidField("nextToken", "is not a token from a previous page")
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return store.ListCursor{}, bad
+		return node.ListCursor{}, bad
 	}
 	msPart, id, ok := strings.Cut(string(raw), "_")
 	ms, err := strconv.ParseInt(msPart, 10, 64)
 	if !ok || err != nil || id == "" {
-		return store.ListCursor{}, bad
+		return node.ListCursor{}, bad
 	}
-	return store.ListCursor{CreatedAt: time.UnixMilli(ms).UTC(), ID: id}, nil
+	return node.ListCursor{CreatedAt: time.UnixMilli(ms).UTC(), ID: id}, nil
 }

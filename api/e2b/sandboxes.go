@@ -15,7 +15,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/version"
-	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/node"
 )
 
 // defaultTimeoutS is the lifetime of a sandbox created or connected
@@ -107,20 +107,20 @@ type sandboxDetail struct {
 
 // templateOf is the templateID E2B reports for a session: the snapshot it
 // was restored from, else its template.
-func templateOf(rec *store.Session) string {
+func templateOf(rec *node.Session) string {
 	if rec.Snapshot != "" {
 		return rec.Snapshot
 	}
 	return rec.Template
 }
 
-func viewOf(rec *store.Session) sandboxView {
+func viewOf(rec *node.Session) sandboxView {
 	return sandboxView{SandboxID: rec.ID, TemplateID: templateOf(rec), ClientID: clientID,
 		EnvdVersion: version.EnvdVersion, EnvdAccessToken: rec.EnvdToken}
 }
 
 // listedOf is the ListedSandbox view of rec.
-func listedOf(rec *store.Session) sandboxDetail {
+func listedOf(rec *node.Session) sandboxDetail {
 	meta := rec.Metadata
 	if meta == nil {
 		meta = map[string]string{}
@@ -134,13 +134,13 @@ func listedOf(rec *store.Session) sandboxDetail {
 }
 
 // detailOf is the SandboxDetail view of rec.
-func detailOf(rec *store.Session) sandboxDetail {
+func detailOf(rec *node.Session) sandboxDetail {
 	d := listedOf(rec)
 	noNetwork := false
 	d.EnvdAccessToken, d.AllowInternetAccess = rec.EnvdToken, &noNetwork
-	d.Lifecycle = &lifecycle{OnTimeout: store.OnTimeoutKill, AutoResume: rec.AutoResume}
-	if rec.OnTimeout == store.OnTimeoutPause {
-		d.Lifecycle.OnTimeout = store.OnTimeoutPause
+	d.Lifecycle = &lifecycle{OnTimeout: node.OnTimeoutKill, AutoResume: rec.AutoResume}
+	if rec.OnTimeout == node.OnTimeoutPause {
+		d.Lifecycle.OnTimeout = node.OnTimeoutPause
 	}
 	return d
 }
@@ -158,7 +158,7 @@ func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
 		req.TimeoutS = *b.Timeout
 	}
 	if b.AutoPause {
-		req.OnTimeout = store.OnTimeoutPause
+		req.OnTimeout = node.OnTimeoutPause
 		req.AutoResume = b.AutoResume != nil && b.AutoResume.Enabled
 	} else if b.AutoResume != nil && b.AutoResume.Enabled {
 		return req, errdefs.InvalidField("autoResume", "needs autoPause (lifecycle.onTimeout 'pause')")
@@ -248,12 +248,12 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 
 // session returns session id's record, or writes 404 for an unknown or
 // ended one (E2B forgets killed sandboxes) and returns nil.
-func (h *Handler) session(w http.ResponseWriter, r *http.Request) *store.Session {
+func (h *Handler) session(w http.ResponseWriter, r *http.Request) *node.Session {
 	id := r.PathValue("id")
 	rec, err := h.mgr.Get(r.Context(), id)
 	// A sandbox already being torn down (its timeout fired, or another
 	// kill) is gone for E2B's API, as it is at E2B the moment it ends.
-	if err == nil && (rec.State == store.StateTerminated || rec.State == store.StateTerminating) {
+	if err == nil && (rec.State == node.StateTerminated || rec.State == node.StateTerminating) {
 		err = errdefs.Newf(errdefs.ErrNotFound, "sandbox %s ended (%s)", id, rec.Reason)
 	}
 	if err != nil {
@@ -306,7 +306,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 	}
 	status := http.StatusOK
 	switch {
-	case rec.State == store.StatePaused:
+	case rec.State == node.StatePaused:
 		resumed, err := h.mgr.Resume(r.Context(), rec.ID)
 		if err != nil && !errors.Is(err, errdefs.ErrConflict) { // (a conflict: resumed meanwhile)
 			h.fail(w, r, err)
@@ -319,7 +319,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 	case mustBePaused:
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is %s, not paused", rec.ID, rec.State))
 		return
-	case rec.State != store.StateRunning:
+	case rec.State != node.StateRunning:
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is %s", rec.ID, rec.State))
 		return
 	}
@@ -385,7 +385,7 @@ func (h *Handler) handlePause(w http.ResponseWriter, r *http.Request) {
 	if rec == nil {
 		return
 	}
-	if rec.State == store.StatePaused {
+	if rec.State == node.StatePaused {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", rec.ID))
 		return
 	}

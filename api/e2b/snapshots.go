@@ -11,8 +11,8 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
-	"github.com/forkbox/forkbox/store"
 )
 
 // forkSnapshotTTL is how long the snapshot behind an E2B fork is kept
@@ -28,7 +28,7 @@ type snapshotInfo struct {
 	Names []string `json:"names"`
 }
 
-func snapshotInfoOf(sn *store.Snapshot) snapshotInfo {
+func snapshotInfoOf(sn *node.Snapshot) snapshotInfo {
 	names := []string{}
 	if sn.Name != "" {
 		names = append(names, sn.Name)
@@ -72,7 +72,7 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	var after *store.ListCursor
+	var after *node.ListCursor
 	if v := q.Get("nextToken"); v != "" {
 		c, err := decodeCursor(v)
 		if err != nil {
@@ -87,7 +87,7 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sandboxID, name := q.Get("sandboxID"), q.Get("name")
-	var page []*store.Snapshot
+	var page []*node.Snapshot
 	for _, sn := range all { // newest first, ties by id: the cursor's order
 		if (sandboxID != "" && sn.SessionID != sandboxID) || (name != "" && sn.Name != name) {
 			continue
@@ -101,8 +101,8 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 		page = append(page, sn)
 	}
-	page = cutPage(w, page, limit, func(sn *store.Snapshot) store.ListCursor {
-		return store.ListCursor{CreatedAt: sn.CreatedAt, ID: sn.ID}
+	page = cutPage(w, page, limit, func(sn *node.Snapshot) node.ListCursor {
+		return node.ListCursor{CreatedAt: sn.CreatedAt, ID: sn.ID}
 	})
 	out := make([]snapshotInfo, 0, len(page))
 	for _, sn := range page {
@@ -256,7 +256,7 @@ func newCPUSampler() *cpuSampler { return &cpuSampler{last: map[string]cpuSample
 // percent returns the CPU use of rec's sandbox since its previous reading
 // (since it started, for the first), as a percentage of its CPU quota
 // (rec.CPU cores), and records this reading.
-func (c *cpuSampler) percent(rec *store.Session, cpuSeconds float64, now time.Time) float64 {
+func (c *cpuSampler) percent(rec *node.Session, cpuSeconds float64, now time.Time) float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for id, s := range c.last {

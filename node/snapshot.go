@@ -1,0 +1,52 @@
+package node
+
+import "time"
+
+// Snapshot is a snapshot's durable record (the storage driver keeps the
+// data; this row is the API's view and the dependency graph).
+type Snapshot struct {
+	ID string
+	// SessionID is the session it was taken from.
+	SessionID string
+	// Parent is the snapshot that session was restored from ("" if none).
+	Parent   string
+	Template string
+	// Storage is the storage driver that holds it.
+	Storage string
+	// SizeBytes is what it adds over its parent, in bytes.
+	SizeBytes int64
+	// Digest is "sha256:..." of its contents manifest.
+	Digest    string
+	CreatedAt time.Time
+	// ExpiresAt, when not zero, is when it is garbage-collected.
+	ExpiresAt time.Time
+	// Name is a caller's name for it ("" for none). Names need not be
+	// unique; a lookup by name finds the newest snapshot with it.
+	Name string
+	// MemoryDriver is the isolation driver that checkpointed the
+	// session's processes and memory with its files ("" for a snapshot of
+	// files only); sessions restored from it run on that driver.
+	MemoryDriver string
+	// MemoryDigest is "sha256:..." of the sealed checkpoint's manifest.
+	MemoryDigest string
+	// MemoryBytes is the checkpoint's size before sealing, in bytes.
+	MemoryBytes int64
+	// Tenant owns the snapshot (its session's tenant).
+	Tenant string
+	// Provisional marks a snapshot made for a fork that has not answered
+	// yet: if the daemon stops before it does, nobody learned the
+	// snapshot's id, and the next start reclaims it (see KeepSnapshot).
+	Provisional bool
+}
+
+
+// Pool is a warm pool's configuration: Size ready sandboxes of Template
+// with these limits (CPU in cores, memory and disk in MiB, tasks).
+type Pool struct {
+	Template string
+	Size     int
+	CPU      float64
+	MemoryMB int64
+	Pids     int64
+	DiskMB   int64
+}
