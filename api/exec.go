@@ -14,9 +14,9 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/node"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/sandbox"
 )
 
 // maxCollectedOutput caps each of stdout and stderr in a JSON exec result,
@@ -81,7 +81,7 @@ func (o *sseOutput) jsonEvent(name string, v any) error {
 }
 
 // jsonResult writes a JSON-mode exec answer (v1.ExecOutput) as a stream.
-// It is a sandbox.Collector: the agent holds the output until the command
+// It is a node.Collector: the agent holds the output until the command
 // ends and then sends it, stdout first, and it goes out base64-encoded as
 // it comes, so that the daemon never holds a result. The answer's members
 // come in the order stdout, stderr, then the result's; the status is
@@ -182,7 +182,7 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // maxExecBody is the largest exec or stdin request body, in bytes.
-const maxExecBody = sandbox.MaxExecBody
+const maxExecBody = node.MaxExecBody
 
 // handleExec: POST /v1/sessions/{id}/exec with a v1.ExecRequest, read as
 // a stream (execbody.go): a long command text or stdin data goes on into
@@ -218,7 +218,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Background {
-		res, err := prep.Exec(r.Context(), req, body.in, sandbox.OutputFuncs(nil, nil, nil))
+		res, err := prep.Exec(r.Context(), node.ExecSpec(req), body.in, node.OutputFuncs(nil, nil, nil))
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -229,8 +229,8 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
-		res, err := prep.Exec(r.Context(), req, body.in, out)
+	s.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
+		res, err := prep.Exec(r.Context(), node.ExecSpec(req), body.in, out)
 		if err == nil {
 			s.metrics.ObserveExec(time.Since(began))
 			note.Set("pid", res.Pid)
@@ -250,7 +250,7 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // respondExec runs fn and answers with one JSON result when the client
 // asked for it (Accept: application/json), else with the event stream.
-func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(sandbox.Output) (*v1.ExecResult, error)) {
+func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
 	if !wantsJSON(r) {
 		s.streamExec(w, r, fn)
 		return
@@ -267,16 +267,16 @@ func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(san
 		access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
 		s.log.Warn("exec answer cut", "path", r.URL.Path, "request_id", w.Header().Get(requestIDHeader), "err", err)
 	default:
-		j.finish(res)
+		j.finish(execResult(res))
 	}
 }
 
 // streamExec runs fn with an SSE output. Errors before the stream started
 // are problem responses; later ones become an error event.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sandbox.Output) (*v1.ExecResult, error)) {
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
 	out := newSSE(w)
 	started := false
-	tracked := sandbox.OutputFuncs(func(pid int) error { started = true; return out.Started(pid) }, out.Stdout, out.Stderr)
+	tracked := node.OutputFuncs(func(pid int) error { started = true; return out.Started(pid) }, out.Stdout, out.Stderr)
 	res, err := fn(tracked)
 	if err != nil {
 		if !started {
@@ -290,7 +290,7 @@ func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(sand
 		}
 		return
 	}
-	_ = out.jsonEvent("exit", res)
+	_ = out.jsonEvent("exit", execResult(res))
 }
 
 // maxPid is Linux's largest possible pid (PID_MAX_LIMIT). Larger numbers
@@ -307,12 +307,12 @@ func pidParam(r *http.Request) (int, error) {
 }
 
 func (s *Server) handleProcesses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.mgr.Processes(r.Context(), r.PathValue("id"))
+	ps, err := s.mgr.ProcessList(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v1.ProcessList{Processes: ps})
+	writeJSON(w, http.StatusOK, v1.ProcessList{Processes: processes(ps)})
 }
 
 // handleAttach: GET /v1/sessions/{id}/processes/{pid}/stream re-attaches to
@@ -325,7 +325,7 @@ func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	s.respondExec(w, r, func(out sandbox.Output) (*v1.ExecResult, error) {
+	s.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
 		return s.mgr.Attach(r.Context(), id, pid, out)
 	})
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/jsonstream"
-	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/node"
 )
 
-// Exec and stdin bodies (up to sandbox.MaxExecBody) are read as a stream:
+// Exec and stdin bodies (up to node.MaxExecBody) are read as a stream:
 // a command text or stdin data longer than inlineInput is passed on into
 // the sandbox (ExecPrep.Stage) while it arrives, never held whole in the
 // daemon. The other members are small and decoded as usual.
@@ -41,7 +41,7 @@ const (
 // command text or stdin data staged in in, and the audit facts.
 type execBody struct {
 	req v1.ExecRequest
-	in  sandbox.ExecInputs
+	in  node.ExecInputs
 	// hash is the command's audit hash (audit.CommandHash of its words).
 	hash string
 	// stdinBytes is the stdin data's length.
@@ -49,7 +49,7 @@ type execBody struct {
 }
 
 // readExecBody reads an exec request body from r for p's session.
-func readExecBody(r *http.Request, p *sandbox.ExecPrep) (*execBody, error) {
+func readExecBody(r *http.Request, p node.ExecCall) (*execBody, error) {
 	if err := httpjson.CheckMediaType(r.Header.Get("Content-Type")); err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func smallMember(req *v1.ExecRequest, key string) any {
 }
 
 // readStdinBody reads a stdin request body ({data, close}) like an exec body.
-func readStdinBody(r *http.Request, p *sandbox.ExecPrep) (inline []byte, staged *sandbox.Staged, closeAfter bool, size int64, err error) {
+func readStdinBody(r *http.Request, p node.ExecCall) (inline []byte, staged *node.Staged, closeAfter bool, size int64, err error) {
 	if err := httpjson.CheckMediaType(r.Header.Get("Content-Type")); err != nil {
 		return nil, nil, false, 0, err
 	}
@@ -213,11 +213,11 @@ func bodyError(err error) error {
 	return httpjson.BodyError(err)
 }
 
-// budgetedBody returns r's body limited to sandbox.MaxExecBody, counting
+// budgetedBody returns r's body limited to node.MaxExecBody, counting
 // bytes beyond the declared Content-Length in p's in-flight budget as
 // they arrive.
-func budgetedBody(r *http.Request, p *sandbox.ExecPrep) io.Reader {
-	body := http.MaxBytesReader(nil, r.Body, sandbox.MaxExecBody)
+func budgetedBody(r *http.Request, p node.ExecCall) io.Reader {
+	body := http.MaxBytesReader(nil, r.Body, node.MaxExecBody)
 	counted := max(r.ContentLength, 0)
 	var read int64
 	return readerFunc(func(b []byte) (int, error) {
@@ -238,7 +238,7 @@ func budgetedBody(r *http.Request, p *sandbox.ExecPrep) io.Reader {
 // inline when they are at most inlineInput long, else staged in p's
 // sandbox while they arrive. A command text must not hold NUL bytes; h,
 // when set, hashes it.
-func readLongString(ctx context.Context, d *jsonstream.Decoder, p *sandbox.ExecPrep, field string, isBase64 bool, h hash.Hash) ([]byte, *sandbox.Staged, error) {
+func readLongString(ctx context.Context, d *jsonstream.Decoder, p node.ExecCall, field string, isBase64 bool, h hash.Hash) ([]byte, *node.Staged, error) {
 	c, err := d.Peek()
 	if err != nil {
 		return nil, nil, err
@@ -300,7 +300,7 @@ func readLongString(ctx context.Context, d *jsonstream.Decoder, p *sandbox.ExecP
 // the sandbox (a stage fed through a pipe while it arrives).
 type spill struct {
 	ctx   context.Context
-	p     *sandbox.ExecPrep
+	p     node.ExecCall
 	hash  hash.Hash
 	noNUL bool
 
@@ -310,7 +310,7 @@ type spill struct {
 }
 
 type stageResult struct {
-	staged sandbox.Staged
+	staged node.Staged
 	err    error
 }
 
@@ -357,7 +357,7 @@ func (s *spill) stageErr(err error) error {
 }
 
 // finish returns the input: inline, or staged once the stage is complete.
-func (s *spill) finish() ([]byte, *sandbox.Staged, error) {
+func (s *spill) finish() ([]byte, *node.Staged, error) {
 	if s.pw == nil {
 		return s.buf, nil, nil
 	}

@@ -37,7 +37,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	note.Set("bytes", e.Size)
-	writeJSON(w, http.StatusCreated, e)
+	writeJSON(w, http.StatusCreated, entry(e))
 }
 
 // handleDownload: GET /v1/sessions/{id}/files/{path...}[?user=NAME]
@@ -91,7 +91,7 @@ func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, entry(e))
 }
 
 // handleListDir: GET /v1/sessions/{id}/fs/list?path=P[&depth=N][&user=NAME].
@@ -107,12 +107,12 @@ func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
 		}
 		depth = n
 	}
-	entries, err := s.mgr.ListDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"), depth)
+	list, err := s.mgr.ListDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"), depth)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, v1.EntryList{Entries: entries})
+	writeJSON(w, http.StatusOK, v1.EntryList{Entries: entries(list)})
 }
 
 // handleMkdir: POST /v1/sessions/{id}/fs/mkdir {"path": P, "user"?: NAME}.
@@ -129,7 +129,7 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, e)
+	writeJSON(w, http.StatusCreated, entry(e))
 }
 
 // handleMove: POST /v1/sessions/{id}/fs/move {"source", "destination", "user"?}.
@@ -147,5 +147,5 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, e)
+	writeJSON(w, http.StatusOK, entry(e))
 }

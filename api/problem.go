@@ -14,7 +14,7 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/inflight"
-	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/tenancy"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -59,34 +59,34 @@ var problemClasses = []problemClass{
 // budget and the tenant quotas, an agent's own failure (502), and bodies
 // refused before decoding (413, 415).
 var typedProblems = []problemClass{
-	{errdefs.ErrInvalidArgument, http.StatusBadRequest, sandbox.ProblemImageNotApproved, "Image not approved",
+	{errdefs.ErrInvalidArgument, http.StatusBadRequest, node.ProblemImageNotApproved, "Image not approved",
 		"The template (or the snapshot's template) is not on the tenant's approved list."},
-	{errdefs.ErrPermissionDenied, http.StatusForbidden, sandbox.ProblemEgressNotAllowed, "Egress not allowed",
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, node.ProblemEgressNotAllowed, "Egress not allowed",
 		"A requested egress destination is outside the tenant's egress policy; `field` names it."},
-	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemTenantConcurrency, "Tenant concurrency exceeded",
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, node.ProblemTenantConcurrency, "Tenant concurrency exceeded",
 		"The tenant is at its limit of concurrent sessions; retry after Retry-After seconds, or end one."},
-	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemCPUBudgetExhausted, "CPU budget exhausted",
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, node.ProblemCPUBudgetExhausted, "CPU budget exhausted",
 		"The tenant used its CPU-seconds for the day (UTC); Retry-After says when the next day begins."},
-	{errdefs.ErrPermissionDenied, http.StatusForbidden, sandbox.ProblemTenantSuspended, "Tenant suspended",
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, node.ProblemTenantSuspended, "Tenant suspended",
 		"The abuse detector flagged the tenant and its policy suspends it then; an admin reviews and clears the flag."},
-	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, sandbox.ProblemTenantQuota, "Tenant quota exceeded",
+	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, node.ProblemTenantQuota, "Tenant quota exceeded",
 		"The tenant keeps as many snapshots or imported templates as its policy allows; delete one first."},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemCapacity, "Capacity unavailable",
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemCapacity, "Capacity unavailable",
 		"The host runs as many sessions (or as much memory) as it may; retry after Retry-After seconds."},
 	{errdefs.ErrResourceExhausted, http.StatusTooManyRequests, inflight.Problem, "Exec requests in flight exceeded",
 		"The tenant (or the host) has as many exec and stdin request bytes in flight as it may (serve --max-exec-inflight-tenant-mb, " +
 			"--max-exec-inflight-mb); nothing of this request was run. Retry after Retry-After seconds."},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemExecStreamCut, "Exec stream cut",
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemExecStreamCut, "Exec stream cut",
 		"A memory snapshot of the session cut the command's output stream; the command keeps running. " +
 			"Re-attach (GET /v1/sessions/{id}/processes/{pid}/stream) for its output from then on and its exit; " +
 			"do not retry the exec, which would run the command again."},
-	{errdefs.ErrInternal, http.StatusBadGateway, sandbox.ProblemAgentFailed, "Agent failed",
+	{errdefs.ErrInternal, http.StatusBadGateway, node.ProblemAgentFailed, "Agent failed",
 		"The sandbox's agent could not do this (for example an I/O error on a file in the sandbox); `detail` has its message. The same call fails the same way again."},
 	{errdefs.ErrInvalidArgument, http.StatusRequestEntityTooLarge, httpjson.ProblemContentTooLarge, "Content too large",
 		"The request body is larger than the endpoint accepts; `detail` says the limit in bytes."},
 	{errdefs.ErrInvalidArgument, http.StatusUnsupportedMediaType, httpjson.ProblemUnsupportedMediaType, "Unsupported media type",
 		"The body's Content-Type is not JSON: send `Content-Type: application/json` (a body without Content-Type is read as JSON)."},
-	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, sandbox.ProblemSandboxNotReady, "Sandbox not ready",
+	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},
 }

@@ -24,8 +24,7 @@ import (
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/metrics"
-	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/template"
 	"github.com/forkbox/forkbox/tenancy"
@@ -35,7 +34,7 @@ const requestIDHeader = access.RequestIDHeader
 
 // Server serves the REST API. Build it with New.
 type Server struct {
-	mgr     *sandbox.Manager
+	mgr     node.Node
 	store   *store.Store
 	catalog *template.Catalog
 	log     *slog.Logger
@@ -56,7 +55,7 @@ type Server struct {
 // filesystem); rec records audited requests; ms serves GET /metrics; hide
 // removes host paths from every error detail either API answers (and
 // from the audit record of the failure), which the log then has in full.
-func New(mgr *sandbox.Manager, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
+func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir,
 		e2b: e2b.New(mgr, st, rec, hide, log), audit: rec, metrics: ms, hide: hide}
@@ -298,20 +297,10 @@ func newRequestID() string {
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
-	var drivers []v1.DriverInfo
-	for _, d := range s.mgr.Drivers() {
-		drivers = append(drivers, v1.DriverInfo{Name: d.Name(), Capabilities: capabilityMap(d.Capabilities())})
-	}
+	n := s.mgr.Info()
+	drivers, limits := info(n)
 	writeJSON(w, http.StatusOK, v1.Info{
 		Version: version.String(), EnvdVersion: version.EnvdVersion,
-		Drivers: drivers, DefaultDriver: s.mgr.DefaultDriver().Name(), Limits: s.mgr.Limits(),
+		Drivers: drivers, DefaultDriver: n.DefaultDriver, Limits: limits,
 	})
-}
-
-// capabilityMap lists a driver's capabilities by their JSON names.
-func capabilityMap(c runtime.Capabilities) map[string]bool {
-	return map[string]bool{
-		"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
-		"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
-	}
 }

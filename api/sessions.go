@@ -9,7 +9,6 @@ import (
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/sandbox"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -26,7 +25,7 @@ func sessionView(r *node.Session) v1.Session {
 		Workdir: r.Workdir, Metadata: meta,
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
 		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
-		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: sandbox.APINetwork(r.Network),
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: apiNetwork(r.Network),
 	}
 	if v.OnTimeout == "" {
 		v.OnTimeout = node.OnTimeoutKill // sessions from before on_timeout existed
@@ -77,7 +76,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if req.Snapshot != "" {
 		note.Set("snapshot", req.Snapshot)
 	}
-	rec, created, err := s.mgr.Create(r.Context(), req, key)
+	rec, created, err := s.mgr.Create(r.Context(), createSpec(req), key)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -182,7 +181,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, u)
+	writeJSON(w, http.StatusOK, v1.Usage(*u))
 }
 
 // handleEgress: GET /v1/sessions/{id}/egress[?skip=N][&limit=N] → the

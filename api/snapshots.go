@@ -9,7 +9,6 @@ import (
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/sandbox"
 )
 
 // maxSnapshotExpiryS is the largest expires_in_s a time.Duration holds
@@ -41,7 +40,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), sandbox.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name, Memory: req.Memory})
+	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), node.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name, Memory: req.Memory})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -59,7 +58,7 @@ func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, req.CreateRequest, sandbox.SnapshotOptions{Memory: req.Memory})
+	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, createSpec(req.CreateRequest), node.SnapshotOptions{Memory: req.Memory})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -78,7 +77,7 @@ func (s *Server) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	sessions, err := s.mgr.Fork(r.Context(), id, req.Count, req.CreateRequest)
+	sessions, err := s.mgr.Fork(r.Context(), id, req.Count, createSpec(req.CreateRequest))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -178,7 +177,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePools(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, v1.PoolList{Pools: s.mgr.Pools()})
+	writeJSON(w, http.StatusOK, v1.PoolList{Pools: pools(s.mgr.PoolList())})
 }
 
 // handleSetPool: PUT /v1/pools/{template} {"size": N, "cpu"?, "memory_mb"?,
@@ -194,10 +193,11 @@ func (s *Server) handleSetPool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Template = r.PathValue("template")
-	p, err := s.mgr.SetPool(r.Context(), req)
+	p, err := s.mgr.SetPool(r.Context(), node.Pool{Template: req.Template, Size: req.Size, CPU: req.CPU,
+		MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB})
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, p)
+	writeJSON(w, http.StatusOK, poolView(p))
 }

@@ -9,18 +9,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
 
 // tenantView is the API view of tenant t.
 func (s *Server) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, error) {
-	p, err := sandbox.PolicyOf(t)
+	p, err := admission.PolicyOf(t)
 	if err != nil {
 		return v1.Tenant{}, err
 	}
@@ -28,7 +28,7 @@ func (s *Server) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, er
 	if err != nil {
 		return v1.Tenant{}, err
 	}
-	return v1.Tenant{Name: t.Name, Policy: p, CreatedAt: t.CreatedAt, FlaggedAt: timePtr(t.FlaggedAt),
+	return v1.Tenant{Name: t.Name, Policy: v1.TenantPolicy(p), CreatedAt: t.CreatedAt, FlaggedAt: timePtr(t.FlaggedAt),
 		FlagReason: t.FlagReason, Sessions: s.mgr.TenantSessions(t.Name), CPUSecondsToday: float64(used) / 1000}, nil
 }
 
@@ -59,10 +59,11 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 
 // policyJSON validates p and returns it as stored.
 func policyJSON(p *v1.TenantPolicy) (string, error) {
-	if err := sandbox.ValidatePolicy(p); err != nil {
+	tp := tenancy.Policy(*p)
+	if err := admission.ValidatePolicy(&tp); err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(p)
+	b, err := json.Marshal(tp)
 	return string(b), err
 }
 

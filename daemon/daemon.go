@@ -25,13 +25,14 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/abuse"
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/userns"
@@ -71,7 +72,7 @@ type Options struct {
 	// default) or "gvisor".
 	Isolation string
 	// Limits bound create requests; zero means sandbox.DefaultLimits().
-	Limits v1.Limits
+	Limits node.Limits
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
 	// where it works and overlay otherwise.
 	Storage string
@@ -88,7 +89,7 @@ type Options struct {
 	MaxSnapshotEntries int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
-	Pools []v1.Pool
+	Pools []node.Pool
 	// EgressResolver resolves the names sandboxes with a network ask for;
 	// nil is the host's resolver. (Tests map names to their test hosts.)
 	EgressResolver netpolicy.Resolver
@@ -98,7 +99,7 @@ type Options struct {
 	EgressTestNetworks []netip.Prefix
 	// Capacity bounds the sessions this host runs at once; zero fields
 	// take DefaultCapacity's.
-	Capacity sandbox.Capacity
+	Capacity admission.Capacity
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
 	// ExecInflight bounds the exec request bytes in flight, per tenant and
@@ -166,7 +167,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("forkbox serve must run as root (it creates namespaces, cgroups and mounts)")
 	}
-	execBudget, err := inflight.New(opts.ExecInflight, sandbox.ExecOverhead+sandbox.MaxExecBody)
+	execBudget, err := inflight.New(opts.ExecInflight, node.ExecOverhead+node.MaxExecBody)
 	if err != nil {
 		return nil, err
 	}
@@ -543,8 +544,8 @@ func installKey(secret string) store.APIKey {
 // DefaultCapacity is this host's: at most 1000 sessions, whose memory
 // limits add up to at most four times the host's memory (limits are
 // ceilings; most sandboxes use a fraction of theirs).
-func DefaultCapacity() sandbox.Capacity {
-	c := sandbox.Capacity{MaxSessions: 1000}
+func DefaultCapacity() admission.Capacity {
+	c := admission.Capacity{MaxSessions: 1000}
 	var si syscall.Sysinfo_t
 	if err := syscall.Sysinfo(&si); err == nil {
 		c.MaxMemoryMB = int64(si.Totalram) * int64(si.Unit) >> 20 * 4
@@ -552,7 +553,7 @@ func DefaultCapacity() sandbox.Capacity {
 	return c
 }
 
-func withDefaultCapacity(c sandbox.Capacity) sandbox.Capacity {
+func withDefaultCapacity(c admission.Capacity) admission.Capacity {
 	d := DefaultCapacity()
 	if c.MaxSessions == 0 {
 		c.MaxSessions = d.MaxSessions

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
@@ -158,7 +159,7 @@ func destroyAll(ctx context.Context, opts DownOptions, layout storage.Layout, na
 	mgr := sandbox.NewManager(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, Storage: sdrv,
 		AgentPath: layout.AgentBinary(), Limits: sandbox.DefaultLimits(), Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc,
-		Log: log, Capacity: withDefaultCapacity(sandbox.Capacity{}), Audit: audit.New(st, log),
+		Log: log, Capacity: withDefaultCapacity(admission.Capacity{}), Audit: audit.New(st, log),
 	})
 	mgr.StopPools()
 	err = mgr.Recover(ctx) // adopts what runs, ends what died

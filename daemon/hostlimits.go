@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/admission"
 )
 
 // fileMaxPath is the host's open-file table size.
@@ -30,7 +30,7 @@ const runtimeHeadroomBytes = 128 << 20
 // sandbox at least perFile bytes of its memory cgroup. Open files are
 // kernel memory, which cannot exceed the host's (hostMem bytes, when
 // known): past that the table would only stop bounding host processes.
-func neededFileMax(c sandbox.Capacity, hostMem, perFile int64) int64 {
+func neededFileMax(c admission.Capacity, hostMem, perFile int64) int64 {
 	mem := c.MaxMemoryMB<<20 + int64(c.MaxSessions)*runtimeHeadroomBytes
 	if hostMem > 0 && mem > hostMem {
 		mem = hostMem

@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
 )
@@ -103,7 +104,7 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 		EgressResolver: egressNames, EgressTestNetworks: egressTestNetworks,
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
-		Capacity: sandbox.Capacity{MaxMemoryMB: 48 << 10},
+		Capacity: admission.Capacity{MaxMemoryMB: 48 << 10},
 	}
 	if tune != nil {
 		tune(&opts)
@@ -114,7 +115,7 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 // testLimits are the daemon's default limits with a small default disk:
 // the overlay driver on a kernel without project quotas reserves a
 // session's whole disk limit in the test's 4 GiB volume.
-func testLimits() v1.Limits {
+func testLimits() node.Limits {
 	l := sandbox.DefaultLimits()
 	l.DefaultDiskMB = 256
 	return l

@@ -2,6 +2,17 @@ package node
 
 import "time"
 
+// SnapshotOptions are the optional settings of Snapshots.Snapshot.
+type SnapshotOptions struct {
+	// ExpiresIn > 0 garbage-collects the snapshot after that long.
+	ExpiresIn time.Duration
+	// Name names the snapshot ("" for none): 1 to 128 bytes of printable
+	// ASCII without spaces, not shaped like a snapshot id.
+	Name string
+	// Memory checkpoints the session's processes and memory too.
+	Memory bool
+}
+
 // Snapshot is a snapshot's durable record (the storage driver keeps the
 // data; this row is the API's view and the dependency graph).
 type Snapshot struct {
@@ -38,7 +49,6 @@ type Snapshot struct {
 	// snapshot's id, and the next start reclaims it (see KeepSnapshot).
 	Provisional bool
 }
-
 
 // Pool is a warm pool's configuration: Size ready sandboxes of Template
 // with these limits (CPU in cores, memory and disk in MiB, tasks).

@@ -14,17 +14,10 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 )
 
-// ProblemAgentFailed is the problem type (errdefs.TypedError.Type) of a
-// call the sandbox's agent answered with an internal failure of its own
-// (an I/O error on a file in the sandbox, say): a deterministic failure,
-// reported as a bad gateway (HTTP 502), not as the retryable
-// unavailable class.
-const ProblemAgentFailed = "agent-failed"
-
-// agentFailed returns the ErrInternal TypedError of ProblemAgentFailed
+// agentFailed returns the ErrInternal TypedError of node.ProblemAgentFailed
 // with the agent's message (which names paths inside the sandbox only).
 func agentFailed(msg string) error {
-	return errdefs.Typed(errdefs.ErrInternal, ProblemAgentFailed, "the sandbox's agent failed: %s", msg)
+	return errdefs.Typed(errdefs.ErrInternal, node.ProblemAgentFailed, "the sandbox's agent failed: %s", msg)
 }
 
 // setUser names the user of an agent call the way envd expects it.
@@ -35,7 +28,7 @@ func setUser(h interface{ Set(string, string) }, user string) {
 // agentError maps an agent (Connect) error to an errdefs class. field names
 // the request field an invalid_argument or not_found refers to, if any. When
 // the sandbox ended meanwhile, the error says so (ErrTerminated). The
-// agent's own internal failures are ProblemAgentFailed (HTTP 502); failing
+// agent's own internal failures are node.ProblemAgentFailed (HTTP 502); failing
 // to reach it, or a deadline, is ErrUnavailable (HTTP 503, retryable).
 func (m *Manager) agentError(ctx context.Context, id string, err error, field string) error {
 	if err == nil {

@@ -15,7 +15,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/agent"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
@@ -34,13 +33,13 @@ import (
 // With req.Snapshot the session starts from that snapshot's files (after
 // its integrity check); without one, a ready warm-pool member that fits is
 // taken when there is one.
-func (m *Manager) Create(ctx context.Context, req v1.CreateRequest, idempotencyKey string) (rec *node.Session, created bool, err error) {
+func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKey string) (rec *node.Session, created bool, err error) {
 	return m.create(ctx, req, idempotencyKey, true)
 }
 
 // create is Create; verify=false skips the snapshot integrity check (Fork
 // checks once for all its sessions).
-func (m *Manager) create(ctx context.Context, req v1.CreateRequest, idempotencyKey string, verify bool) (rec *node.Session, created bool, err error) {
+func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKey string, verify bool) (rec *node.Session, created bool, err error) {
 	began := time.Now()
 	tenant := callerTenant(ctx)
 	trec, policy, err := m.tenant(ctx, tenant)
@@ -184,7 +183,7 @@ func (m *Manager) templateVisible(ctx context.Context, name string) bool {
 
 // pickDriver sets req.Isolation to the server's default when empty and
 // refuses a driver this host does not have.
-func (m *Manager) pickDriver(req *v1.CreateRequest) error {
+func (m *Manager) pickDriver(req *node.CreateSpec) error {
 	if req.Isolation == "" {
 		req.Isolation = m.DefaultDriver().Name()
 	}
@@ -205,7 +204,7 @@ func (m *Manager) pickDriver(req *v1.CreateRequest) error {
 // initial), writable layer, runtime, agent; the record ends in state final.
 // On failure everything is torn down and the record ends terminated with
 // reason error (or deleted, when Destroy came while it was made).
-func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string, initial, final node.State) (*node.Session, error) {
+func (m *Manager) launch(ctx context.Context, req node.CreateSpec, idempotencyKey, hash string, initial, final node.State) (*node.Session, error) {
 	// From loading the template until the sandbox is live (and so counts
 	// as a user of it), the template cannot be removed.
 	m.tplMu.RLock()
@@ -239,7 +238,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
-		Network: storeNetwork(req.Network), Tenant: callerTenant(ctx),
+		Network: copyNetwork(req.Network), Tenant: callerTenant(ctx),
 	}
 	if initial == node.StatePooled {
 		sb.rec.Tenant = "" // a warm-pool member belongs to whoever claims it
@@ -286,7 +285,7 @@ func (m *Manager) launch(ctx context.Context, req v1.CreateRequest, idempotencyK
 // start builds the sandbox's files, starts it through the driver and waits
 // for its agent; then the record becomes final (running, or pooled for a
 // warm-pool member) and a running session's timeout is armed.
-func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req v1.CreateRequest, final node.State) error {
+func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template, req node.CreateSpec, final node.State) error {
 	began := time.Now()
 	if err := os.MkdirAll(sb.dir, 0o710); err != nil {
 		return err
@@ -494,7 +493,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // "user" and "root" even without passwd entries, and every template has
 // their homes (storage.PrepareUserDirs). That spares most creates a round
 // trip while the fresh agent is still cold (several ms).
-func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
+func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
 	if req.Workdir == "" && (req.User == "user" || req.User == "root") {
 		return nil
 	}

@@ -3,29 +3,10 @@ package sandbox
 import (
 	"context"
 	"crypto/subtle"
-	"net/http"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 )
-
-// EnvdConn is one proxied envd request's hold on a running session's
-// agent (OpenEnvd). Release it when the request is over.
-type EnvdConn struct {
-	// Client reaches the agent; every request goes to its Unix socket.
-	Client *http.Client
-	// BaseURL is the URL prefix of agent requests ("http://agent").
-	BaseURL string
-	release func()
-}
-
-// Release ends the hold; it counts as the end of a call for auto-pause.
-func (c *EnvdConn) Release() {
-	if c.release != nil {
-		c.release()
-		c.release = nil
-	}
-}
 
 // CheckEnvdToken checks that token is session id's envd access token
 // (constant-time) and returns the session's record. ErrNotFound for an
@@ -53,12 +34,12 @@ func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*node.S
 // paused, and it keeps the session from idling while held. Errors as for
 // Exec: ErrNotFound, ErrTerminated, or ErrConflict for a session paused on
 // request or still being created.
-func (m *Manager) OpenEnvd(ctx context.Context, id string) (*EnvdConn, error) {
+func (m *Manager) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, error) {
 	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return &EnvdConn{Client: sb.agent.http, BaseURL: agentBaseURL, release: release}, nil
+	return node.NewEnvdConn(sb.agent.http, agentBaseURL, release), nil
 }
 
 // AgentHealthy reports (nil) whether running session id's agent answers its

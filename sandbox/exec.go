@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 
 	"connectrpc.com/connect"
@@ -20,16 +20,6 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
-
-// Output receives a command's events in order. A returned error stops the
-// exec (the command is then killed unless it is a background command).
-type Output interface {
-	// Started is called once with the in-sandbox pid, before any output.
-	Started(pid int) error
-	// Stdout and Stderr get raw output chunks; the slices are not reused.
-	Stdout(p []byte) error
-	Stderr(p []byte) error
-}
 
 // Default and maximum exec timeouts.
 const (
@@ -44,7 +34,7 @@ const shellPath = "/bin/sh"
 
 // normalizeExec checks req and fills in its defaults. script tells that
 // the command text is staged (so neither argv nor cmd is set).
-func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string, script bool) error {
+func normalizeExec(r *node.ExecSpec, maxTimeoutS int64, defaultUser string, script bool) error {
 	switch {
 	case script && (len(r.Argv) > 0 || r.Cmd != ""):
 		return errdefs.InvalidField("cmd", "give either argv or cmd, not both")
@@ -87,20 +77,6 @@ func normalizeExec(r *v1.ExecRequest, maxTimeoutS int64, defaultUser string, scr
 	return nil
 }
 
-// Collector is an Output that wants a command's output whole after it
-// ended (a JSON result) rather than as it comes: the agent keeps up to
-// CollectLimit bytes of each stream in the sandbox's memory meanwhile, so
-// the daemon never holds it. Its Stdout calls all come before its Stderr
-// calls, after the command ended.
-type Collector interface {
-	Output
-	// CollectLimit is the most bytes kept of each stream.
-	CollectLimit() int64
-	// Truncated reports, before the result is returned, which streams
-	// were cut at the limit (or where the sandbox had no memory for more).
-	Truncated(stdout, stderr bool)
-}
-
 // Exec runs req in session id and streams its output to out. It returns
 // when the command's main process exits (a background child that keeps the
 // output open does not hold it), or at once after the start for a
@@ -110,30 +86,26 @@ type Collector interface {
 // is killed the same way. A command whose timeout fired while its session
 // was paused (its processes are then killed as soon as they run again)
 // ends timed out at once. A memory snapshot that cuts the output stream
-// ends it with a typed ErrUnavailable (ProblemExecStreamCut) naming the
+// ends it with a typed ErrUnavailable (node.ProblemExecStreamCut) naming the
 // pid to re-attach to.
-func (m *Manager) Exec(ctx context.Context, id string, req v1.ExecRequest, out Output) (*v1.ExecResult, error) {
-	p, err := m.PrepareExec(ctx, id, 0)
+func (m *Manager) Exec(ctx context.Context, id string, req node.ExecSpec, out node.Output) (*node.ExecResult, error) {
+	p, err := m.prepareExec(ctx, id, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
-	return p.Exec(ctx, req, ExecInputs{}, out)
+	return p.Exec(ctx, req, node.ExecInputs{}, out)
 }
-
-// ProblemExecStreamCut is the problem type of an exec or re-attach stream
-// that a memory snapshot of its session cut (the command keeps running).
-const ProblemExecStreamCut = "exec-stream-cut"
 
 // streamCut is the error of a stream of command pid that a memory
 // snapshot of session id cut.
 func streamCut(id string, pid int) error {
-	return errdefs.Typed(errdefs.ErrUnavailable, ProblemExecStreamCut,
+	return errdefs.Typed(errdefs.ErrUnavailable, node.ProblemExecStreamCut,
 		"a memory snapshot of session %s cut this command's output stream; the command keeps running as pid %d: "+
 			"GET /v1/sessions/%s/processes/%d/stream re-attaches to its output from now on and its exit", id, pid, id, pid)
 }
 
-func (m *Manager) exec(ctx context.Context, p *ExecPrep, req v1.ExecRequest, staged ExecInputs, out Output) (*v1.ExecResult, error) {
+func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
 	sb, id := p.sb, p.sb.id
 	rec := sb.Record()
 	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser, staged.Script != nil); err != nil {
@@ -186,15 +158,15 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req v1.ExecRequest, sta
 	creq := connect.NewRequest(start)
 	setUser(creq.Header(), req.User)
 	if staged.Script != nil {
-		creq.Header().Set(agent.ScriptHeader, staged.Script.id)
+		creq.Header().Set(agent.ScriptHeader, staged.Script.ID)
 	}
 	if staged.Stdin != nil {
-		creq.Header().Set(agent.StdinHeader, staged.Stdin.id)
+		creq.Header().Set(agent.StdinHeader, staged.Stdin.ID)
 		if req.KeepStdin {
 			creq.Header().Set(agent.KeepStdinHeader, "1")
 		}
 	}
-	collector, collect := out.(Collector)
+	collector, collect := out.(node.Collector)
 	if collect && !req.Background {
 		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
 	}
@@ -214,7 +186,7 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req v1.ExecRequest, sta
 	if pid == 0 {
 		return nil, fmt.Errorf("agent: first event is not start: %w", errdefs.ErrInternal)
 	}
-	res := &v1.ExecResult{Pid: pid}
+	res := &node.ExecResult{Pid: pid}
 	var timedOut atomic.Bool
 	if req.TimeoutS > 0 {
 		m.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
@@ -302,7 +274,7 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req v1.ExecRequest, sta
 
 // startErrorField names the request field a failed start refers to, from
 // the agent's message: "cwd ...", "env ...", else the command itself.
-func startErrorField(err error, req v1.ExecRequest) string {
+func startErrorField(err error, req node.ExecSpec) string {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return ""
@@ -319,11 +291,11 @@ func startErrorField(err error, req v1.ExecRequest) string {
 	}
 }
 
-// errOutput marks an error returned by an Output callback.
+// errOutput marks an error returned by an node.Output callback.
 var errOutput = errors.New("output closed")
 
 // follow copies data events to out until the end event, which it returns.
-func (m *Manager) follow(ctx context.Context, receive func() bool, msg func() *processpb.ProcessEvent, streamErr func() error, out Output) (*processpb.ProcessEvent_EndEvent, error) {
+func (m *Manager) follow(ctx context.Context, receive func() bool, msg func() *processpb.ProcessEvent, streamErr func() error, out node.Output) (*processpb.ProcessEvent_EndEvent, error) {
 	for receive() {
 		ev := msg()
 		switch {
@@ -360,7 +332,7 @@ func streamErr(err error) error {
 
 // fillResult converts envd's end event: a signal death ("signal: killed",
 // exit code -1) becomes ExitCode 128+N with Signal N.
-func fillResult(res *v1.ExecResult, end *processpb.ProcessEvent_EndEvent) {
+func fillResult(res *node.ExecResult, end *processpb.ProcessEvent_EndEvent) {
 	if end.GetExited() {
 		res.ExitCode = int(end.GetExitCode())
 		return

@@ -12,15 +12,14 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
-
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
+	"github.com/forkbox/forkbox/node"
 )
 
-func entryFromPB(e *filesystempb.EntryInfo) v1.Entry {
+func entryFromPB(e *filesystempb.EntryInfo) node.Entry {
 	t := "file"
 	switch e.GetType() {
 	case filesystempb.FileType_FILE_TYPE_DIRECTORY:
@@ -28,7 +27,7 @@ func entryFromPB(e *filesystempb.EntryInfo) v1.Entry {
 	case filesystempb.FileType_FILE_TYPE_SYMLINK:
 		t = "symlink"
 	}
-	return v1.Entry{
+	return node.Entry{
 		Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: e.GetMode() & 0o7777,
 		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
 		ModifiedAt: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget(),
@@ -83,7 +82,7 @@ func (m *Manager) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _
 // replaced atomically if it exists, owned by user). size is the body's
 // length in bytes or -1 when unknown. ErrInsufficientStorage when the
 // sandbox's disk is full.
-func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*v1.Entry, error) {
+func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -162,7 +161,7 @@ func (r *releasingReader) Close() error {
 // filesHTTPError maps the agent's /files JSON error ({code, message}):
 // 400 (path) and 401 (user) are field errors, 404, 403 and 507 their
 // classes, 502-504 ErrUnavailable, any other (the agent's 500) is
-// ProblemAgentFailed.
+// node.ProblemAgentFailed.
 func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Response) error {
 	var body struct {
 		Code    int    `json:"code"`
@@ -197,7 +196,7 @@ func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Resp
 }
 
 // Stat describes path.
-func (m *Manager) Stat(ctx context.Context, id, path, user string) (*v1.Entry, error) {
+func (m *Manager) Stat(ctx context.Context, id, path, user string) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -217,7 +216,7 @@ func (m *Manager) Stat(ctx context.Context, id, path, user string) (*v1.Entry, e
 }
 
 // ListDir lists directory path down to depth levels (1 = its entries).
-func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]v1.Entry, error) {
+func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -235,7 +234,7 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "path")
 	}
-	out := make([]v1.Entry, 0, len(resp.Msg.GetEntries()))
+	out := make([]node.Entry, 0, len(resp.Msg.GetEntries()))
 	for _, e := range resp.Msg.GetEntries() {
 		out = append(out, entryFromPB(e))
 	}
@@ -244,7 +243,7 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 
 // MakeDir creates directory path and its parents, owned by user.
 // ErrConflict when it already exists.
-func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*v1.Entry, error) {
+func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
@@ -264,7 +263,7 @@ func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*v1.Entry
 }
 
 // Move renames source to destination (creating destination's parents).
-func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*v1.Entry, error) {
+func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*node.Entry, error) {
 	if err := checkPath("source", source); err != nil {
 		return nil, err
 	}
@@ -309,7 +308,7 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 
 // Usage reads the session's CPU seconds, memory (now and peak, bytes),
 // tasks, OOM kills and the bytes its writable layer holds.
-func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
+func (m *Manager) Usage(ctx context.Context, id string) (*node.Usage, error) {
 	sb := m.find(ctx, id)
 	if sb == nil || !isLive(sb.Record().State) {
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
@@ -322,7 +321,7 @@ func (m *Manager) Usage(ctx context.Context, id string) (*v1.Usage, error) {
 		}
 		return nil, err
 	}
-	u := &v1.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
+	u := &node.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
 		Pids: st.Pids, OOMKills: st.OOMKills}
 	if u.DiskBytes, err = m.opts.Storage.Usage(ctx, id); err != nil {
 		return nil, err

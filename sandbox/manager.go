@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 
@@ -57,7 +57,7 @@ type Options struct {
 	// DefaultAgentReadyTimeout.
 	AgentReadyTimeout time.Duration
 	// Limits default and bound create requests.
-	Limits v1.Limits
+	Limits node.Limits
 	// Shift maps sandbox ids to the host ids their files have on disk
 	// (storage.DefaultIDShift).
 	Shift storage.IDShift
@@ -67,9 +67,9 @@ type Options struct {
 	// Net gives sessions that ask for one a network through the egress
 	// proxy; nil: such creates are refused.
 	Net *netpolicy.Service
-	// Capacity bounds what the host runs at once (503
+	// admission.Capacity bounds what the host runs at once (503
 	// capacity-unavailable past it).
-	Capacity Capacity
+	Capacity admission.Capacity
 	// Audit records lifecycle events, policy decisions and abuse kills;
 	// nil records nothing.
 	Audit *audit.Recorder
@@ -222,7 +222,7 @@ func NewManager(opts Options) *Manager {
 		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	if m.inflight = opts.ExecInflight; m.inflight == nil {
-		m.inflight, _ = inflight.New(inflight.Limits{}, ExecOverhead+MaxExecBody)
+		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)
 	}
 	m.wg.Add(2)
 	go m.recordEgress()
@@ -265,7 +265,24 @@ func (m *Manager) driverOf(sb *Sandbox) runtime.Driver {
 }
 
 // Limits returns the bounds applied to create requests.
-func (m *Manager) Limits() v1.Limits { return m.opts.Limits }
+func (m *Manager) Limits() node.Limits { return m.opts.Limits }
+
+// Info says which drivers this host has (with their capabilities by the
+// REST API's names), the default one and the create limits.
+func (m *Manager) Info() node.Info {
+	info := node.Info{DefaultDriver: m.DefaultDriver().Name(), Limits: m.opts.Limits}
+	for _, d := range m.opts.Drivers {
+		c := d.Capabilities()
+		info.Drivers = append(info.Drivers, node.DriverInfo{Name: d.Name(), Capabilities: map[string]bool{
+			"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
+			"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
+		}})
+	}
+	return info
+}
+
+// Manager is the local Node.
+var _ node.Node = (*Manager)(nil)
 
 // arm (re)starts the session timer at the record's expiry, unless the
 // sandbox is no longer running or paused (a teardown stopped its timer for

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -283,7 +282,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 	ctx := context.Background()
 	snapped := make(chan error, 1)
 	go func() {
-		_, err := m.Snapshot(ctx, sb.id, SnapshotOptions{})
+		_, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{})
 		snapped <- err
 	}()
 	<-st.snapshotting
@@ -294,7 +293,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 		t.Fatalf("Destroy returned (%v) while a snapshot of the session was being taken", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if _, err := m.Snapshot(ctx, sb.id, SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("a snapshot that starts during the teardown: %v, want conflict", err)
 	}
 	close(st.release)
@@ -349,7 +348,7 @@ func TestSnapshotThawsWhenCaptured(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, SnapshotOptions{}); err != nil {
+	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !st.frozenBefore || st.frozenAfter {
@@ -369,7 +368,7 @@ func TestSnapshotFlushesBeforeFreezing(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, SnapshotOptions{}); err != nil {
+	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st.flushes != 1 || st.flushFrozen || !st.frozenBefore {
@@ -391,7 +390,7 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 	if err := m.loadPools(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SetPool(ctx, v1.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
+	if _, err := m.SetPool(ctx, node.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/abuse"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // processListInterval is how often, at most, the monitor lists one
@@ -84,9 +84,9 @@ func (m *Manager) sample(ctx context.Context, sb *Sandbox) (runtime.Stats, error
 func (m *Manager) sampleAll(listed map[string]time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), m.detector.Config().Interval)
 	defer cancel()
-	policies := map[string]*v1.TenantPolicy{}
+	policies := map[string]*tenancy.Policy{}
 	deleted := map[string]bool{}
-	policy := func(tenant string) *v1.TenantPolicy {
+	policy := func(tenant string) *tenancy.Policy {
 		if p, ok := policies[tenant]; ok {
 			return p
 		}
@@ -258,7 +258,7 @@ func (m *Manager) endForBudget(tenant string, usedMS, budgetS int64) {
 	detail := fmt.Sprintf("the tenant's CPU budget for today is used up (%.1f of %d CPU-seconds)", float64(usedMS)/1000, budgetS)
 	m.log.Warn("CPU budget used up: ending the tenant's sessions", "tenant", tenant, "sessions", len(victims))
 	m.opts.Audit.Record(context.Background(), audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
-		Detail: map[string]any{"rule": ProblemCPUBudgetExhausted, "error": detail, "sessions_ended": len(victims)}})
+		Detail: map[string]any{"rule": node.ProblemCPUBudgetExhausted, "error": detail, "sessions_ended": len(victims)}})
 	for _, sb := range victims {
 		go func() {
 			if err := m.teardown(context.Background(), sb, node.ReasonQuota, detail); err != nil {
@@ -283,7 +283,7 @@ func (m *Manager) SessionStates() map[string]int {
 // PoolDepths counts ready warm-pool members by template (metrics.Source).
 func (m *Manager) PoolDepths() map[string]int {
 	out := map[string]int{}
-	for _, p := range m.Pools() {
+	for _, p := range m.PoolList() {
 		out[p.Template] = p.Ready
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/abuse"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
@@ -29,7 +28,7 @@ const (
 
 // normalizeNetwork checks a create request's network and fills its
 // defaults. ErrInvalidArgument naming network.* fields.
-func normalizeNetwork(n *v1.Network) error {
+func normalizeNetwork(n *node.Network) error {
 	if n == nil {
 		return nil
 	}
@@ -54,21 +53,13 @@ func normalizeNetwork(n *v1.Network) error {
 	return nil
 }
 
-// storeNetwork is n as a session record keeps it.
-func storeNetwork(n *v1.Network) *node.Network {
+// copyNetwork is a deep copy of n (nil for none), so that a record never
+// shares the caller's slice.
+func copyNetwork(n *node.Network) *node.Network {
 	if n == nil {
 		return nil
 	}
 	return &node.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
-		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
-}
-
-// APINetwork is a stored network as the API reports it (nil for none).
-func APINetwork(n *node.Network) *v1.Network {
-	if n == nil {
-		return nil
-	}
-	return &v1.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
 		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
 }
 

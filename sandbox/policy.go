@@ -2,118 +2,45 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
-)
-
-// Capacity bounds what this host runs at once, over every tenant. Zero
-// fields do not limit.
-type Capacity struct {
-	// MaxSessions caps sessions that exist at once (warm-pool members
-	// not counted).
-	MaxSessions int
-	// MaxMemoryMB caps the sum of their memory limits, in MiB.
-	MaxMemoryMB int64
-}
-
-// Problem types of the system design's section 4.3, and forkbox's own
-// for the daily CPU budget.
-const (
-	ProblemImageNotApproved   = "image-not-approved"
-	ProblemEgressNotAllowed   = "egress-not-allowed"
-	ProblemTenantConcurrency  = "tenant-concurrency-exceeded"
-	ProblemCapacity           = "capacity-unavailable"
-	ProblemCPUBudgetExhausted = "cpu-budget-exhausted"
-	ProblemTenantQuota        = "tenant-quota-exceeded"
-	ProblemTenantSuspended    = "tenant-suspended"
 )
 
 // capacityRetry is the Retry-After of a create refused for capacity or
 // concurrency: sessions end at any time, so soon.
 const capacityRetry = 5 * time.Second
 
-// ValidatePolicy checks p: no negative bounds, template names and
-// egress entries in their syntax ("*" or a network.allow entry).
-// ErrInvalidArgument naming the field ("policy.egress_allow[1]").
-func ValidatePolicy(p *v1.TenantPolicy) error {
-	for i, t := range p.Templates {
-		if t == "" || len(t) > 63 {
-			return errdefs.InvalidField(fmt.Sprintf("policy.templates[%d]", i), "must be a template name")
-		}
-	}
-	switch {
-	case p.MaxCPU < 0:
-		return errdefs.InvalidField("policy.max_cpu", "must not be negative")
-	case p.MaxMemoryMB < 0:
-		return errdefs.InvalidField("policy.max_memory_mb", "must not be negative")
-	case p.MaxDiskMB < 0:
-		return errdefs.InvalidField("policy.max_disk_mb", "must not be negative")
-	case p.MaxPids < 0:
-		return errdefs.InvalidField("policy.max_pids", "must not be negative")
-	case p.MaxTimeoutS < 0:
-		return errdefs.InvalidField("policy.max_timeout_s", "must not be negative")
-	case p.MaxSessions < 0:
-		return errdefs.InvalidField("policy.max_sessions", "must not be negative")
-	case p.MaxSnapshots < 0:
-		return errdefs.InvalidField("policy.max_snapshots", "must not be negative")
-	case p.MaxTemplates < 0:
-		return errdefs.InvalidField("policy.max_templates", "must not be negative")
-	case p.CPUSecondsPerDay < 0:
-		return errdefs.InvalidField("policy.cpu_seconds_per_day", "must not be negative")
-	case len(p.EgressAllow) > netpolicy.MaxRules:
-		return errdefs.InvalidField("policy.egress_allow", "at most %d entries", netpolicy.MaxRules)
-	}
-	for i, e := range p.EgressAllow {
-		if e == "*" {
-			continue
-		}
-		if _, err := netpolicy.ParseRule(e); err != nil {
-			return errdefs.InvalidField(fmt.Sprintf("policy.egress_allow[%d]", i), "%v", err)
-		}
-	}
-	return nil
-}
-
 // TenantPolicy returns tenant's policy. ErrNotFound for an unknown tenant.
-func (m *Manager) TenantPolicy(ctx context.Context, tenant string) (v1.TenantPolicy, error) {
+func (m *Manager) TenantPolicy(ctx context.Context, tenant string) (tenancy.Policy, error) {
 	_, p, err := m.tenant(ctx, tenant)
 	return p, err
 }
 
 // tenant reads tenant's record and decodes its policy, in one read.
 // ErrNotFound for an unknown tenant.
-func (m *Manager) tenant(ctx context.Context, name string) (*store.Tenant, v1.TenantPolicy, error) {
+func (m *Manager) tenant(ctx context.Context, name string) (*store.Tenant, tenancy.Policy, error) {
 	t, err := m.opts.Store.GetTenant(ctx, name)
 	if err != nil {
-		return nil, v1.TenantPolicy{}, err
+		return nil, tenancy.Policy{}, err
 	}
-	p, err := PolicyOf(t)
+	p, err := admission.PolicyOf(t)
 	return t, p, err
-}
-
-// PolicyOf decodes the policy stored in tenant record t.
-func PolicyOf(t *store.Tenant) (v1.TenantPolicy, error) {
-	var p v1.TenantPolicy
-	if err := json.Unmarshal([]byte(t.Policy), &p); err != nil {
-		return p, fmt.Errorf("tenant %s policy: %w", t.Name, err)
-	}
-	return p, nil
 }
 
 // policyDefaults gives the sizes a create request leaves out the server's
 // defaults capped at the tenant's bounds, so that a tenant with
 // max_memory_mb 256 gets 256 MiB sessions by default rather than a 400.
-func policyDefaults(req *v1.CreateRequest, p v1.TenantPolicy, l v1.Limits) {
+func policyDefaults(req *node.CreateSpec, p tenancy.Policy, l node.Limits) {
 	capped := func(v *int64, def, max int64) {
 		if *v == 0 && max > 0 {
 			*v = min(def, max)
@@ -133,7 +60,7 @@ func policyDefaults(req *v1.CreateRequest, p v1.TenantPolicy, l v1.Limits) {
 // image-not-approved), a size over its bounds (400 naming the field), an
 // allow-list entry outside its egress ceiling (403 egress-not-allowed).
 // Each refusal is also a "policy" audit record.
-func (m *Manager) checkPolicy(ctx context.Context, tenant string, p v1.TenantPolicy, req *v1.CreateRequest) error {
+func (m *Manager) checkPolicy(ctx context.Context, tenant string, p tenancy.Policy, req *node.CreateSpec) error {
 	err := policyError(p, req)
 	if err != nil {
 		m.opts.Audit.Record(ctx, audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
@@ -149,9 +76,9 @@ func ruleOf(err error) string {
 	return "max-size:" + errdefs.Field(err)
 }
 
-func policyError(p v1.TenantPolicy, req *v1.CreateRequest) error {
+func policyError(p tenancy.Policy, req *node.CreateSpec) error {
 	if len(p.Templates) > 0 && !slices.Contains(p.Templates, req.Template) {
-		e := errdefs.Typed(errdefs.ErrInvalidArgument, ProblemImageNotApproved,
+		e := errdefs.Typed(errdefs.ErrInvalidArgument, node.ProblemImageNotApproved,
 			"template %q is not on this tenant's approved list", req.Template)
 		e.Field = "template"
 		return e
@@ -186,7 +113,7 @@ func policyError(p v1.TenantPolicy, req *v1.CreateRequest) error {
 			return errdefs.InvalidField(fmt.Sprintf("network.allow[%d]", i), "%v", err)
 		}
 		if !slices.ContainsFunc(ceiling, func(c netpolicy.Rule) bool { return c.Covers(r) }) {
-			e := errdefs.Typed(errdefs.ErrPermissionDenied, ProblemEgressNotAllowed,
+			e := errdefs.Typed(errdefs.ErrPermissionDenied, node.ProblemEgressNotAllowed,
 				"%q is outside this tenant's egress policy", entry)
 			e.Field = fmt.Sprintf("network.allow[%d]", i)
 			return e
@@ -264,10 +191,10 @@ func reservationOf(ctx context.Context) *reservation {
 // parallel creates never get past a limit. The returned context carries
 // the reservation to the sandbox the create makes; the caller releases it
 // if the create fails.
-func (m *Manager) admit(ctx context.Context, t *store.Tenant, p v1.TenantPolicy, memoryMB int64) (context.Context, *reservation, error) {
+func (m *Manager) admit(ctx context.Context, t *store.Tenant, p tenancy.Policy, memoryMB int64) (context.Context, *reservation, error) {
 	tenant := t.Name
 	if p.SuspendWhenFlagged && !t.FlaggedAt.IsZero() {
-		return nil, nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrPermissionDenied, ProblemTenantSuspended,
+		return nil, nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrPermissionDenied, node.ProblemTenantSuspended,
 			"tenant %s is suspended: flagged for abuse (%s); an admin clears the flag", tenant, t.FlagReason))
 	}
 	if p.CPUSecondsPerDay > 0 {
@@ -276,7 +203,7 @@ func (m *Manager) admit(ctx context.Context, t *store.Tenant, p v1.TenantPolicy,
 			return nil, nil, err
 		}
 		if used >= p.CPUSecondsPerDay*1000 {
-			e := errdefs.Typed(errdefs.ErrResourceExhausted, ProblemCPUBudgetExhausted,
+			e := errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemCPUBudgetExhausted,
 				"tenant %s used its %d CPU-seconds for today (UTC)", tenant, p.CPUSecondsPerDay)
 			e.RetryAfter = untilTomorrow(time.Now())
 			return nil, nil, m.refuse(ctx, tenant, e)
@@ -287,15 +214,15 @@ func (m *Manager) admit(ctx context.Context, t *store.Tenant, p v1.TenantPolicy,
 	var e *errdefs.TypedError
 	switch {
 	case m.stopping:
-		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity, "the daemon is stopping and destroying its sessions")
+		e = errdefs.Typed(errdefs.ErrUnavailable, node.ProblemCapacity, "the daemon is stopping and destroying its sessions")
 	case p.MaxSessions > 0 && m.active[tenant] >= p.MaxSessions:
-		e = errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantConcurrency,
+		e = errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemTenantConcurrency,
 			"tenant %s is at its limit of %d concurrent sessions", tenant, p.MaxSessions)
 	case capacity.MaxSessions > 0 && m.activeAll >= capacity.MaxSessions:
-		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+		e = errdefs.Typed(errdefs.ErrUnavailable, node.ProblemCapacity,
 			"this host runs its maximum of %d sessions", capacity.MaxSessions)
 	case capacity.MaxMemoryMB > 0 && m.activeMemory+memoryMB > capacity.MaxMemoryMB:
-		e = errdefs.Typed(errdefs.ErrUnavailable, ProblemCapacity,
+		e = errdefs.Typed(errdefs.ErrUnavailable, node.ProblemCapacity,
 			"this host has no room for %d MiB more memory (%d of %d MiB committed)", memoryMB, m.activeMemory, capacity.MaxMemoryMB)
 	}
 	if e != nil {
@@ -359,7 +286,7 @@ func (m *Manager) ReserveQuota(ctx context.Context, tenant, what string, count f
 	if have+making >= max {
 		m.mu.Unlock()
 		unlock()
-		return nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTenantQuota,
+		return nil, m.refuse(ctx, tenant, errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemTenantQuota,
 			"tenant %s has %d %s (%d being made), its limit is %d; delete one first", tenant, have, what, making, max))
 	}
 	m.making[key]++

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/agent"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
@@ -46,23 +47,23 @@ type pool struct {
 // SetPool sets the size (and member limits) of template's pool: Size 0
 // empties it. Zero limits take the create defaults. Members beyond a new,
 // smaller size are torn down.
-func (m *Manager) SetPool(ctx context.Context, p v1.Pool) (v1.Pool, error) {
+func (m *Manager) SetPool(ctx context.Context, p node.Pool) (node.PoolStatus, error) {
 	if p.Size < 0 || p.Size > maxPoolSize {
-		return v1.Pool{}, errdefs.InvalidField("size", "must be between 0 and %d", maxPoolSize)
+		return node.PoolStatus{}, errdefs.InvalidField("size", "must be between 0 and %d", maxPoolSize)
 	}
-	req := v1.CreateRequest{Template: p.Template, CPU: p.CPU, MemoryMB: p.MemoryMB, Pids: p.Pids, DiskMB: p.DiskMB}
+	req := node.CreateSpec{Template: p.Template, CPU: p.CPU, MemoryMB: p.MemoryMB, Pids: p.Pids, DiskMB: p.DiskMB}
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
-		return v1.Pool{}, err
+		return node.PoolStatus{}, err
 	}
 	if _, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template)); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return v1.Pool{}, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+			return node.PoolStatus{}, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 		}
-		return v1.Pool{}, err
+		return node.PoolStatus{}, err
 	}
 	cfg := node.Pool{Template: req.Template, Size: p.Size, CPU: req.CPU, MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB}
 	if err := m.opts.Store.PutPool(ctx, &cfg); err != nil {
-		return v1.Pool{}, err
+		return node.PoolStatus{}, err
 	}
 	m.poolMu.Lock()
 	pl := m.pools[cfg.Template]
@@ -88,11 +89,11 @@ func (m *Manager) SetPool(ctx context.Context, p v1.Pool) (v1.Pool, error) {
 	return view, nil
 }
 
-// Pools reports every pool with its depth.
-func (m *Manager) Pools() []v1.Pool {
+// PoolList reports every pool with its depth, by template name.
+func (m *Manager) PoolList() []node.PoolStatus {
 	m.poolMu.Lock()
 	defer m.poolMu.Unlock()
-	out := make([]v1.Pool, 0, len(m.pools))
+	out := make([]node.PoolStatus, 0, len(m.pools))
 	for _, pl := range m.pools {
 		out = append(out, poolView(pl))
 	}
@@ -100,18 +101,12 @@ func (m *Manager) Pools() []v1.Pool {
 	return out
 }
 
-func poolView(pl *pool) v1.Pool {
-	c := pl.cfg
-	return v1.Pool{Template: c.Template, Size: c.Size, CPU: c.CPU, MemoryMB: c.MemoryMB, Pids: c.Pids, DiskMB: c.DiskMB,
-		Ready: len(pl.ready), Starting: pl.starting}
+func poolView(pl *pool) node.PoolStatus {
+	return node.PoolStatus{Pool: pl.cfg, Ready: len(pl.ready), Starting: pl.starting}
 }
 
-func sortPools(ps []v1.Pool) {
-	for i := 1; i < len(ps); i++ {
-		for j := i; j > 0 && ps[j].Template < ps[j-1].Template; j-- {
-			ps[j], ps[j-1] = ps[j-1], ps[j]
-		}
-	}
+func sortPools(ps []node.PoolStatus) {
+	slices.SortFunc(ps, func(a, b node.PoolStatus) int { return strings.Compare(a.Template, b.Template) })
 }
 
 // dropPool forgets template's pool (its template is going away) and tears
@@ -133,7 +128,7 @@ func sameLimits(a, b node.Pool) bool {
 }
 
 // fits reports whether a create for req can take a member of cfg.
-func fits(cfg node.Pool, req v1.CreateRequest) bool {
+func fits(cfg node.Pool, req node.CreateSpec) bool {
 	return req.Snapshot == "" && req.Template == cfg.Template && req.CPU == cfg.CPU &&
 		req.MemoryMB == cfg.MemoryMB && req.Pids == cfg.Pids && req.DiskMB == cfg.DiskMB
 }
@@ -142,7 +137,7 @@ func fits(cfg node.Pool, req v1.CreateRequest) bool {
 // returns nil (and no error) when no member fits, so that the caller makes
 // a sandbox the slow way; an error only for a request the member proved
 // wrong (an unknown user or workdir).
-func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKey, hash string) (*node.Session, error) {
+func (m *Manager) claim(ctx context.Context, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
 	if req.Isolation != m.DefaultDriver().Name() {
 		return nil, nil // members run on the default driver
 	}
@@ -171,7 +166,7 @@ func (m *Manager) claim(ctx context.Context, req v1.CreateRequest, idempotencyKe
 }
 
 // adoptMember configures member sb for req and makes it a running session.
-func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateRequest, idempotencyKey, hash string) (*node.Session, error) {
+func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
 	// What the member used while it waited is nobody's: mark it counted.
 	if st, err := m.sample(ctx, sb); err == nil {
 		_, _ = m.opts.Store.AddSessionCPU(ctx, sb.id, "", int64(st.CPUSeconds*1000), time.Now())
@@ -209,7 +204,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 
 // initAgent gives sb's running agent req's environment, default user and
 // working directory (POST /init).
-func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
+func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
 	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
 	if err != nil {
@@ -313,7 +308,7 @@ func (m *Manager) refill() {
 func (m *Manager) fillOne(pl *pool, cfg node.Pool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	req := v1.CreateRequest{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB,
+	req := node.CreateSpec{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB,
 		Isolation: m.DefaultDriver().Name()}
 	err := normalizeCreate(&req, m.opts.Limits)
 	var rec *node.Session

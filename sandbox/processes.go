@@ -6,17 +6,16 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
-
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
+	"github.com/forkbox/forkbox/node"
 )
 
-// Processes lists the commands still running in session id.
-func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error) {
+// ProcessList lists the commands still running in session id.
+func (m *Manager) ProcessList(ctx context.Context, id string) ([]node.Process, error) {
 	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
@@ -26,9 +25,9 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	out := make([]v1.Process, 0, len(resp.Msg.GetProcesses()))
+	out := make([]node.Process, 0, len(resp.Msg.GetProcesses()))
 	for _, p := range resp.Msg.GetProcesses() {
-		out = append(out, v1.Process{
+		out = append(out, node.Process{
 			Pid: int(p.GetPid()), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(),
 			Args: p.GetConfig().GetArgs(), Env: p.GetConfig().GetEnvs(), Cwd: p.GetConfig().GetCwd(),
 		})
@@ -37,11 +36,11 @@ func (m *Manager) Processes(ctx context.Context, id string) ([]v1.Process, error
 }
 
 // Attach re-attaches to running command pid: its output from now on goes
-// to out (collected, when out is a Collector), and the result comes when
+// to out (collected, when out is a node.Collector), and the result comes when
 // it ends, with the command's whole run time and CPU time as the agent
 // measured them. Leaving (ctx ends) does not stop the command. ErrNotFound
 // when no such command runs or ran recently.
-func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*v1.ExecResult, error) {
+func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Output) (*node.ExecResult, error) {
 	sb, release, err := m.use(ctx, id)
 	if err != nil {
 		return nil, err
@@ -49,7 +48,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 	defer release()
 	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
 	creq := connect.NewRequest(&processpb.ConnectRequest{Process: sel})
-	collector, collect := out.(Collector)
+	collector, collect := out.(node.Collector)
 	if collect {
 		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
 	}
@@ -73,7 +72,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out Output) (*
 		}
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	res := &v1.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
+	res := &node.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
 	fillResult(res, end)
 	for stream.Receive() {
 	}
@@ -122,7 +121,7 @@ func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error
 // SendStdin writes data to command pid's stdin and, with closeAfter,
 // closes it. The command must have been started with KeepStdin.
 func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
-	p, err := m.PrepareExec(ctx, id, int64(len(data)))
+	p, err := m.prepareExec(ctx, id, int64(len(data)))
 	if err != nil {
 		return err
 	}
@@ -130,7 +129,7 @@ func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte
 	return p.SendStdin(ctx, pid, data, nil, closeAfter)
 }
 
-func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []byte, staged *Staged, closeAfter bool) error {
+func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
 	sb := p.sb
 	sb.mu.Lock()
 	fed := sb.feeding[pid]
@@ -146,7 +145,7 @@ func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []by
 	if staged != nil {
 		sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
 		creq := connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: &processpb.ProcessInput{}})
-		creq.Header().Set(agent.StdinHeader, staged.id)
+		creq.Header().Set(agent.StdinHeader, staged.ID)
 		_, err := sb.agent.process.SendInput(ctx, creq)
 		p.taken(staged)
 		if err != nil {
@@ -157,26 +156,4 @@ func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []by
 		return m.agentError(ctx, sb.id, err, "")
 	}
 	return nil
-}
-
-// outputFuncs adapts three functions to Output.
-type outputFuncs struct {
-	started        func(int) error
-	stdout, stderr func([]byte) error
-}
-
-func (o outputFuncs) Started(pid int) error { return call(o.started, pid) }
-func (o outputFuncs) Stdout(p []byte) error { return call(o.stdout, p) }
-func (o outputFuncs) Stderr(p []byte) error { return call(o.stderr, p) }
-
-func call[T any](f func(T) error, v T) error {
-	if f == nil {
-		return nil
-	}
-	return f(v)
-}
-
-// OutputFuncs returns an Output calling the given functions (nil ones are skipped).
-func OutputFuncs(started func(pid int) error, stdout, stderr func(p []byte) error) Output {
-	return outputFuncs{started: started, stdout: stdout, stderr: stderr}
 }

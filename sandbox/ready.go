@@ -13,14 +13,9 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
-
-// ProblemSandboxNotReady is the problem type of a create whose sandbox
-// started but whose agent did not answer within the readiness wait (503,
-// with Retry-After): on a healthy host it answers within a second, so the
-// usual cause is a host too busy to start it in time.
-const ProblemSandboxNotReady = "sandbox-not-ready"
 
 // DefaultAgentReadyTimeout is the readiness wait of a runc sandbox on a
 // host whose load is at most its CPU count; Options.AgentReadyTimeout
@@ -109,7 +104,7 @@ func (m *Manager) awaitAgent(ctx context.Context, sb *Sandbox, wait time.Duratio
 				return nil
 			}
 			if errors.Is(readyCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-				e := errdefs.Typed(errdefs.ErrUnavailable, ProblemSandboxNotReady,
+				e := errdefs.Typed(errdefs.ErrUnavailable, node.ProblemSandboxNotReady,
 					"the sandbox's agent did not answer within %s (the host may be overloaded; retry later)", wait.Round(time.Second))
 				e.RetryAfter = max(wait, minReadyRetry)
 				return e

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/node"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -21,8 +20,8 @@ import (
 // tasks, 300 s (E2B's default lifetime) and 4 GiB of disk by default; at
 // most every core of the host, 64 GiB, 32768 tasks, 24 h and 1 TiB. At least 32 tasks: the agent alone
 // holds about 20 (its pre-created threads), and with fewer it cannot start.
-func DefaultLimits() v1.Limits {
-	return v1.Limits{
+func DefaultLimits() node.Limits {
+	return node.Limits{
 		DefaultCPU: 1, MaxCPU: float64(goruntime.NumCPU()),
 		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
 		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
@@ -43,7 +42,7 @@ const (
 
 // normalizeCreate applies defaults and validates r in place. Errors are
 // *errdefs.FieldError naming the offending field.
-func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
+func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 	if r.Snapshot != "" {
 		if r.Template != "" {
 			return errdefs.InvalidField("template", "give a template or a snapshot, not both (a snapshot brings its template)")
@@ -126,7 +125,7 @@ func normalizeCreate(r *v1.CreateRequest, l v1.Limits) error {
 
 // requestHash fingerprints a normalized request, to tell an idempotent retry from
 // a different request that reuses its Idempotency-Key.
-func requestHash(r *v1.CreateRequest) string {
+func requestHash(r *node.CreateSpec) string {
 	b, _ := json.Marshal(r) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
@@ -25,20 +24,6 @@ import (
 
 // maxForks bounds one fork request.
 const maxForks = 64
-
-// SnapshotOptions are the optional settings of Snapshot.
-type SnapshotOptions struct {
-	// ExpiresIn > 0 garbage-collects the snapshot after that long.
-	ExpiresIn time.Duration
-	// Name names the snapshot ("" for none); see validSnapshotName.
-	Name string
-	// Memory checkpoints the session's processes and memory too (memory.go).
-	Memory bool
-
-	// provisional records the snapshot as provisional (ForkSession's,
-	// until its forks answer; see reclaimForks).
-	provisional bool
-}
 
 // maxSnapshotName is the longest snapshot name, in bytes.
 const maxSnapshotName = 128
@@ -83,7 +68,13 @@ func (m *Manager) resolveSnapshot(ctx context.Context, ref string) (*node.Snapsh
 // the snapshot or not at all (an application that rewrites a file in place
 // with several writes can be caught between them, as after a crash; write
 // to a temporary file and rename it). ErrInvalidArgument for bad opts.
-func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions) (*node.Snapshot, error) {
+func (m *Manager) Snapshot(ctx context.Context, id string, opts node.SnapshotOptions) (*node.Snapshot, error) {
+	return m.snapshot(ctx, id, opts, false)
+}
+
+// snapshot is Snapshot; provisional records the snapshot as provisional
+// (ForkSession's, until its forks answer; see reclaimForks).
+func (m *Manager) snapshot(ctx context.Context, id string, opts node.SnapshotOptions, provisional bool) (*node.Snapshot, error) {
 	if opts.ExpiresIn < 0 {
 		return nil, errdefs.InvalidField("expires_in_s", "must not be negative")
 	}
@@ -168,7 +159,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 	sn := &node.Snapshot{
 		ID: snapID, SessionID: id, Parent: info.Parent, Template: info.Template, Storage: m.opts.Storage.Name(),
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
-		Tenant: rec.Tenant, Provisional: opts.provisional,
+		Tenant: rec.Tenant, Provisional: provisional,
 	}
 	if mem != nil {
 		if err := m.sealMemory(mem, sn); err != nil {
@@ -198,7 +189,7 @@ func (m *Manager) Snapshot(ctx context.Context, id string, opts SnapshotOptions)
 // it (req.Snapshot and req.Template must be empty). The snapshot's
 // integrity is checked once. All or nothing: when one session fails, the
 // others are destroyed and the error returned.
-func (m *Manager) Fork(ctx context.Context, snapID string, count int, req v1.CreateRequest) ([]*node.Session, error) {
+func (m *Manager) Fork(ctx context.Context, snapID string, count int, req node.CreateSpec) ([]*node.Session, error) {
 	if count < 1 || count > maxForks {
 		return nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
 	}
@@ -250,7 +241,7 @@ func firstError(errs []error) error {
 // from the snapshot (which stays, so more can be forked later; with
 // opts.ExpiresIn it is collected once expired and unused). Settings req
 // leaves unset are the source session's.
-func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.CreateRequest, opts SnapshotOptions) (*node.Snapshot, []*node.Session, error) {
+func (m *Manager) ForkSession(ctx context.Context, id string, count int, req node.CreateSpec, opts node.SnapshotOptions) (*node.Snapshot, []*node.Session, error) {
 	if count < 1 || count > maxForks {
 		return nil, nil, errdefs.InvalidField("count", "must be between 1 and %d", maxForks)
 	}
@@ -272,8 +263,7 @@ func (m *Manager) ForkSession(ctx context.Context, id string, count int, req v1.
 	// The snapshot stays provisional until the forks are made: a daemon
 	// that stops in between (a crash; nobody learned the snapshot's id)
 	// leaves it for the next start to reclaim (reclaimForks).
-	opts.provisional = true
-	sn, err := m.Snapshot(ctx, id, opts)
+	sn, err := m.snapshot(ctx, id, opts, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -331,7 +321,7 @@ func (m *Manager) reclaimForks(ctx context.Context) {
 }
 
 // inherit fills req's unset fields from rec.
-func inherit(rec node.Session, req v1.CreateRequest) v1.CreateRequest {
+func inherit(rec node.Session, req node.CreateSpec) node.CreateSpec {
 	if req.CPU == 0 {
 		req.CPU = rec.CPU
 	}
@@ -357,7 +347,7 @@ func inherit(rec node.Session, req v1.CreateRequest) v1.CreateRequest {
 		req.Env = rec.Env
 	}
 	if req.Network == nil {
-		req.Network = APINetwork(rec.Network)
+		req.Network = copyNetwork(rec.Network)
 	}
 	if req.Metadata == nil {
 		req.Metadata = rec.Metadata

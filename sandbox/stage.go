@@ -10,30 +10,12 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
-
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/tenancy"
 )
-
-// ExecOverhead is the fixed allowance, in bytes, an exec or stdin call
-// holds in the in-flight budget while it runs: the buffers it uses to
-// read its body and to pass output on (a few of 32-64 KiB).
-const ExecOverhead = 256 << 10
-
-// MaxExecBody is the largest exec or stdin request body the API takes, in
-// bytes (it may carry a long command text and stdin data).
-const MaxExecBody = 32 << 20
-
-// Staged is an exec input (a command text or stdin data) held by the
-// sandbox's agent until a command takes it (agent/stage.go).
-type Staged struct {
-	id string
-	// Size is its length in bytes.
-	Size int64
-}
 
 // ExecPrep is an exec or stdin call being set up in one session: it holds
 // the session as a call in flight (an auto-paused session is resumed for
@@ -57,8 +39,13 @@ type ExecPrep struct {
 // It returns a 429 *errdefs.TypedError (inflight.Problem, Retry-After) when
 // the caller's tenant or the host has too many exec bytes in flight, and
 // use's errors for a session that cannot run commands now (404, 409, 410).
-func (m *Manager) PrepareExec(ctx context.Context, id string, bodyBytes int64) (*ExecPrep, error) {
-	hold, err := m.inflight.Acquire(tenancy.TenantOf(ctx, ""), ExecOverhead+max(bodyBytes, 0))
+func (m *Manager) PrepareExec(ctx context.Context, id string, bodyBytes int64) (node.ExecCall, error) {
+	return m.prepareExec(ctx, id, bodyBytes)
+}
+
+// prepareExec is PrepareExec with the concrete call.
+func (m *Manager) prepareExec(ctx context.Context, id string, bodyBytes int64) (*ExecPrep, error) {
+	hold, err := m.inflight.Acquire(tenancy.TenantOf(ctx, ""), node.ExecOverhead+max(bodyBytes, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -86,14 +73,14 @@ func (p *ExecPrep) GrowBody(n int64) error {
 func (p *ExecPrep) BodyDone() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hold.ShrinkTo(ExecOverhead)
+	p.hold.ShrinkTo(node.ExecOverhead)
 	p.body = 0
 }
 
 // Stage streams r into the sandbox's agent, which holds it in the
 // sandbox's memory until a command takes it. A sandbox without room for
 // it is ErrResourceExhausted; r's own error is returned as is.
-func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (Staged, error) {
+func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) {
 	// The transport reads r in its own goroutine.
 	var errMu sync.Mutex
 	var readErr error
@@ -108,7 +95,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (Staged, error) {
 	})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/stage", body)
 	if err != nil {
-		return Staged{}, err
+		return node.Staged{}, err
 	}
 	resp, err := p.sb.agent.http.Do(req)
 	errMu.Lock()
@@ -118,10 +105,10 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (Staged, error) {
 		if err == nil {
 			resp.Body.Close()
 		}
-		return Staged{}, rerr
+		return node.Staged{}, rerr
 	}
 	if err != nil {
-		return Staged{}, p.m.agentError(ctx, p.sb.id, err, "")
+		return node.Staged{}, p.m.agentError(ctx, p.sb.id, err, "")
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -130,46 +117,46 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (Staged, error) {
 		}
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
 		if resp.StatusCode == http.StatusInsufficientStorage || resp.StatusCode == http.StatusTooManyRequests {
-			return Staged{}, fmt.Errorf("session %s cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
+			return node.Staged{}, fmt.Errorf("session %s cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
 				p.sb.id, e.Message, errdefs.ErrResourceExhausted)
 		}
-		return Staged{}, fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)
+		return node.Staged{}, fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)
 	}
 	var reply agent.StageReply
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil || reply.ID == "" {
-		return Staged{}, fmt.Errorf("agent: bad stage reply (%v): %w", err, errdefs.ErrUnavailable)
+		return node.Staged{}, fmt.Errorf("agent: bad stage reply (%v): %w", err, errdefs.ErrUnavailable)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		go p.m.unstage(p.sb, reply.ID)
-		return Staged{}, errors.New("exec closed while staging")
+		return node.Staged{}, errors.New("exec closed while staging")
 	}
 	p.staged[reply.ID] = true
-	return Staged{id: reply.ID, Size: reply.Size}, nil
+	return node.Staged{ID: reply.ID, Size: reply.Size}, nil
 }
 
 // taken marks staged inputs as handed to a command (the agent takes them
 // with the request that names them, also when that request fails).
-func (p *ExecPrep) taken(in ...*Staged) {
+func (p *ExecPrep) taken(in ...*node.Staged) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range in {
 		if s != nil {
-			delete(p.staged, s.id)
+			delete(p.staged, s.ID)
 		}
 	}
 }
 
 // Exec runs req (Manager.Exec) with the inputs in staged instead of
 // req.Cmd or req.Stdin.
-func (p *ExecPrep) Exec(ctx context.Context, req v1.ExecRequest, staged ExecInputs, out Output) (*v1.ExecResult, error) {
+func (p *ExecPrep) Exec(ctx context.Context, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
 	return p.m.exec(ctx, p, req, staged, out)
 }
 
 // SendStdin writes data and then staged (either may be empty) to command
 // pid's stdin and, with closeAfter, closes it (Manager.SendStdin).
-func (p *ExecPrep) SendStdin(ctx context.Context, pid int, data []byte, staged *Staged, closeAfter bool) error {
+func (p *ExecPrep) SendStdin(ctx context.Context, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
 	return p.m.sendStdin(ctx, p, pid, data, staged, closeAfter)
 }
 
@@ -204,15 +191,6 @@ func (m *Manager) unstage(sb *Sandbox, id string) {
 	if resp, err := sb.agent.http.Do(req); err == nil {
 		resp.Body.Close()
 	}
-}
-
-// ExecInputs are the parts of an exec staged in the sandbox beforehand.
-type ExecInputs struct {
-	// Script is the shell command text (run with /bin/sh; req.Cmd and
-	// req.Argv are then empty).
-	Script *Staged
-	// Stdin is the stdin data (req.Stdin is then empty).
-	Stdin *Staged
 }
 
 type readerFunc func([]byte) (int, error)

@@ -32,7 +32,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/httpjson"
-	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
@@ -51,7 +51,7 @@ const maxBody = 1 << 20
 
 // Handler serves both E2B planes. Build it with New.
 type Handler struct {
-	mgr     *sandbox.Manager
+	mgr     node.Node
 	keys    *store.Store
 	audit   *audit.Recorder
 	log     *slog.Logger
@@ -63,7 +63,7 @@ type Handler struct {
 // New returns the E2B handler over the sandbox manager; keys authenticates
 // API keys (the same keys as the forkbox API); rec records audited
 // requests; hide removes host paths from error messages.
-func New(mgr *sandbox.Manager, keys *store.Store, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
+func New(mgr node.Node, keys *store.Store, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
 	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide}
 	h.routes()
 	return h

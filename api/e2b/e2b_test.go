@@ -161,18 +161,18 @@ func TestCreateBodyMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := b.toCreateRequest()
+	req, err := b.createSpec()
 	if err != nil || req.TimeoutS != 0 || req.OnTimeout != "" {
 		t.Fatalf("defaults: %+v %v", req, err)
 	}
 	b, _ = parse(`{"templateID":"base","timeout":120,"autoPause":true,"autoResume":{"enabled":true},"envVars":{"A":"1"},"metadata":{"m":"v"}}`)
-	req, err = b.toCreateRequest()
+	req, err = b.createSpec()
 	if err != nil || req.TimeoutS != 120 || req.OnTimeout != node.OnTimeoutPause || !req.AutoResume ||
 		req.Env["A"] != "1" || req.Metadata["m"] != "v" {
 		t.Fatalf("mapped: %+v %v", req, err)
 	}
 	b, _ = parse(`{"network":{"allowOut":["example.com","*.pypi.org","8.8.8.8","2001:db8::1","203.0.113.0/24"],"denyOut":["0.0.0.0/0"]}}`)
-	req, err = b.toCreateRequest()
+	req, err = b.createSpec()
 	want := []string{"example.com:80", "example.com:443", "*.pypi.org:80", "*.pypi.org:443", "8.8.8.8/32",
 		"2001:db8::1/128", "203.0.113.0/24"}
 	if err != nil || req.Network == nil || !reflect.DeepEqual(req.Network.Allow, want) {
@@ -189,7 +189,7 @@ func TestCreateBodyMapping(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = b.toCreateRequest()
+		_, err = b.createSpec()
 		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: err = %v, want an invalid-field error naming %s", body, err, field)
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api/access"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/version"
@@ -147,10 +146,10 @@ func detailOf(rec *node.Session) sandboxDetail {
 
 // toCreateRequest checks an E2B create body and turns it into forkbox's.
 // The template-or-snapshot decision is the caller's.
-func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
+func (b *newSandbox) createSpec() (node.CreateSpec, error) {
 	// No timeout: the server's default (300 s, as E2B's), capped at the
 	// tenant's max_timeout_s.
-	req := v1.CreateRequest{Env: b.EnvVars, Metadata: b.Metadata}
+	req := node.CreateSpec{Env: b.EnvVars, Metadata: b.Metadata}
 	if b.Timeout != nil {
 		if *b.Timeout < 1 {
 			return req, errdefs.InvalidField("timeout", "must be at least 1 second")
@@ -174,7 +173,7 @@ func (b *newSandbox) toCreateRequest() (v1.CreateRequest, error) {
 			return req, errdefs.InvalidField("network", "rules and egressProxy are not supported by forkbox")
 		}
 		if len(n.AllowOut) > 0 {
-			req.Network = &v1.Network{Allow: allowList(n.AllowOut)}
+			req.Network = &node.Network{Allow: allowList(n.AllowOut)}
 		}
 	}
 	return req, nil
@@ -215,7 +214,7 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	req, err := body.toCreateRequest()
+	req, err := body.createSpec()
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -295,7 +294,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 	timeout := int64(defaultTimeoutS)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
-		if max := h.mgr.Limits().MaxTimeoutS; timeout < 1 || timeout > max {
+		if max := h.mgr.Info().Limits.MaxTimeoutS; timeout < 1 || timeout > max {
 			h.fail(w, r, errdefs.InvalidField("timeout", "must be between 1 and %d seconds", max))
 			return
 		}

@@ -8,11 +8,9 @@ import (
 	"sync"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/sandbox"
 )
 
 // forkSnapshotTTL is how long the snapshot behind an E2B fork is kept
@@ -51,7 +49,7 @@ func (h *Handler) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	if rec == nil {
 		return
 	}
-	sn, err := h.mgr.Snapshot(r.Context(), rec.ID, sandbox.SnapshotOptions{Name: body.Name})
+	sn, err := h.mgr.Snapshot(r.Context(), rec.ID, node.SnapshotOptions{Name: body.Name})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -156,7 +154,7 @@ func (h *Handler) handleFork(w http.ResponseWriter, r *http.Request) {
 	if body.Count != nil {
 		count = *body.Count
 	}
-	var req v1.CreateRequest
+	var req node.CreateSpec
 	if body.Timeout != nil {
 		if *body.Timeout < 1 {
 			h.fail(w, r, errdefs.InvalidField("timeout", "must be at least 1 second"))
@@ -169,7 +167,7 @@ func (h *Handler) handleFork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, sessions, err := h.mgr.ForkSession(r.Context(), rec.ID, count, req,
-		sandbox.SnapshotOptions{ExpiresIn: forkSnapshotTTL})
+		node.SnapshotOptions{ExpiresIn: forkSnapshotTTL})
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -10,12 +10,11 @@ import (
 	"os"
 	"time"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
-
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
 )
 
@@ -49,7 +48,7 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 				if !ok || err != nil || name == "" {
 					return fmt.Errorf("--pool %q: want TEMPLATE=SIZE", p)
 				}
-				opts.Pools = append(opts.Pools, v1.Pool{Template: name, Size: n})
+				opts.Pools = append(opts.Pools, node.Pool{Template: name, Size: n})
 			}
 			d, err := daemon.Start(cmd.Context(), opts)
 			if err != nil {
