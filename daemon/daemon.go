@@ -118,7 +118,12 @@ type Options struct {
 	// directory (storage.Layout.HostNames); nil keeps them. Tests use
 	// storage.LegacyHostNames to stand in for a previous version.
 	HostNames *storage.HostNames
-	Log       *slog.Logger
+	// WrapNode, when set, is given the host's Node and returns the Node
+	// the API serves (it must forward to the one it got). Tests use it to
+	// prove that the API reaches sessions through the node.Node interface
+	// alone; a router in front of several Nodes fits the same seam.
+	WrapNode func(node.Node) node.Node
+	Log      *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -332,7 +337,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	// No answer names the data directory or the decrypted checkpoints.
 	hide := hostpath.New(layout.Root, layout.Scratch())
-	apiServer := api.New(mgr, st, catalog, layout.Templates(), rec, ms, hide, log)
+	var served node.Node = mgr
+	if opts.WrapNode != nil {
+		served = opts.WrapNode(mgr)
+	}
+	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),

@@ -44,7 +44,14 @@ func TestMain(m *testing.M) {
 			return m.Run()
 		}
 		defer teardown()
-		return m.Run()
+		code := m.Run()
+		if forwardMode && code == 0 {
+			if err := forwarded.checkForwarded(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: the second Node:", err)
+				return 1
+			}
+		}
+		return code
 	}()
 	os.Exit(code)
 }
@@ -105,6 +112,9 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
 		Capacity: admission.Capacity{MaxMemoryMB: 48 << 10},
+	}
+	if forwardMode && dataDir == env.dataDir {
+		opts.WrapNode = newForwardNode
 	}
 	if tune != nil {
 		tune(&opts)
