@@ -18,6 +18,7 @@ import (
 	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/storage/loop"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 )
@@ -254,7 +255,7 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		loops := loopsOf(filepath.Dir(layout.Storage("x")) + "/")
+		loops := loop.Under(filepath.Dir(layout.Storage("x")))
 		if len(loops) == 0 {
 			break
 		}
@@ -263,7 +264,7 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 			continue
 		}
 		for _, dev := range loops {
-			errs = append(errs, detachLoop(dev))
+			errs = append(errs, loop.Detach(dev))
 		}
 		break
 	}
@@ -291,34 +292,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// loopsOf returns the loop devices (/dev/loopN) whose backing file is
-// under prefix (a directory path ending in "/").
-func loopsOf(prefix string) []string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-		}
-	}
-	return out
-}
-
-// detachLoop detaches loop device dev from its file.
-func detachLoop(dev string) error {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dev, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("detach %s: %w", dev, err)
-	}
-	return nil
 }
