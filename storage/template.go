@@ -67,12 +67,13 @@ func SaveTemplate(dir string, t *Template) error {
 }
 
 // ValidTemplateName reports whether name is usable as a template name:
-// 1-63 characters of [a-z0-9._-], starting with a letter or digit.
+// 1-63 characters of [a-z0-9._-], starting with a letter or digit, and a
+// storage id (ValidID: not ending in ".json"), so both drivers take it.
 func ValidTemplateName(name string) bool {
 	if name == "" || len(name) > 63 || strings.ContainsAny(name[:1], ".-_") {
 		return false
 	}
-	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == "" && ValidID("template", name) == nil
 }
 
 // PrepareUserDirs creates the directories every sandbox needs in rootfs with
