@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/bindmount"
 )
 
 // BaseTemplate is the name of the built-in template.
@@ -33,7 +33,7 @@ type Template struct {
 	Workdir string `json:"workdir,omitempty"`
 	// HostMounts are host directories bind-mounted read-only into every
 	// sandbox of this template (the base template's /usr and friends).
-	HostMounts []runtime.Mount `json:"host_mounts,omitempty"`
+	HostMounts []bindmount.Mount `json:"host_mounts,omitempty"`
 	// SizeBytes is the size of the rootfs in bytes, as written.
 	SizeBytes int64 `json:"size_bytes"`
 	// Storage, when set, names the storage driver that holds the only
