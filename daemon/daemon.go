@@ -27,6 +27,7 @@ import (
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/inflight"
@@ -56,7 +57,7 @@ const (
 
 // Options configure the daemon. Zero values take the defaults above.
 type Options struct {
-	// DataDir holds all state (see storage.Layout).
+	// DataDir holds all state (see datadir.Layout).
 	DataDir string
 	// Listen is the TCP address of the API ("127.0.0.1:0" picks a port).
 	Listen string
@@ -115,9 +116,9 @@ type Options struct {
 	// leaving them for the next daemon to adopt.
 	StopSessions bool
 	// HostNames overrides the host-wide names derived from the data
-	// directory (storage.Layout.HostNames); nil keeps them. Tests use
-	// storage.LegacyHostNames to stand in for a previous version.
-	HostNames *storage.HostNames
+	// directory (datadir.Layout.HostNames); nil keeps them. Tests use
+	// datadir.LegacyHostNames to stand in for a previous version.
+	HostNames *datadir.HostNames
 	// WrapNode, when set, is given the host's Node and returns the Node
 	// the API serves (it must forward to the one it got). Tests use it to
 	// prove that the API reaches sessions through the node.Node interface
@@ -137,8 +138,8 @@ type Daemon struct {
 
 	log *slog.Logger
 	// layout and names are the data directory's and its host-wide names.
-	layout storage.Layout
-	names  storage.HostNames
+	layout datadir.Layout
+	names  datadir.HostNames
 	stop   bool     // Options.StopSessions
 	lock   *os.File // holds layout.Lock() until Shutdown ends
 	// scratch is the tmpfs directory of restores in progress (removed at
@@ -176,7 +177,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	layout, err := storage.NewLayout(opts.DataDir)
+	layout, err := datadir.New(opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +208,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	// Each sandbox's own directory under DATA/sandboxes admits only its
 	// ids (sandbox.identity); the storage directory admits the storage ids,
 	// which sandboxes on a filesystem that cannot be id-mapped run as.
-	dir := filepath.Dir(layout.Storage("x"))
+	dir := layout.StorageRoot()
 	if err := os.MkdirAll(dir, 0o710); err != nil {
 		return nil, err
 	}
@@ -517,7 +518,7 @@ func findAgent() string {
 // openDrivers returns the isolation drivers this host has: runc, which
 // must work, and gVisor when runsc is installed. Isolation must name one
 // of them.
-func openDrivers(opts Options, layout storage.Layout, names storage.HostNames, log *slog.Logger) ([]runtime.Driver, error) {
+func openDrivers(opts Options, layout datadir.Layout, names datadir.HostNames, log *slog.Logger) ([]runtime.Driver, error) {
 	rc, err := runc.New(runc.Options{Binary: opts.RuncPath, StateRoot: layout.RuncRoot(), CgroupParent: names.CgroupParent})
 	if err != nil {
 		return nil, err
@@ -581,7 +582,7 @@ func (d *Daemon) StorageDriver() string { return d.sdrv.Name() }
 // of layout's data directory. Their owner is the directory's real path:
 // the same directory reached another way after a restart keeps its
 // claims.
-func openIDs(layout storage.Layout) (*userns.Claims, error) {
+func openIDs(layout datadir.Layout) (*userns.Claims, error) {
 	owner, err := filepath.EvalSymlinks(layout.Root)
 	if err != nil {
 		return nil, err

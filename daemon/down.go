@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,12 +13,14 @@ import (
 
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/storage/loop"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 )
@@ -27,7 +28,7 @@ import (
 // lockDataDir takes the exclusive flock on layout.Lock(), waiting up to
 // wait (0: not at all) for a daemon that holds it to let go. The lock is
 // held until the returned file is closed. ErrConflict when it stays held.
-func lockDataDir(ctx context.Context, layout storage.Layout, wait time.Duration) (*os.File, error) {
+func lockDataDir(ctx context.Context, layout datadir.Layout, wait time.Duration) (*os.File, error) {
 	f, err := os.OpenFile(layout.Lock(), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
@@ -88,7 +89,7 @@ func Down(ctx context.Context, opts DownOptions) (int, error) {
 	if opts.DataDir == "" {
 		opts.DataDir = DefaultDataDir
 	}
-	layout, err := storage.NewLayout(opts.DataDir)
+	layout, err := datadir.New(opts.DataDir)
 	if err != nil {
 		return 0, err
 	}
@@ -115,7 +116,7 @@ func Down(ctx context.Context, opts DownOptions) (int, error) {
 // destroyAll destroys every sandbox of layout's database through a
 // manager of its own (no API), as the daemon would: the runtime, the
 // network and the writable layer of each go, and the records say so.
-func destroyAll(ctx context.Context, opts DownOptions, layout storage.Layout, names storage.HostNames, log *slog.Logger) (int, error) {
+func destroyAll(ctx context.Context, opts DownOptions, layout datadir.Layout, names datadir.HostNames, log *slog.Logger) (int, error) {
 	if _, err := os.Stat(layout.Database()); errors.Is(err, os.ErrNotExist) {
 		return 0, nil // never served: nothing of it can run
 	}
@@ -175,7 +176,7 @@ func destroyAll(ctx context.Context, opts DownOptions, layout storage.Layout, na
 
 // storageKind names the storage driver whose volume the data directory
 // has ("btrfs", "overlay"), or "" for none.
-func storageKind(layout storage.Layout) string {
+func storageKind(layout datadir.Layout) string {
 	for _, kind := range []string{"btrfs", "overlay"} {
 		dir := layout.Storage(kind)
 		if _, err := os.Stat(dir + ".img"); err == nil || isMountPoint(dir) {
@@ -196,7 +197,7 @@ func storageKind(layout storage.Layout) string {
 // versions when no link of theirs is left), its cgroup parent, the restore
 // scratch directory in /dev/shm, and its storage volume's mount and loop
 // device. It returns how many lost sandboxes it killed.
-func releaseHost(layout storage.Layout, names storage.HostNames, log *slog.Logger) (int, error) {
+func releaseHost(layout datadir.Layout, names datadir.HostNames, log *slog.Logger) (int, error) {
 	var errs []error
 	cg := runc.NewCgroups(names.CgroupParent)
 	ids, err := cg.Sandboxes()
@@ -233,7 +234,7 @@ func releaseHost(layout storage.Layout, names storage.HostNames, log *slog.Logge
 // directory, then makes sure no loop device is left on one of its image
 // files (they detach themselves at the unmount; one that does not within
 // a few seconds is detached here).
-func unmountStorage(layout storage.Layout, log *slog.Logger) error {
+func unmountStorage(layout datadir.Layout, log *slog.Logger) error {
 	var errs []error
 	for _, kind := range []string{"btrfs", "overlay"} {
 		dir := layout.Storage(kind)
@@ -256,7 +257,7 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		loops := loopsOf(filepath.Dir(layout.Storage("x")) + "/")
+		loops := loop.Under(layout.StorageRoot())
 		if len(loops) == 0 {
 			break
 		}
@@ -265,7 +266,7 @@ func unmountStorage(layout storage.Layout, log *slog.Logger) error {
 			continue
 		}
 		for _, dev := range loops {
-			errs = append(errs, detachLoop(dev))
+			errs = append(errs, loop.Detach(dev))
 		}
 		break
 	}
@@ -293,34 +294,4 @@ func unmountUnder(dir string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// loopsOf returns the loop devices (/dev/loopN) whose backing file is
-// under prefix (a directory path ending in "/").
-func loopsOf(prefix string) []string {
-	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
-			out = append(out, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(f))))
-		}
-	}
-	return out
-}
-
-// detachLoop detaches loop device dev from its file.
-func detachLoop(dev string) error {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dev, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
-		return fmt.Errorf("detach %s: %w", dev, err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/btrfs"
@@ -19,7 +20,7 @@ import (
 // "overlay") in the data directory, sized and bounded by opts; "" picks
 // btrfs when this host supports it (O(1) snapshots and forks) and overlay
 // otherwise.
-func openStorage(ctx context.Context, layout storage.Layout, opts Options, log *slog.Logger) (storage.Driver, error) {
+func openStorage(ctx context.Context, layout datadir.Layout, opts Options, log *slog.Logger) (storage.Driver, error) {
 	kind := opts.Storage
 	if kind == "" {
 		if err := btrfs.Supported(); err != nil {
@@ -46,7 +47,7 @@ func openStorage(ctx context.Context, layout storage.Layout, opts Options, log *
 // left on the host as well, and waits for the loop devices to go. Sandboxes still running keep
 // their files (the detach is lazy). A volume that is not mounted is fine.
 func ReleaseStorage(dataDir string) error {
-	layout, err := storage.NewLayout(dataDir)
+	layout, err := datadir.New(dataDir)
 	if err != nil {
 		return err
 	}

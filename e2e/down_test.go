@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -79,7 +79,7 @@ func serve(t *testing.T, dataDir string, extra ...string) *served {
 			<-s.exited
 		}
 	})
-	layout := storage.Layout{Root: dataDir}
+	layout := datadir.Layout{Root: dataDir}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if key, err := os.ReadFile(layout.APIKey()); err == nil {
@@ -171,7 +171,7 @@ func hostLeftovers(t *testing.T, dataDir string, ids []string) []string {
 			out = append(out, "loop device "+strings.TrimSpace(line))
 		}
 	}
-	names := storage.Layout{Root: dataDir}.HostNames()
+	names := datadir.Layout{Root: dataDir}.HostNames()
 	for _, id := range ids {
 		for _, d := range cgroupDirs("*", id) {
 			out = append(out, "cgroup "+d)
@@ -199,7 +199,7 @@ func hostLeftovers(t *testing.T, dataDir string, ids []string) []string {
 // with reason deleted and a detail containing detail.
 func endedRecords(t *testing.T, dataDir string, ids []string, detail string) {
 	t.Helper()
-	st, err := store.Open(context.Background(), storage.Layout{Root: dataDir}.Database())
+	st, err := store.Open(context.Background(), datadir.Layout{Root: dataDir}.Database())
 	if err != nil {
 		t.Fatal(err)
 	}

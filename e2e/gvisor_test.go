@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/storage"
 )
 
 // needGVisor skips t when runsc is not installed, except under CI=1, where
@@ -216,7 +216,7 @@ time.sleep(100000)'`)
 	if len(after) != len(before) {
 		t.Fatalf("a failed memory snapshot left a snapshot: %d before, %d after", len(before), len(after))
 	}
-	if left, _ := os.ReadDir(storage.Layout{Root: env.dataDir}.Scratch()); len(left) > 0 {
+	if left, _ := os.ReadDir(datadir.Layout{Root: env.dataDir}.Scratch()); len(left) > 0 {
 		t.Fatalf("checkpoint files left: %v", left)
 	}
 	if got := sh(t, s.ID, "echo alive; ps -eo comm= | grep -c '^python3$'"); got != "alive\n1\n" {
@@ -263,7 +263,7 @@ time.sleep(100000)'`, marker))
 		t.Fatalf("restore: %v", err)
 	}
 	_ = env.c.DeleteSession(ctxFor(t, time.Minute), ok.ID)
-	if left, _ := os.ReadDir(storage.Layout{Root: env.dataDir}.Scratch()); len(left) > 0 {
+	if left, _ := os.ReadDir(datadir.Layout{Root: env.dataDir}.Scratch()); len(left) > 0 {
 		t.Fatalf("decrypted images left after a restore: %v", left)
 	}
 	orig, _ := os.ReadFile(biggest)

@@ -16,9 +16,9 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/internal/testnet"
 	"github.com/forkbox/forkbox/netpolicy"
-	"github.com/forkbox/forkbox/storage"
 )
 
 // The test host of the daemons' sessions here.
@@ -114,7 +114,7 @@ func linkGroupOf(t *testing.T, id string) uint32 {
 func TestTwoDaemonsOnOneHost(t *testing.T) {
 	newHostNamesTestHost(t)
 	a, b := newOwnDaemon(t), newOwnDaemon(t)
-	namesA, namesB := storage.Layout{Root: a.dataDir}.HostNames(), storage.Layout{Root: b.dataDir}.HostNames()
+	namesA, namesB := datadir.Layout{Root: a.dataDir}.HostNames(), datadir.Layout{Root: b.dataDir}.HostNames()
 	if namesA == namesB {
 		t.Fatalf("two data directories, one set of host names: %+v", namesA)
 	}
@@ -131,7 +131,7 @@ func TestTwoDaemonsOnOneHost(t *testing.T) {
 	for _, c := range []struct {
 		o     *ownDaemon
 		id    string
-		names storage.HostNames
+		names datadir.HostNames
 	}{{a, sa.ID, namesA}, {b, sb.ID, namesB}} {
 		if got := fetchTwoDaemons(t, c.o.c, c.id); got != "hello" {
 			t.Fatalf("egress of %s: %q", c.id, got)
@@ -191,9 +191,9 @@ func newHostNamesTestHost(t *testing.T) {
 // table goes once no link of a previous version is left on the host.
 func TestUpgradeAdoptsLegacySandboxes(t *testing.T) {
 	newHostNamesTestHost(t)
-	legacy := storage.LegacyHostNames()
+	legacy := datadir.LegacyHostNames()
 	o := newOwnDaemonWith(t, func(opts *daemon.Options) { opts.HostNames = &legacy })
-	names := storage.Layout{Root: o.dataDir}.HostNames()
+	names := datadir.Layout{Root: o.dataDir}.HostNames()
 	ctx := ctxFor(t, 3*time.Minute)
 	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{Network: &client.Network{Allow: []string{"twodaemons.test:80"}}}, "")
 	if err != nil {

@@ -20,9 +20,9 @@ import (
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/sandbox"
-	"github.com/forkbox/forkbox/storage"
 )
 
 // env is the shared daemon of the package's tests.
@@ -141,7 +141,7 @@ func teardown() {
 	}
 	_ = env.d.Shutdown(ctx)
 	downDataDir(env.dataDir)
-	os.RemoveAll(storage.Layout{Root: env.dataDir}.Scratch())
+	os.RemoveAll(datadir.Layout{Root: env.dataDir}.Scratch())
 	os.RemoveAll(filepath.Dir(env.dataDir))
 }
 

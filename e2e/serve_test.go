@@ -20,8 +20,8 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/storage"
 )
 
 // serveProc is `forkbox serve` running as a process of its own (the
@@ -167,7 +167,7 @@ func smallFilesystem(t *testing.T, size int64) string {
 	t.Cleanup(func() {
 		data := filepath.Join(dir, "data")
 		_ = daemon.ReleaseStorage(data)
-		os.RemoveAll(storage.Layout{Root: data}.Scratch())
+		os.RemoveAll(datadir.Layout{Root: data}.Scratch())
 		var err error
 		for i := 0; i < 50; i++ {
 			if err = unix.Unmount(dir, 0); err == nil || errors.Is(err, unix.EINVAL) {
@@ -246,7 +246,7 @@ func TestRestartReclaimsInterruptedFork(t *testing.T) {
 			live.stop()
 		}
 		_ = daemon.ReleaseStorage(data)
-		os.RemoveAll(storage.Layout{Root: data}.Scratch())
+		os.RemoveAll(datadir.Layout{Root: data}.Scratch())
 		os.RemoveAll(tmp)
 	})
 	live, err = startServe(t, data, "--storage-size", "4")

@@ -25,7 +25,7 @@ type ServiceOptions struct {
 	Log *slog.Logger
 	// Table is the daemon's own nftables table on the host and LinkGroup
 	// the interface group of its sandboxes' host links, by which the table
-	// fences them and only them (storage.HostNames); "" and 0 are the
+	// fences them and only them (datadir.HostNames); "" and 0 are the
 	// table and the links of daemons from before, which fenced every
 	// daemon's links in one table.
 	Table     string

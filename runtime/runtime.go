@@ -16,6 +16,8 @@ import (
 	"context"
 	"os"
 	"time"
+
+	"github.com/forkbox/forkbox/bindmount"
 )
 
 // Capabilities declares what a driver supports on this host.
@@ -42,15 +44,10 @@ type Capabilities struct {
 	JoinUserNamespace bool `json:"join_user_namespace"`
 }
 
-// Mount is a host path bind-mounted into the sandbox.
-type Mount struct {
-	// Source is an absolute host path.
-	Source string `json:"source"`
-	// Target is an absolute path inside the sandbox.
-	Target string `json:"target"`
-	// ReadOnly mounts it read-only (and nosuid, nodev).
-	ReadOnly bool `json:"read_only"`
-}
+// Mount is a host path bind-mounted into the sandbox (bindmount.Mount:
+// the type lives below runtime so that storage, which records a
+// template's host mounts, need not import runtime).
+type Mount = bindmount.Mount
 
 // Limits are the resource limits of one sandbox, enforced by the host kernel.
 type Limits struct {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
@@ -36,7 +37,7 @@ import (
 
 // Options configure a Manager.
 type Options struct {
-	Layout storage.Layout
+	Layout datadir.Layout
 	Store  *store.Store
 	// Drivers are the isolation drivers this host has; a session picks
 	// one by name (CreateRequest.Isolation) and keeps it for its life.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -119,7 +120,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 		t.Skip("needs root")
 	}
 	dir := t.TempDir()
-	layout, err := storage.NewLayout(dir)
+	layout, err := datadir.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/bindmount"
 )
 
 // hostSystemDirs are the host directories the base template mounts
@@ -100,7 +100,7 @@ func BuildBase(dir string, shift IDShift) (*Template, error) {
 		if err := mkdirOwned(target, 0o755, root, shift.GID(RootUID)); err != nil {
 			return nil, err
 		}
-		t.HostMounts = append(t.HostMounts, runtime.Mount{Source: d, Target: d, ReadOnly: true})
+		t.HostMounts = append(t.HostMounts, bindmount.Mount{Source: d, Target: d, ReadOnly: true})
 	}
 	if err := writeBaseEtc(filepath.Join(rootfs, "etc"), shift); err != nil {
 		return nil, fmt.Errorf("synthesize /etc: %w", err)

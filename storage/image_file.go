@@ -1,14 +1,6 @@
 package storage
 
-import (
-	"errors"
-	"fmt"
-	"os"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/forkbox/forkbox/errdefs"
-)
+import "golang.org/x/sys/unix"
 
 // MaxImageBytes is the largest default size of a storage driver's own
 // volume image.
@@ -27,23 +19,4 @@ func DefaultImageBytes(dir string) int64 {
 	}
 	free := int64(st.Bavail) * st.Bsize
 	return max(min(free/2, MaxImageBytes), 1<<30)
-}
-
-// Preallocate reserves size bytes of real disk for the open file f. A
-// storage volume (a loop-mounted image) must never be short of the blocks
-// it believes it has: a sparse image on a filling host disk gets write
-// errors under the filesystem inside it, which then loses acknowledged
-// data and turns read-only for every sandbox. With the space reserved, a
-// full volume is an ordinary ENOSPC. ErrInsufficientStorage when the host
-// has not that much free.
-func Preallocate(f *os.File, size int64) error {
-	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
-	if errors.Is(err, unix.ENOSPC) {
-		return fmt.Errorf("reserve %d MiB for %s: the host's disk has not that much free: %w",
-			size>>20, f.Name(), errdefs.ErrInsufficientStorage)
-	}
-	if err != nil {
-		return fmt.Errorf("reserve %d MiB for %s: %w", size>>20, f.Name(), err)
-	}
-	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/bindmount"
 )
 
 // BaseTemplate is the name of the built-in template.
@@ -33,7 +33,7 @@ type Template struct {
 	Workdir string `json:"workdir,omitempty"`
 	// HostMounts are host directories bind-mounted read-only into every
 	// sandbox of this template (the base template's /usr and friends).
-	HostMounts []runtime.Mount `json:"host_mounts,omitempty"`
+	HostMounts []bindmount.Mount `json:"host_mounts,omitempty"`
 	// SizeBytes is the size of the rootfs in bytes, as written.
 	SizeBytes int64 `json:"size_bytes"`
 	// Storage, when set, names the storage driver that holds the only
@@ -67,12 +67,13 @@ func SaveTemplate(dir string, t *Template) error {
 }
 
 // ValidTemplateName reports whether name is usable as a template name:
-// 1-63 characters of [a-z0-9._-], starting with a letter or digit.
+// 1-63 characters of [a-z0-9._-], starting with a letter or digit, and a
+// storage id (ValidID: not ending in ".json"), so both drivers take it.
 func ValidTemplateName(name string) bool {
 	if name == "" || len(name) > 63 || strings.ContainsAny(name[:1], ".-_") {
 		return false
 	}
-	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == ""
+	return strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789._-") == "" && ValidID("template", name) == nil
 }
 
 // PrepareUserDirs creates the directories every sandbox needs in rootfs with

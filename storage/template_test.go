@@ -74,3 +74,21 @@ func TestPrepareMountTargets(t *testing.T) {
 		t.Fatalf("etc/hosts: %v %v", fi.Mode(), err)
 	}
 }
+
+// TestTemplateHostMountsFormat proves template.json's host mounts keep
+// the field names data directories already hold: a file written before
+// the mount type moved out of the runtime package loads unchanged.
+func TestTemplateHostMountsFormat(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"name":"base","source":"builtin","host_mounts":[{"source":"/usr","target":"/usr","read_only":true}],"size_bytes":0,"version":3,"created_at":"2026-01-01T00:00:00Z"}`
+	if err := os.WriteFile(filepath.Join(dir, "template.json"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := LoadTemplate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tpl.HostMounts) != 1 || tpl.HostMounts[0].Source != "/usr" || tpl.HostMounts[0].Target != "/usr" || !tpl.HostMounts[0].ReadOnly {
+		t.Fatalf("host mounts %+v", tpl.HostMounts)
+	}
+}

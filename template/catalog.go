@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/image"
@@ -26,7 +27,7 @@ import (
 
 // Catalog manages templates. It is safe for concurrent use.
 type Catalog struct {
-	layout storage.Layout
+	layout datadir.Layout
 	store  *store.Store
 	shift  storage.IDShift
 	// guard runs the removal of a template's files only while no live
@@ -45,7 +46,7 @@ type Catalog struct {
 // runs, and returns ErrConflict otherwise (sandbox.Manager's
 // RemoveTemplateIfUnused). drv is the storage driver sandboxes' layers
 // live on; every template is added to it.
-func NewCatalog(layout storage.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error, drv storage.Driver) *Catalog {
+func NewCatalog(layout datadir.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error, drv storage.Driver) *Catalog {
 	return &Catalog{layout: layout, store: st, shift: shift, guard: guard, storage: drv}
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/storage"
 )
 
@@ -12,7 +13,7 @@ import (
 // that died mid-upload (it can be gigabytes) is removed at the next start,
 // like an interrupted import's directory; templates are kept.
 func TestSweepTempRemovesInterruptedUploads(t *testing.T) {
-	layout, err := storage.NewLayout(t.TempDir())
+	layout, err := datadir.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 
 // LegacyCgroupParent is the cgroup under which every daemon made its
 // sandboxes' cgroups before each had its own parent
-// (storage.HostNames.CgroupParent); Cgroups still finds sandboxes there.
+// (datadir.HostNames.CgroupParent); Cgroups still finds sandboxes there.
 const LegacyCgroupParent = "forkbox"
 
 // Cgroups reads and writes sandboxes' cgroup v1 files directly, which is

@@ -54,7 +54,7 @@ type Options struct {
 	// gives runc a root of its own so List sees only forkbox's sandboxes.
 	StateRoot string
 	// CgroupParent is the cgroup under which sandboxes' cgroups are made
-	// (the daemon's storage.HostNames.CgroupParent); "" is
+	// (the daemon's datadir.HostNames.CgroupParent); "" is
 	// LegacyCgroupParent.
 	CgroupParent string
 }

@@ -77,7 +77,7 @@ type Options struct {
 	// Platform is gVisor's platform; "" is systrap.
 	Platform string
 	// CgroupParent is the host cgroup under which sandboxes' cgroups are
-	// made (the daemon's storage.HostNames.CgroupParent); "" is
+	// made (the daemon's datadir.HostNames.CgroupParent); "" is
 	// runc.LegacyCgroupParent.
 	CgroupParent string
 }

@@ -188,7 +188,7 @@ func (d *Driver) snapPath(id string) string { return filepath.Join(d.snapshotsDi
 // (bad id or quota), ErrConflict (id exists), ErrNotFound (unknown
 // source), ErrInsufficientStorage.
 func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, quotaBytes int64) (string, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return "", err
 	}
 	if quotaBytes < 0 {
@@ -204,7 +204,7 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 	meta := layerMeta{QuotaBytes: quotaBytes, CreatedAt: time.Now().UTC()}
 	var src string
 	if from.Snapshot != "" {
-		if err := validID("snapshot", from.Snapshot); err != nil {
+		if err := storage.ValidID("snapshot", from.Snapshot); err != nil {
 			return "", err
 		}
 		var sm snapMeta
@@ -215,7 +215,7 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 		meta.Ancestors = append([]string{from.Snapshot}, sm.Ancestors...)
 		src = d.snapPath(from.Snapshot)
 	} else {
-		if err := validID("template", from.Template); err != nil {
+		if err := storage.ValidID("template", from.Template); err != nil {
 			return "", err
 		}
 		d.tmplMu.RLock()
@@ -271,7 +271,7 @@ func (d *Driver) limit(path string, bytes int64) error {
 // btrfs): the snapshot ioctl that follows, made while the sandbox is
 // frozen, then finds little to write. ErrNotFound for an unknown layer.
 func (d *Driver) Flush(ctx context.Context, id string) error {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return err
 	}
 	fd, err := openDir(d.layerPath(id))
@@ -289,7 +289,7 @@ func (d *Driver) Flush(ctx context.Context, id string) error {
 // and its metadata; its qgroup goes with it. A missing layer is not an
 // error.
 func (d *Driver) Remove(ctx context.Context, id string) error {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return err
 	}
 	if err := d.destroy(d.layersDir(), id); err != nil {
@@ -305,7 +305,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 // does not force that writeback, which would wait for every sandbox's
 // pending writes. ErrNotFound for an unknown layer.
 func (d *Driver) Usage(ctx context.Context, id string) (int64, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return 0, err
 	}
 	var lm layerMeta

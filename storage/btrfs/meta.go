@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"github.com/forkbox/forkbox/errdefs"
 )
 
 // layerMeta is what the driver records about a layer, as
@@ -70,17 +68,6 @@ type templateMeta struct {
 func removeFile(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("btrfs: %w", err)
-	}
-	return nil
-}
-
-// validID checks that id can name a layer, snapshot or template: 1-200
-// bytes, no '/', NUL or leading '.', and no ".json" suffix (the driver's
-// own names). Otherwise ErrInvalidArgument naming what the id is for.
-func validID(what, id string) error {
-	if id == "" || len(id) > 200 || strings.ContainsAny(id, "/\x00") ||
-		strings.HasPrefix(id, ".") || strings.HasSuffix(id, ".json") {
-		return errdefs.Newf(errdefs.ErrInvalidArgument, "btrfs: invalid %s id %q", what, id)
 	}
 	return nil
 }

@@ -31,10 +31,10 @@ import (
 // holds more entries than Options.MaxSnapshotEntries or nests deeper than
 // storage.MaxManifestDepth (the snapshot is removed again).
 func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
 	var lm layerMeta
@@ -116,7 +116,7 @@ func (m *snapMeta) info() storage.SnapshotInfo {
 // wrote tree blocks, which is why a stamped snapshot is walked again.
 // ErrNotFound for an unknown snapID.
 func (d *Driver) Verify(ctx context.Context, snapID string) error {
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return err
 	}
 	var m snapMeta
@@ -199,7 +199,7 @@ func (d *Driver) restamp(id string, s *stamp) {
 // not subvolumes), so it never fails with ErrConflict; the daemon enforces
 // the API's dependency rule itself. A missing snapshot is not an error.
 func (d *Driver) RemoveSnapshot(ctx context.Context, snapID string) error {
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return err
 	}
 	d.metaMu.Lock()

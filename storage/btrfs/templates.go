@@ -23,7 +23,7 @@ import (
 // sockets and extended attributes are not copied. Errors: ErrInvalidArgument
 // (bad name or rootfs not a directory), ErrInsufficientStorage, ctx's error.
 func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) error {
-	if err := validID("template", name); err != nil {
+	if err := storage.ValidID("template", name); err != nil {
 		return err
 	}
 	d.addMu.Lock()
@@ -121,7 +121,7 @@ func (d *Driver) fillTemplate(ctx context.Context, tmp, rootfs string) error {
 // and snapshots made from it keep working. A missing template is not an
 // error.
 func (d *Driver) RemoveTemplate(ctx context.Context, name string) error {
-	if err := validID("template", name); err != nil {
+	if err := storage.ValidID("template", name); err != nil {
 		return err
 	}
 	d.addMu.Lock()

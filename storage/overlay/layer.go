@@ -40,7 +40,7 @@ func workDir(layerDir string, m layerMeta) string {
 // snapshot (or a template rootfs that is gone), ErrConflict when layer id
 // exists. On error nothing of the layer is left.
 func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, quotaBytes int64) (string, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return "", err
 	}
 	if quotaBytes < 0 {
@@ -70,7 +70,7 @@ func (d *Driver) createLayerDir(id string, from storage.Source, quotaBytes int64
 	defer d.mu.Unlock()
 	m := layerMeta{QuotaBytes: quotaBytes, CreatedAt: time.Now().UTC()}
 	if from.Snapshot != "" {
-		if err := validID("snapshot", from.Snapshot); err != nil {
+		if err := storage.ValidID("snapshot", from.Snapshot); err != nil {
 			return m, err
 		}
 		s, err := d.readSnap(from.Snapshot)
@@ -80,7 +80,7 @@ func (d *Driver) createLayerDir(id string, from storage.Source, quotaBytes int64
 		m.Snapshot, m.Template, m.Rootfs = s.ID, s.Template, s.Rootfs
 		m.Chain = append([]string{s.ID}, s.Chain...)
 	} else {
-		if err := validID("template", from.Template); err != nil {
+		if err := storage.ValidID("template", from.Template); err != nil {
 			return m, err
 		}
 		var t templateMeta
@@ -173,7 +173,7 @@ func (d *Driver) buildLayer(ctx context.Context, dir string, m layerMeta) (strin
 // keeps its view until it exits), lifts its disk limit and deletes it. A
 // missing layer is not an error.
 func (d *Driver) Remove(ctx context.Context, id string) error {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return err
 	}
 	dir := d.layerDir(id)
@@ -218,7 +218,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 // volume): the copy and the reflinks a Snapshot makes while the sandbox
 // is frozen then find it written. ErrNotFound for an unknown layer.
 func (d *Driver) Flush(ctx context.Context, id string) error {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return err
 	}
 	dir := d.layerDir(id)
@@ -237,7 +237,7 @@ func (d *Driver) Flush(ctx context.Context, id string) error {
 // allocated bytes of everything in its upper directory. ErrNotFound for
 // an unknown layer.
 func (d *Driver) Usage(ctx context.Context, id string) (int64, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return 0, err
 	}
 	dir := d.layerDir(id)

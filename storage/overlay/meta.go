@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // templateMeta is what the driver records about a template, as
@@ -74,19 +74,6 @@ type projectsMeta struct {
 	Next uint32 `json:"next"`
 }
 
-// validID checks that id (a layer, snapshot or template name; what says
-// which) is usable as one path component: 1 to 128 characters from
-// [A-Za-z0-9._-], not starting with '.' or '-'. Otherwise the error wraps
-// errdefs.ErrInvalidArgument.
-func validID(what, id string) error {
-	ok := id != "" && len(id) <= 128 && !strings.ContainsAny(id[:1], ".-") &&
-		strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == ""
-	if !ok {
-		return fmt.Errorf("%s id %q: must be 1-128 characters of [A-Za-z0-9._-]: %w", what, id, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // listIDs returns the sorted names in dir that are valid ids, keeping
 // only names ending in suffix (which is cut off) when suffix is not "".
 // A missing dir lists nothing.
@@ -101,7 +88,7 @@ func listIDs(dir, suffix string) ([]string, error) {
 	ids := []string{}
 	for _, e := range ents {
 		name, ok := strings.CutSuffix(e.Name(), suffix)
-		if !ok || validID("", name) != nil {
+		if !ok || storage.ValidID("", name) != nil {
 			continue
 		}
 		ids = append(ids, name)

@@ -193,7 +193,7 @@ func (d *Driver) readSnap(id string) (snapMeta, error) {
 // Prepares. Errors: ErrInvalidArgument for a bad name or a rootfs that is
 // not a directory.
 func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) error {
-	if err := validID("template", name); err != nil {
+	if err := storage.ValidID("template", name); err != nil {
 		return err
 	}
 	abs, err := filepath.Abs(rootfs)
@@ -216,7 +216,7 @@ func (d *Driver) AddTemplate(ctx context.Context, name, rootfs, version string) 
 // and snapshots built on it keep using it). An unknown name is not an
 // error.
 func (d *Driver) RemoveTemplate(ctx context.Context, name string) error {
-	if err := validID("template", name); err != nil {
+	if err := storage.ValidID("template", name); err != nil {
 		return err
 	}
 	d.mu.Lock()

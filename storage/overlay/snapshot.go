@@ -27,10 +27,10 @@ import (
 // layer, ErrConflict when snapID exists, ErrInsufficientStorage when the
 // volume is full. On error nothing of the snapshot is left.
 func (d *Driver) Snapshot(ctx context.Context, id, snapID string, captured func()) (storage.SnapshotInfo, error) {
-	if err := validID("layer", id); err != nil {
+	if err := storage.ValidID("layer", id); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return storage.SnapshotInfo{}, err
 	}
 	dir := d.layerDir(id)
@@ -110,7 +110,7 @@ func (m snapMeta) info() storage.SnapshotInfo {
 // caches), so only the walk's cost is bounded, by the entries Snapshot
 // allowed and by storage.ManifestDigest streaming.
 func (d *Driver) Verify(ctx context.Context, snapID string) error {
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return err
 	}
 	top, err := d.readSnap(snapID)
@@ -150,7 +150,7 @@ func (d *Driver) Verify(ctx context.Context, snapID string) error {
 // another snapshot is built on it (it is one of their lower layers); a
 // missing snapshot is not an error.
 func (d *Driver) RemoveSnapshot(ctx context.Context, snapID string) error {
-	if err := validID("snapshot", snapID); err != nil {
+	if err := storage.ValidID("snapshot", snapID); err != nil {
 		return err
 	}
 	trash, err := d.detachSnapshot(snapID)

@@ -11,8 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/storage/loop"
 )
+
+// volumeIO is how the volume image and the layer disks are attached:
+// with direct I/O where the host's filesystem allows it, since the
+// filesystem on the device caches their blocks already.
+var volumeIO = loop.Options{DirectIO: true}
 
 // xfsMagic is statfs's f_type of XFS.
 const xfsMagic = 0x58465342
@@ -35,8 +40,8 @@ func Supported() error {
 			return fmt.Errorf("the kernel has no %s filesystem: %w", fs, errdefs.ErrUnavailable)
 		}
 	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		return fmt.Errorf("no loop devices (/dev/loop-control: %v): %w", err, errdefs.ErrUnavailable)
+	if err := loop.Supported(); err != nil {
+		return err
 	}
 	for _, tool := range []string{"mkfs.xfs", "mkfs.ext4"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -104,14 +109,14 @@ func mountImage(dir string, size int64) error {
 		return fmt.Errorf("stat %s: %w", img, err)
 	}
 	// No discard: the image's blocks are reserved on the host
-	// (storage.Preallocate) and must stay so.
+	// (loop.Preallocate) and must stay so.
 	const flags = unix.MS_NODEV | unix.MS_NOSUID
-	_, err := mountLoop(img, dir, "xfs", flags, "prjquota")
+	_, err := loop.Mount(img, dir, "xfs", flags, "prjquota", volumeIO)
 	if errors.Is(err, unix.EINVAL) {
 		// "quota support not available in this kernel" (no
 		// CONFIG_XFS_QUOTA): mount without; disk limits then use a loop
 		// image per layer.
-		_, err = mountLoop(img, dir, "xfs", flags, "")
+		_, err = loop.Mount(img, dir, "xfs", flags, "", volumeIO)
 	}
 	if err != nil {
 		return fmt.Errorf("mount the storage image: %w", err)
@@ -120,35 +125,18 @@ func mountImage(dir string, size int64) error {
 }
 
 // makeImage creates img as a file of size bytes with its blocks reserved
-// on the host (storage.Preallocate) and formats it with XFS (reflink on, so snapshots share extents with the layers they
-// copy). It formats a temporary file and renames it into place, so a
-// crash leaves either no image or a formatted one.
+// on the host and formats it with XFS (reflink on, so snapshots share
+// extents with the layers they copy), through loop.CreateImage: a crash
+// leaves either no image or a formatted one.
 func makeImage(img string, size int64) error {
-	tmp := img + ".tmp"
-	os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", tmp, err)
-	}
-	err = storage.Preallocate(f, size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	// -K: no discard (it would punch the reserved blocks out).
-	out, err := exec.Command("mkfs.xfs", "-q", "-K", "-m", "reflink=1", "-L", "forkbox", tmp).CombinedOutput()
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("mkfs.xfs %s: %v: %s: %w", tmp, err, strings.TrimSpace(string(out)), errdefs.ErrUnavailable)
-	}
-	if err := os.Rename(tmp, img); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rename %s: %w", tmp, err)
-	}
-	return nil
+	return loop.CreateImage(img, size, func(tmp string) error {
+		// -K: no discard (it would punch the reserved blocks out).
+		out, err := exec.Command("mkfs.xfs", "-q", "-K", "-m", "reflink=1", "-L", "forkbox", tmp).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("mkfs.xfs %s: %v: %s: %w", tmp, err, strings.TrimSpace(string(out)), errdefs.ErrUnavailable)
+		}
+		return nil
+	})
 }
 
 // makeDisk creates the per-layer image img of size bytes (reserved),
@@ -164,7 +152,7 @@ func makeDisk(img, dir string, size int64) error {
 	// promise more space than the volume has (a layer disk that cannot
 	// get a block aborts its journal and loses data); a volume too full
 	// for the limit fails this create with ErrInsufficientStorage instead.
-	err = storage.Preallocate(f, size)
+	err = loop.Preallocate(f, size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -178,7 +166,7 @@ func makeDisk(img, dir string, size int64) error {
 		return fmt.Errorf("mkfs.ext4 for a %d-byte disk limit: %v: %s: %w", size, err,
 			strings.TrimSpace(string(out)), errdefs.ErrInvalidArgument)
 	}
-	if _, err := mountLoop(img, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+	if _, err := loop.Mount(img, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID, "", volumeIO); err != nil {
 		return fmt.Errorf("mount the layer disk: %w", err)
 	}
 	return nil

@@ -74,6 +74,7 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("Integrity", s.testIntegrity)
 	t.Run("Flush", s.testFlush)
 	t.Run("RemoveSnapshot", s.testRemoveSnapshot)
+	t.Run("IDs", s.testIDs)
 	t.Run("Restart", s.testRestart)
 }
 

@@ -1,7 +1,13 @@
-// Package storage owns forkbox's files on disk: the data directory layout,
-// templates (the built-in base template and imported OCI images, both kept
-// as read-only root filesystems), and each sandbox's writable layer.
-package storage
+// Package datadir names every path of a daemon's data directory and the
+// host-wide names derived from it. The daemon builds one Layout and hands
+// each part what it needs (a storage driver its own directory, the
+// template catalog the templates, the runtimes their roots); nothing
+// below the daemon computes the paths of another concern. It sits at the
+// bottom of the stack: it imports nothing of forkbox.
+//
+// The paths are the on-disk format: a data directory made by an earlier
+// version must keep working, so none of them changes.
+package datadir
 
 import (
 	"crypto/sha256"
@@ -12,8 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Layout names every path under the data directory. The zero value is not
-// usable; build it with NewLayout.
+// Layout names every path under the data directory Root (absolute). The
+// zero value is not usable; build it with New, or set Root to an absolute
+// path.
 //
 //	DIR/
 //	  api-key                 the generated API key (0600)
@@ -28,8 +35,9 @@ import (
 //	  sandboxes/ID/           runtime state, agent.sock, hosts, hostname
 type Layout struct{ Root string }
 
-// NewLayout returns the layout of the data directory dir (made absolute).
-func NewLayout(dir string) (Layout, error) {
+// New returns the layout of the data directory dir, made absolute against
+// the working directory. The error is filepath.Abs's.
+func New(dir string) (Layout, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return Layout{}, err
@@ -90,7 +98,11 @@ func (l Layout) Template(name string) string { return filepath.Join(l.Templates(
 
 // Storage is the directory of storage driver name (its volume is mounted
 // there when it brings its own).
-func (l Layout) Storage(name string) string { return filepath.Join(l.Root, "storage", name) }
+func (l Layout) Storage(name string) string { return filepath.Join(l.StorageRoot(), name) }
+
+// StorageRoot is the directory holding every storage driver's directory
+// (and their volume images).
+func (l Layout) StorageRoot() string { return filepath.Join(l.Root, "storage") }
 
 // Sandboxes is the directory of all sandboxes.
 func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }

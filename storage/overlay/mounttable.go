@@ -13,69 +13,6 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
-// attachLoop binds the image file img to a free loop device with
-// autoclear set (the device detaches itself once the filesystem on it is
-// unmounted and nothing else holds it) and returns the device path and an
-// open descriptor of it. The caller mounts the device and then closes the
-// descriptor; closing it without a mount detaches the device.
-func attachLoop(img string) (dev string, fd int, err error) {
-	file, err := unix.Open(img, unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", -1, fmt.Errorf("open %s: %w", img, err)
-	}
-	defer unix.Close(file)
-	ctl, err := unix.Open("/dev/loop-control", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", -1, fmt.Errorf("open /dev/loop-control: %v: %w", err, errdefs.ErrUnavailable)
-	}
-	defer unix.Close(ctl)
-	for attempt := 0; attempt < 16; attempt++ {
-		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			return "", -1, fmt.Errorf("find a free loop device: %v: %w", err, errdefs.ErrUnavailable)
-		}
-		dev = "/dev/loop" + strconv.Itoa(n)
-		fd, err = unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
-			// No devtmpfs node (some containers): make one.
-			if err := unix.Mknod(dev, unix.S_IFBLK|0o660, int(unix.Mkdev(7, uint32(n)))); err != nil && !errors.Is(err, unix.EEXIST) {
-				return "", -1, fmt.Errorf("mknod %s: %v: %w", dev, err, errdefs.ErrUnavailable)
-			}
-			fd, err = unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
-		}
-		if err != nil {
-			return "", -1, fmt.Errorf("open %s: %v: %w", dev, err, errdefs.ErrUnavailable)
-		}
-		cfg := unix.LoopConfig{Fd: uint32(file)}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(fd, &cfg)
-		if err == nil {
-			return dev, fd, nil
-		}
-		unix.Close(fd)
-		if !errors.Is(err, unix.EBUSY) {
-			return "", -1, fmt.Errorf("configure %s for %s: %v: %w", dev, img, err, errdefs.ErrUnavailable)
-		}
-		// Another process took the device between GET_FREE and here.
-	}
-	return "", -1, fmt.Errorf("no loop device for %s after 16 tries: %w", img, errdefs.ErrUnavailable)
-}
-
-// mountLoop attaches img to a loop device and mounts it at dir as fstype
-// with flags (MS_*) and data (filesystem options). On error nothing stays
-// attached or mounted. It returns the device path.
-func mountLoop(img, dir, fstype string, flags uintptr, data string) (string, error) {
-	dev, fd, err := attachLoop(img)
-	if err != nil {
-		return "", err
-	}
-	defer unix.Close(fd) // autoclear: the mount keeps the device alive
-	if err := unix.Mount(dev, dir, fstype, flags, data); err != nil {
-		return "", fmt.Errorf("mount %s (%s on %s, %q): %w", dir, fstype, dev, data, err)
-	}
-	return dev, nil
-}
-
 // mountInfo is one line of /proc/self/mountinfo.
 type mountInfo struct {
 	// Dev is the filesystem's device number as "major:minor".
