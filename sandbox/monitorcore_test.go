@@ -2,13 +2,10 @@ package sandbox
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/forkbox/forkbox/abuse"
-	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 )
@@ -19,7 +16,6 @@ import (
 func TestEndForAbuseOnce(t *testing.T) {
 	drv := &fakeDriver{deleting: make(chan struct{}, 2), release: make(chan struct{})}
 	m, sb := newTestManager(t, drv)
-	m.opts.Audit = audit.New(m.opts.Store, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	sb.rec.Tenant = "default"
 	v := abuse.New(abuse.Config{}).PidsLimitStop(sb.id)
 	var wg sync.WaitGroup
@@ -27,7 +23,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.endForAbuse(sb, v, node.ReasonPidsLimit)
+			m.mon.EndForAbuse(sb, v, node.ReasonPidsLimit)
 		}()
 	}
 	<-drv.deleting
