@@ -174,3 +174,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestCountCPU: the CPU a warm-pool member used before it was claimed is
+// counted for nobody (ClearCPU); after the claim, the last reading before
+// a teardown (CountCPU) charges the tenant what the sandbox used since;
+// a member still in the pool is charged to nobody.
+func TestCountCPU(t *testing.T) {
+	h := newHost(t)
+	h.tenant("claimer", tenancy.Policy{})
+	sb := h.start("", testLimits)
+	sb.rec.State = node.StatePooled
+	burn := func() {
+		if code := sb.run(t, "python3", "-c", "import time\nwhile time.process_time() < 0.6: pass"); code != 0 {
+			t.Fatalf("CPU burner exited %d", code)
+		}
+	}
+	burn()
+	mon := h.monitor(Options{})
+	ctx := context.Background()
+	mon.CountCPU(ctx, sb) // a pool member: nobody's
+	mon.ClearCPU(ctx, sb)
+	sb.mu.Lock()
+	sb.rec.State, sb.rec.Tenant = node.StateRunning, "claimer"
+	sb.mu.Unlock()
+	mon.CountCPU(ctx, sb)
+	before, err := h.st.TenantCPU(ctx, "claimer", time.Now())
+	if err != nil || before >= 500 {
+		t.Fatalf("charged %d ms (%v) for what the member used in the pool", before, err)
+	}
+	burn()
+	mon.CountCPU(ctx, sb)
+	after, err := h.st.TenantCPU(ctx, "claimer", time.Now())
+	if err != nil || after-before < 500 {
+		t.Fatalf("charged %d ms then %d ms (%v), want the 0.6 s used after the claim", before, after, err)
+	}
+}
