@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -131,7 +130,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := NewManager(Options{Layout: layout, Store: st, Drivers: []runtime.Driver{drv}, Storage: nopStorage{}, Limits: DefaultLimits(),
-		Audit: audit.New(st, log), Log: log})
+		Audit: testAudit(st, log), Log: log})
 	t.Cleanup(m.Close)
 	now := time.Now().UTC()
 	sb := &Sandbox{id: "testsandbox000000001", killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{},

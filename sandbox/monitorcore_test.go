@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/forkbox/forkbox/abuse"
+	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 )
@@ -43,3 +45,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 		t.Fatalf("tenant %+v %v, want it flagged", tn, err)
 	}
 }
+
+// testAudit is the audit recorder of the manager's tests: real records in
+// the test's store.
+func testAudit(st *store.Store, log *slog.Logger) *audit.Recorder { return audit.New(st, log) }
