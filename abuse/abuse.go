@@ -20,9 +20,9 @@
 //     (PidsLimitStop: a gVisor sandbox whose tasks got past the limit
 //     inside, for example by forking under many users).
 //
-// The Detector only decides; the sandbox manager samples every running
-// sandbox each Interval, kills on a verdict, flags the tenant and records
-// it. It is safe for concurrent use.
+// The Detector only decides; the host monitor (package monitor) samples
+// every running sandbox each Interval, kills on a verdict, flags the
+// tenant and records it. It is safe for concurrent use.
 package abuse
 
 import (
@@ -38,7 +38,7 @@ import (
 
 // Config tunes the detector. Zero fields take DefaultConfig's values.
 type Config struct {
-	// Interval is how often the manager samples each sandbox.
+	// Interval is how often the monitor samples each sandbox.
 	Interval time.Duration
 	// Window is how long evidence counts.
 	Window time.Duration

@@ -124,7 +124,7 @@ func (m *Manager) checkDead(ctx context.Context, id string) error {
 	}
 	switch cause {
 	case runtime.StopPidsLimit:
-		m.endForAbuse(sb, m.detector.PidsLimitStop(id), node.ReasonPidsLimit)
+		m.mon.EndForAbuse(sb, m.mon.Detector().PidsLimitStop(id), node.ReasonPidsLimit)
 	case runtime.StopMemoryLimit:
 		_ = m.teardown(tctx, sb, node.ReasonError, "the sandbox went over its memory limit, which stops the whole sandbox")
 	default:

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
@@ -42,14 +43,14 @@ func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKe
 func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKey string, verify bool) (rec *node.Session, created bool, err error) {
 	began := time.Now()
 	tenant := callerTenant(ctx)
-	trec, policy, err := m.tenant(ctx, tenant)
+	trec, policy, err := m.adm.Tenant(ctx, tenant)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, false, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s no longer exists", tenant)
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	policyDefaults(&req, policy, m.opts.Limits)
+	admission.Defaults(&req, policy, m.opts.Limits)
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
@@ -109,16 +110,16 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	if !m.templateVisible(ctx, req.Template) {
 		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 	}
-	if err := m.checkPolicy(ctx, tenant, policy, &req); err != nil {
+	if err := m.adm.Check(ctx, tenant, policy, &req); err != nil {
 		return nil, false, err
 	}
-	ctx, res, err := m.admit(ctx, trec, policy, req.MemoryMB)
+	ctx, res, err := m.adm.Admit(ctx, trec, policy, req.MemoryMB)
 	if err != nil {
 		return nil, false, err
 	}
 	defer func() {
 		if err != nil {
-			res.release() // (the failed sandbox's teardown released it already, or nothing took it)
+			res.Release() // (the failed sandbox's teardown released it already, or nothing took it)
 		}
 	}()
 	path := "cold"

@@ -27,6 +27,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
+	"github.com/forkbox/forkbox/monitor"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -91,19 +92,12 @@ type Manager struct {
 
 	mu   sync.Mutex
 	live map[string]*Sandbox // sandboxes in creating, running or terminating state
-	// active counts admitted sessions that have not ended, by tenant;
-	// with activeAll and activeMemory (MiB) over all tenants (policy.go).
-	active    map[string]int
-	activeAll int
-	// stopping: StopAll runs; creates are refused and pools not refilled
-	// (under mu, and poolMu for the pools).
-	stopping     bool
-	activeMemory int64
-	// making counts snapshots and template imports under way, by
-	// "what/tenant", for their quotas (ReserveQuota).
-	making map[string]int
-	// detector decides abuse from the monitor's samples (monitor.go).
-	detector *abuse.Detector
+	// adm admits sessions and holds the admission counts (package
+	// admission); StopAll stops it, so creates are refused from then on.
+	adm *admission.Controller
+	// mon samples running sessions and ends them on its verdicts
+	// (package monitor, through monitorCore).
+	mon *monitor.Monitor
 
 	// keyLocks serialises creates that carry the same (tenant-scoped)
 	// idempotency key, and only those.
@@ -160,7 +154,7 @@ type Sandbox struct {
 	deleteRequested bool
 	abortReady      context.CancelFunc
 	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
-	// abused: endForAbuse took it on (the tenant is flagged and the abuse
+	// abused: the monitor's EndForAbuse took it on (the tenant is flagged and the abuse
 	// recorded once, whoever else saw it).
 	abused bool
 
@@ -177,7 +171,7 @@ type Sandbox struct {
 	net *netpolicy.Attachment
 	// res is its place in the admission counts, released when it ends
 	// (nil for warm-pool members until claimed); under mu.
-	res *reservation
+	res *admission.Reservation
 	// streamCuts counts the memory snapshots that prepared the agent (and
 	// so cut its open streams), for telling such a cut from a failure.
 	streamCuts atomic.Uint64
@@ -220,14 +214,19 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096),
-		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
+		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096)}
+	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
+	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
+		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
 	if m.inflight = opts.ExecInflight; m.inflight == nil {
 		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)
 	}
 	m.wg.Add(2)
 	go m.recordEgress()
-	go m.monitor()
+	go func() {
+		defer m.wg.Done()
+		m.mon.Run(m.closing)
+	}()
 	return m
 }
 
@@ -477,10 +476,8 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*no
 		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
-	if tenant := sb.Record().Tenant; tenant != "" {
-		if p, err := m.TenantPolicy(ctx, tenant); err == nil && p.MaxTimeoutS > 0 && seconds > p.MaxTimeoutS {
-			return nil, errdefs.InvalidField("timeout_s", "at most %d for this tenant", p.MaxTimeoutS)
-		}
+	if err := m.adm.CheckTimeout(ctx, sb.Record().Tenant, seconds); err != nil {
+		return nil, err
 	}
 	d := time.Duration(seconds) * time.Second
 	paused := false

@@ -129,8 +129,9 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := NewManager(Options{Layout: layout, Store: st, Drivers: []runtime.Driver{drv}, Storage: nopStorage{}, Limits: DefaultLimits(),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Audit: testAudit(st, log), Log: log})
 	t.Cleanup(m.Close)
 	now := time.Now().UTC()
 	sb := &Sandbox{id: "testsandbox000000001", killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{},

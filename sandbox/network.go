@@ -155,7 +155,7 @@ func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
 	count.Store(stored)
 	return func(ev netpolicy.Event) {
 		denied := ev.Decision == netpolicy.DecisionDeny
-		m.detector.Egress(id, abuse.Egress{Time: ev.Time, Host: ev.Host, Port: int(ev.Port), Allowed: !denied, DNS: ev.Kind == "dns"})
+		m.mon.Detector().Egress(id, abuse.Egress{Time: ev.Time, Host: ev.Host, Port: int(ev.Port), Allowed: !denied, DNS: ev.Kind == "dns"})
 		if denied {
 			m.opts.Metrics.EgressDenied(tenant, 1)
 		}

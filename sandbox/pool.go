@@ -168,9 +168,7 @@ func (m *Manager) claim(ctx context.Context, req node.CreateSpec, idempotencyKey
 // adoptMember configures member sb for req and makes it a running session.
 func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
 	// What the member used while it waited is nobody's: mark it counted.
-	if st, err := m.sample(ctx, sb); err == nil {
-		_, _ = m.opts.Store.AddSessionCPU(ctx, sb.id, "", int64(st.CPUSeconds*1000), time.Now())
-	}
+	m.mon.ClearCPU(ctx, sb)
 	if err := m.initAgent(ctx, sb, req); err != nil {
 		return nil, err
 	}

@@ -215,7 +215,7 @@ func (m *Manager) register(sb *Sandbox) {
 	m.live[sb.id] = sb
 	// An adopted session keeps its place in the admission counts.
 	if r := sb.Record(); r.Tenant != "" && r.State != node.StatePooled && r.State != node.StateTerminated {
-		sb.res = m.reserve(r.Tenant, r.MemoryMB)
+		sb.res = m.adm.Adopt(r.Tenant, r.MemoryMB)
 	}
 }
 

@@ -35,9 +35,7 @@ func (m *Manager) StopPools() {
 // a few minutes (their records stay terminating; the next start retries).
 func (m *Manager) StopAll(ctx context.Context, detail string) error {
 	m.StopPools()
-	m.mu.Lock()
-	m.stopping = true
-	m.mu.Unlock()
+	m.adm.Stop()
 	m.poolMu.Lock()
 	for _, pl := range m.pools {
 		pl.ready = nil // torn down below with the rest
@@ -46,12 +44,14 @@ func (m *Manager) StopAll(ctx context.Context, detail string) error {
 
 	deadline := time.Now().Add(stopAllWithin)
 	for {
+		// Admitted first: no admission follows Stop, and an admitted
+		// session leaves the live set before its reservation goes.
+		admitted := m.adm.Admitted()
 		m.mu.Lock()
 		left := make([]*Sandbox, 0, len(m.live))
 		for _, sb := range m.live {
 			left = append(left, sb)
 		}
-		admitted := m.activeAll
 		m.mu.Unlock()
 		if len(left) == 0 && admitted == 0 && !m.poolsFilling() {
 			return nil

@@ -132,7 +132,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	// deleted cgroup). Later ones see the state and do not start.
 	sb.lifeMu.Lock()
 	sb.lifeMu.Unlock()
-	m.countCPU(ctx, sb) // the last reading, before the cgroup goes
+	m.mon.CountCPU(ctx, sb) // the last reading, before the cgroup goes
 	if err := m.cleanup(ctx, sb.id, sb.Record().Driver); err != nil {
 		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
 		sb.mu.Lock()
@@ -156,9 +156,9 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	sb.mu.Lock()
 	res := sb.res
 	sb.mu.Unlock()
-	res.release()
+	res.Release()
 	close(sb.done)
-	m.detector.Forget(sb.id)
+	m.mon.Detector().Forget(sb.id)
 	rec := sb.Record()
 	if rec.Tenant != "" { // (warm-pool members belong to nobody)
 		m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: sb.id, Kind: "session.end",

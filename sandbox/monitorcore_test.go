@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -19,7 +18,6 @@ import (
 func TestEndForAbuseOnce(t *testing.T) {
 	drv := &fakeDriver{deleting: make(chan struct{}, 2), release: make(chan struct{})}
 	m, sb := newTestManager(t, drv)
-	m.opts.Audit = audit.New(m.opts.Store, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	sb.rec.Tenant = "default"
 	v := abuse.New(abuse.Config{}).PidsLimitStop(sb.id)
 	var wg sync.WaitGroup
@@ -27,7 +25,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.endForAbuse(sb, v, node.ReasonPidsLimit)
+			m.mon.EndForAbuse(sb, v, node.ReasonPidsLimit)
 		}()
 	}
 	<-drv.deleting
@@ -47,3 +45,7 @@ func TestEndForAbuseOnce(t *testing.T) {
 		t.Fatalf("tenant %+v %v, want it flagged", tn, err)
 	}
 }
+
+// testAudit is the audit recorder of the manager's tests: real records in
+// the test's store.
+func testAudit(st *store.Store, log *slog.Logger) *audit.Recorder { return audit.New(st, log) }

@@ -1,0 +1,87 @@
+package admission
+
+import (
+	"context"
+	"sync"
+)
+
+// Reservation is one session's place in the admission counts, from its
+// admission until it ends (or its create fails). Release is idempotent.
+type Reservation struct {
+	c        *Controller
+	tenant   string
+	memoryMB int64
+	released bool // under c.mu
+}
+
+// reserve counts a session of tenant with memoryMB; the caller holds c.mu.
+func (c *Controller) reserve(tenant string, memoryMB int64) *Reservation {
+	c.active[tenant]++
+	c.all++
+	c.memoryMB += memoryMB
+	return &Reservation{c: c, tenant: tenant, memoryMB: memoryMB}
+}
+
+// Release gives the place back; a nil or released reservation does
+// nothing.
+func (r *Reservation) Release() {
+	if r == nil {
+		return
+	}
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.released {
+		return
+	}
+	r.released = true
+	if c.active[r.tenant]--; c.active[r.tenant] <= 0 {
+		delete(c.active, r.tenant)
+	}
+	c.all--
+	c.memoryMB -= r.memoryMB
+}
+
+type reservationKey struct{}
+
+// ReservationOf returns the reservation Admit put in ctx, or nil (a
+// warm-pool member's create, which is not admitted).
+func ReservationOf(ctx context.Context) *Reservation {
+	r, _ := ctx.Value(reservationKey{}).(*Reservation)
+	return r
+}
+
+// keyedMutex is a set of mutexes by key, each there only while used.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	users int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

@@ -1,0 +1,78 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/forkbox/forkbox/admission"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// callerTenant is the tenant a create of ctx belongs to.
+func callerTenant(ctx context.Context) string {
+	return tenancy.TenantOf(ctx, store.DefaultTenant)
+}
+
+// reservationOf returns the admission reservation a create carries in
+// ctx (nil for warm-pool members, which are not admitted).
+func reservationOf(ctx context.Context) *admission.Reservation {
+	return admission.ReservationOf(ctx)
+}
+
+// TenantSessions counts tenant's sessions that exist now: admitted and
+// not ended (creates under way included). It is the admission count
+// (admission.Controller.TenantSessions).
+func (m *Manager) TenantSessions(tenant string) int { return m.adm.TenantSessions(tenant) }
+
+// ReserveQuota takes a place for one more snapshot ("snapshots") or
+// imported template ("templates") of tenant, or refuses with 429
+// tenant-quota-exceeded; see admission.Controller.ReserveQuota.
+func (m *Manager) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error) {
+	return m.adm.ReserveQuota(ctx, tenant, what, count)
+}
+
+// sandboxesOf returns tenant's live sandboxes whose state keep accepts.
+func (m *Manager) sandboxesOf(tenant string, keep func(node.State) bool) []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Sandbox
+	for _, sb := range m.live {
+		if r := sb.Record(); r.Tenant == tenant && keep(r.State) {
+			out = append(out, sb)
+		}
+	}
+	return out
+}
+
+// EndTenant destroys every session of tenant, including ones whose
+// create is still under way, and returns once none is left (the tenant's
+// admission count is zero). The caller has made sure no new create can
+// start (the tenant is marked deleted). ErrUnavailable if some are still
+// there after 3 minutes.
+func (m *Manager) EndTenant(ctx context.Context, tenant string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		sbs := m.sandboxesOf(tenant, func(st node.State) bool { return st != node.StatePooled })
+		left := m.TenantSessions(tenant)
+		if len(sbs) == 0 && left == 0 {
+			return nil
+		}
+		for _, sb := range sbs {
+			if err := m.Destroy(context.Background(), sb.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				m.log.Warn("end a deleted tenant's session", "session", sb.id, "tenant", tenant, "err", err)
+			}
+		}
+		if time.Now().After(deadline) {
+			return errdefs.Newf(errdefs.ErrUnavailable, "tenant %s still has %d sessions", tenant, left)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
