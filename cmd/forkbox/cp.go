@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"fmt"
@@ -44,7 +44,7 @@ func newCpCmd(g *globals) *cobra.Command {
 			case srcRemote == dstRemote:
 				return fmt.Errorf("exactly one of SRC and DST must be ID:PATH")
 			case dstRemote:
-				var r io.Reader = os.Stdin
+				r := cmd.InOrStdin()
 				size := int64(-1)
 				if srcPath != "-" {
 					f, err := os.Open(srcPath)
@@ -79,7 +79,7 @@ func newCpCmd(g *globals) *cobra.Command {
 				}
 				defer rc.Close()
 				if dstPath == "-" {
-					_, err = io.Copy(os.Stdout, rc)
+					_, err = io.Copy(cmd.OutOrStdout(), rc)
 					return err
 				}
 				if fi, err := os.Stat(dstPath); err == nil && fi.IsDir() {
