@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +205,15 @@ func testErrors(t *testing.T, c *client.Client, url string) {
 	wantClass(t, "DeleteTemplate of an unknown template", err, errdefs.ErrNotFound)
 	_, err = c.ImportTemplate(ctx, "client-bad", "", strings.NewReader("not a tarball"), 13)
 	wantClass(t, "ImportTemplate of a file that is no image", err, errdefs.ErrInvalidArgument)
+	notImage := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notImage, "readme"), []byte("no index.json here"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ImportTemplatePath(ctx, "client-bad", "", notImage)
+	wantClass(t, "ImportTemplatePath of a directory that is no OCI layout", err, errdefs.ErrInvalidArgument)
+	if ts, err := c.Templates(ctx); err != nil || len(ts) != 1 {
+		t.Errorf("after the refused imports the templates are %+v (%v), want base alone", ts, err)
+	}
 
 	s := newSession(t, c, client.CreateRequest{})
 	if err := c.DeleteSession(ctx, s.ID); err != nil {

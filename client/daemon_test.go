@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +239,30 @@ func testFiles(t *testing.T, c *client.Client) {
 	rc.Close()
 	if err != nil || string(got) != data {
 		t.Fatalf("Download: %d bytes (%v), want the %d uploaded", len(got), err, len(data))
+	}
+	// Local files: uploaded with their size, downloaded whole or not at all.
+	dir := t.TempDir()
+	local := filepath.Join(dir, "local.txt")
+	if err := os.WriteFile(local, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := c.UploadFile(ctx, s.ID, "/tmp/local.txt", local, ""); err != nil || e.Size != int64(len(data)) {
+		t.Fatalf("UploadFile: %+v, %v", e, err)
+	}
+	if _, err := c.UploadFile(ctx, s.ID, "/tmp/dir", dir, ""); err == nil || !strings.Contains(err.Error(), "is a directory") {
+		t.Fatalf("UploadFile of a directory: %v", err)
+	}
+	back := filepath.Join(dir, "back.txt")
+	if err := c.DownloadFile(ctx, s.ID, "/tmp/local.txt", back, ""); err != nil {
+		t.Fatalf("DownloadFile: %v", err)
+	}
+	if b, err := os.ReadFile(back); err != nil || string(b) != data {
+		t.Fatalf("DownloadFile wrote %d bytes (%v), want %d", len(b), err, len(data))
+	}
+	err = c.DownloadFile(ctx, s.ID, "/tmp/missing", filepath.Join(dir, "missing"), "")
+	wantClass(t, "DownloadFile of a missing file", err, errdefs.ErrNotFound)
+	if names, _ := os.ReadDir(dir); len(names) != 2 {
+		t.Fatalf("after the downloads the directory holds %v, want local.txt and back.txt", names)
 	}
 	if err := c.Remove(ctx, s.ID, "/home/user/in", ""); err != nil {
 		t.Fatalf("Remove: %v", err)
