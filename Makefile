@@ -1,7 +1,7 @@
 # forkbox. Run as root: sandboxes need namespaces, cgroups and mounts.
 #   make run    install packages, build, start `forkbox serve` and run a demo
 #   make test   lint, install packages, build, run every test (real sandboxes)
-#   make lint   staticcheck (pinned below; staticcheck.conf) over the module
+#   make lint   gofmt, then staticcheck (pinned below; staticcheck.conf) over the module
 #   make bench  benchmark forkbox beside podman and the runc CLI
 
 export PATH := /usr/local/go/bin:$(HOME)/go/bin:$(PATH)
@@ -28,8 +28,11 @@ build:
 vet:
 	$(GO) vet ./...
 
-# staticcheck compiles the tests too, so it also covers e2e/.
+# gofmt, then staticcheck (which compiles the tests too, so it also covers
+# e2e/).
 lint:
+	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then \
+		echo "lint: not gofmt-formatted:"; echo "$$unformatted"; exit 1; fi
 	$(GO) run $(STATICCHECK) ./...
 
 # The linter first, then every package against the default storage driver
