@@ -32,6 +32,7 @@ const (
 // ExitError carries the process exit code out of a command.
 type ExitError struct{ Code int }
 
+// Error returns "exit status N".
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
 // globals are the flags every command shares.
