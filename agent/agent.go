@@ -37,9 +37,10 @@ import (
 // agent's Config as JSON. The agent removes it from its environment.
 const ConfigEnv = "FORKBOX_AGENT_CONFIG"
 
-// ListenEnv, when set, is a Unix socket path the agent binds itself (mode
-// 0600) instead of accepting on the inherited fd: for runtimes that cannot
-// hand a listening socket into the sandbox (gVisor, where the path is in a
+// ListenEnv is the environment variable that, when set, holds a Unix
+// socket path the agent binds itself (mode 0600) instead of accepting on
+// the inherited fd: for runtimes that cannot hand a listening socket into
+// the sandbox (gVisor, where the path is in a
 // directory shared with the host through --host-uds).
 const ListenEnv = "FORKBOX_AGENT_LISTEN"
 

@@ -39,6 +39,12 @@ func TestMissingIDRefusedLocally(t *testing.T) {
 		"SendStdin":      func(id string) error { return c.SendStdin(ctx, id, 7, nil, true) },
 		"Upload":         func(id string) error { _, err := c.Upload(ctx, id, "/tmp/x", bytes.NewReader(nil), 0, ""); return err },
 		"Download":       func(id string) error { _, err := c.Download(ctx, id, "/tmp/x", ""); return err },
+		"UploadFile":     func(id string) error { _, err := c.UploadFile(ctx, id, "/tmp/x", "client_test.go", ""); return err },
+		"DownloadFile":   func(id string) error { return c.DownloadFile(ctx, id, "/tmp/x", t.TempDir()+"/x", "") },
+		"ImportTemplatePath": func(id string) error {
+			_, err := c.ImportTemplatePath(ctx, id, "", t.TempDir())
+			return err
+		},
 		"Remove":         func(id string) error { return c.Remove(ctx, id, "/tmp/x", "") },
 		"Stat":           func(id string) error { _, err := c.Stat(ctx, id, "/tmp/x", ""); return err },
 		"ListDir":        func(id string) error { _, err := c.ListDir(ctx, id, "/tmp", 1, ""); return err },

@@ -151,7 +151,7 @@ func TestEgressAllowList(t *testing.T) {
 	}
 
 	// Root in the sandbox cannot change its network.
-	res, out, errOut = run(t, s.ID, client.ExecRequest{User: "root",
+	_, out, errOut = run(t, s.ID, client.ExecRequest{User: "root",
 		Cmd: "ip link set eth0 down; echo link=$?; ip addr add 10.231.99.2/30 dev eth0; echo addr=$?; ip route del default; echo route=$?"})
 	if !strings.Contains(out, "link=2") || !strings.Contains(out, "addr=2") || !strings.Contains(out, "route=2") {
 		t.Errorf("root changed the sandbox's network:\n%s\n%s", out, errOut)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +55,7 @@ func TestGVisorCgoBuiltAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "forkbox-agent")
-	build := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", bin, "../cmd/forkbox-agent")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/forkbox-agent")
 	build.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the agent with cgo: %v %s", err, out)

@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrIDMapUnsupported: the filesystem under a path cannot be id-mapped
-// (overlayfs on its own mount, for one; btrfs, ext4, XFS and tmpfs can).
+// ErrIDMapUnsupported is returned when the filesystem under a path cannot
+// be id-mapped (overlayfs on its own mount, for one; btrfs, ext4, XFS and
+// tmpfs can).
 var ErrIDMapUnsupported = errors.New("id-mapped mounts are not supported on this filesystem")
 
 // MapMount bind-mounts the tree at src (recursively) on dst, an existing

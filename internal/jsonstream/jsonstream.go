@@ -399,14 +399,14 @@ func (d *Decoder) number(w io.Writer, first byte) error {
 // and its closing quote unchanged, checking escapes and control bytes.
 func (d *Decoder) rawString(w io.Writer) error {
 	for {
-		window, err := d.br.Peek(1)
-		if err != nil {
+		// Peek(1) fills the buffer when it is empty; then take all of it.
+		if _, err := d.br.Peek(1); err != nil {
 			if errors.Is(err, io.EOF) {
 				return io.ErrUnexpectedEOF
 			}
 			return err
 		}
-		window, _ = d.br.Peek(d.br.Buffered())
+		window, _ := d.br.Peek(d.br.Buffered())
 		n := 0
 		for n < len(window) && window[n] != '"' && window[n] != '\\' && window[n] >= 0x20 {
 			n++

@@ -81,9 +81,9 @@ var _ runtime.Driver = (*Driver)(nil)
 // Name returns "runc".
 func (d *Driver) Name() string { return "runc" }
 
-// Capabilities: pause through the freezer, user namespaces (its own or
-// one the host made: Config.UserNamespace); no memory
-// snapshots (runc needs CRIU for those, which does not work on the hosts
+// Capabilities returns what the runc tier offers: pause through the
+// freezer, user namespaces (its own or one the host made:
+// Config.UserNamespace); no memory snapshots (runc needs CRIU for those, which does not work on the hosts
 // forkbox targets).
 func (d *Driver) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{Pause: true, Network: true, UserNamespace: true, JoinUserNamespace: true}
@@ -367,9 +367,13 @@ func OpenAgentStdio(stateDir string) (*AgentStdio, error) {
 // Close closes both files.
 func (s *AgentStdio) Close() error { return errors.Join(s.devNull.Close(), s.log.Close()) }
 
-// Stdin, Stdout and Stderr are nil: the files are set directly (Set).
+// Stdin returns nil: the files are set directly (Set).
 func (s *AgentStdio) Stdin() io.WriteCloser { return nil }
+
+// Stdout returns nil: the files are set directly (Set).
 func (s *AgentStdio) Stdout() io.ReadCloser { return nil }
+
+// Stderr returns nil: the files are set directly (Set).
 func (s *AgentStdio) Stderr() io.ReadCloser { return nil }
 
 // Set makes cmd's stdin /dev/null and its stdout and stderr the log.

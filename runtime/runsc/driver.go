@@ -209,9 +209,9 @@ const DriverName = "gvisor"
 // Name returns DriverName.
 func (d *Driver) Name() string { return DriverName }
 
-// Capabilities: pause (the Sentry stops its tasks), memory snapshots that
-// restore any number of times (fork); the memory limit is
-// the host cgroup's, shared with the Sentry, so going over it stops the
+// Capabilities returns what the gVisor tier offers: pause (the Sentry
+// stops its tasks), memory snapshots that restore any number of times
+// (fork); the memory limit is the host cgroup's, shared with the Sentry, so going over it stops the
 // whole sandbox.
 func (d *Driver) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{Pause: true, MemorySnapshot: true, Fork: true, SandboxOOM: true, UserNamespace: true}

@@ -39,9 +39,9 @@ import (
 // ChunkSize is the plaintext bytes per sealed chunk (1 MiB).
 const ChunkSize = 1 << 20
 
-// KeyEnv, when set, holds the master key as 64 hex digits and overrides
-// the key file (for keys kept in a secret store or KMS and handed to the
-// daemon in its environment).
+// KeyEnv is the environment variable that, when set, holds the master key
+// as 64 hex digits and overrides the key file (for keys kept in a secret
+// store or KMS and handed to the daemon in its environment).
 const KeyEnv = "FORKBOX_SNAPSHOT_KEY"
 
 const (

@@ -1,17 +1,17 @@
-package cli
+package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"strings"
-
-	"context"
-	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
@@ -35,7 +35,7 @@ across daemon restarts and are adopted; with --stop-sessions the daemon
 destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := stderrLogger(level)
+			log, err := stderrLogger(cmd.ErrOrStderr(), level)
 			if err != nil {
 				return err
 			}
@@ -62,7 +62,7 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 			case <-cmd.Context().Done():
 			}
 			if opts.StopSessions {
-				fmt.Fprintln(os.Stderr, "forkbox: stopping; destroying every session (--stop-sessions)")
+				fmt.Fprintln(cmd.ErrOrStderr(), "forkbox: stopping; destroying every session (--stop-sessions)")
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -98,12 +98,13 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	return cmd
 }
 
-// stderrLogger returns a text logger to standard error at level ("debug",
-// "info", "warn" or "error"); an unknown level is an error.
-func stderrLogger(level string) (*slog.Logger, error) {
+// stderrLogger returns a text logger to w (the command's standard error)
+// at level ("debug", "info", "warn" or "error"); an unknown level is an
+// error.
+func stderrLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, err
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv})), nil
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
 }

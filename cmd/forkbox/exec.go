@@ -1,9 +1,8 @@
-package cli
+package main
 
 import (
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -37,7 +36,7 @@ func (f *execFlags) register(cmd *cobra.Command, withSessionFlags bool) {
 func runCommand(cmd *cobra.Command, c *client.Client, id string, argv []string, f *execFlags, env map[string]string) error {
 	req := client.ExecRequest{Argv: argv, Env: env, Cwd: f.workdir, User: f.user, TimeoutS: f.timeoutS}
 	if f.interactive {
-		data, err := io.ReadAll(io.LimitReader(os.Stdin, 32<<20+1))
+		data, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 32<<20+1))
 		if err != nil {
 			return err
 		}
@@ -46,15 +45,15 @@ func runCommand(cmd *cobra.Command, c *client.Client, id string, argv []string, 
 		}
 		req.Stdin = data
 	}
-	res, err := c.Exec(cmd.Context(), id, req, os.Stdout, os.Stderr)
+	res, err := c.Exec(cmd.Context(), id, req, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	if err != nil {
 		return err
 	}
 	switch {
 	case res.TimedOut:
-		fmt.Fprintf(os.Stderr, "forkbox: command timed out and was killed\n")
+		fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: command timed out and was killed\n")
 	case res.OOMKilled:
-		fmt.Fprintf(os.Stderr, "forkbox: command was killed for running out of memory\n")
+		fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: command was killed for running out of memory\n")
 	}
 	if res.ExitCode != 0 {
 		return &ExitError{Code: res.ExitCode}
@@ -83,7 +82,7 @@ when forkbox itself failed; 127 when the command does not exist).`,
 			if err != nil {
 				return err
 			}
-			defer destroyQuietly(c, s.ID)
+			defer destroyQuietly(cmd.ErrOrStderr(), c, s.ID)
 			ef.workdir, ef.user = cf.workdir, cf.user
 			if ef.timeoutS == 0 {
 				ef.timeoutS = s.TimeoutS

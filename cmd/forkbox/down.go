@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ templates, snapshots, keys) stays: a later serve starts from it, and deleting
 it uninstalls forkbox for good.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			log, err := stderrLogger(level)
+			log, err := stderrLogger(cmd.ErrOrStderr(), level)
 			if err != nil {
 				return err
 			}

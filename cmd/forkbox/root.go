@@ -1,6 +1,9 @@
-// Package cli is the forkbox command line (cobra). Every command except
-// serve, down and bench talks to a daemon through package client.
-package cli
+// Command forkbox is the forkbox command line (cobra) and its daemon
+// (forkbox serve). Every command except serve, down and bench talks to a
+// daemon through package client; serve and down call package daemon, bench
+// package bench. The files here only map flags and arguments to those
+// calls and print their results: one file per command group.
+package main
 
 import (
 	"context"
@@ -15,7 +18,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/errdefs"
@@ -30,6 +32,7 @@ const (
 // ExitError carries the process exit code out of a command.
 type ExitError struct{ Code int }
 
+// Error returns "exit status N".
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
 // globals are the flags every command shares.
@@ -38,8 +41,19 @@ type globals struct {
 	keyFile string
 }
 
-// Execute runs the CLI with os.Args and returns the process exit code.
-func Execute() int {
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// execute runs the CLI with args (without the program name), reading
+// stdin and writing stdout and stderr, until ctx ends; it returns the
+// process exit code: the command's own in exec and run, 0 on success,
+// 125 when forkbox failed, 127 for a command not found in the sandbox and
+// 2 for a bad flag.
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "forkbox",
@@ -56,8 +70,10 @@ func Execute() int {
 		newSnapshotCmd(g), newForkCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
 		newEgressCmd(g), newTenantCmd(g), newKeyCmd(g), newAuditCmd(g),
 	)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
@@ -66,7 +82,7 @@ func Execute() int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	fmt.Fprintln(os.Stderr, "forkbox:", err)
+	fmt.Fprintln(stderr, "forkbox:", err)
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && apiErr.Field == "argv" {
 		return exitNotFound
@@ -88,13 +104,6 @@ func forItem(id string, err error) error {
 }
 
 func (g *globals) client() (*client.Client, error) { return client.FromEnv(g.keyFile) }
-
-// isTerminal reports whether w is a terminal (tables then; JSON otherwise
-// only with --json).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

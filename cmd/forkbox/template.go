@@ -1,14 +1,11 @@
-package cli
+package main
 
 import (
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/client"
-	"github.com/forkbox/forkbox/internal/tartree"
 )
 
 func newTemplateCmd(g *globals) *cobra.Command {
@@ -25,26 +22,7 @@ func newTemplateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			name, path := args[0], args[1]
-			fi, err := os.Stat(path)
-			if err != nil {
-				return err
-			}
-			var body io.Reader
-			size := int64(-1)
-			if fi.IsDir() {
-				pr, pw := io.Pipe()
-				go func() { pw.CloseWithError(tartree.Write(pw, path)) }()
-				body = pr
-			} else {
-				f, err := os.Open(path)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				body, size = f, fi.Size()
-			}
-			t, err := c.ImportTemplate(cmd.Context(), name, ref, body, size)
+			t, err := c.ImportTemplatePath(cmd.Context(), args[0], ref, args[1])
 			if err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/client"
 )
 
 // splitRemote parses "ID:/path" (a path in a sandbox); ok is false for a
@@ -44,27 +46,15 @@ func newCpCmd(g *globals) *cobra.Command {
 			case srcRemote == dstRemote:
 				return fmt.Errorf("exactly one of SRC and DST must be ID:PATH")
 			case dstRemote:
-				var r io.Reader = os.Stdin
-				size := int64(-1)
-				if srcPath != "-" {
-					f, err := os.Open(srcPath)
-					if err != nil {
-						return err
+				var e *client.Entry
+				if srcPath == "-" {
+					e, err = c.Upload(cmd.Context(), dstID, dstPath, cmd.InOrStdin(), -1, user)
+				} else {
+					if strings.HasSuffix(dstPath, "/") {
+						dstPath += filepath.Base(srcPath)
 					}
-					defer f.Close()
-					fi, err := f.Stat()
-					if err != nil {
-						return err
-					}
-					if fi.IsDir() {
-						return fmt.Errorf("%s is a directory; copy files one by one or pack a tar", srcPath)
-					}
-					r, size = f, fi.Size()
+					e, err = c.UploadFile(cmd.Context(), dstID, dstPath, srcPath, user)
 				}
-				if strings.HasSuffix(dstPath, "/") && srcPath != "-" {
-					dstPath += filepath.Base(srcPath)
-				}
-				e, err := c.Upload(cmd.Context(), dstID, dstPath, r, size, user)
 				if err != nil {
 					return err
 				}
@@ -72,32 +62,19 @@ func newCpCmd(g *globals) *cobra.Command {
 					return printJSON(cmd.OutOrStdout(), e)
 				}
 				return nil
-			default:
+			case dstPath == "-":
 				rc, err := c.Download(cmd.Context(), srcID, srcPath, user)
 				if err != nil {
 					return err
 				}
 				defer rc.Close()
-				if dstPath == "-" {
-					_, err = io.Copy(os.Stdout, rc)
-					return err
-				}
+				_, err = io.Copy(cmd.OutOrStdout(), rc)
+				return err
+			default:
 				if fi, err := os.Stat(dstPath); err == nil && fi.IsDir() {
 					dstPath = filepath.Join(dstPath, filepath.Base(srcPath))
 				}
-				tmp, err := os.CreateTemp(filepath.Dir(dstPath), "."+filepath.Base(dstPath)+".part-*")
-				if err != nil {
-					return err
-				}
-				defer os.Remove(tmp.Name())
-				if _, err := io.Copy(tmp, rc); err != nil {
-					tmp.Close()
-					return err
-				}
-				if err := tmp.Close(); err != nil {
-					return err
-				}
-				return os.Rename(tmp.Name(), dstPath)
+				return c.DownloadFile(cmd.Context(), srcID, srcPath, dstPath, user)
 			}
 		},
 	}

@@ -1,9 +1,9 @@
-package cli
+package main
 
 import (
 	"context"
 	"fmt"
-	"os"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -161,7 +161,7 @@ func newRmCmd(g *globals) *cobra.Command {
 			var firstErr error
 			for _, id := range args {
 				if err := c.DeleteSession(cmd.Context(), id); err != nil {
-					fmt.Fprintln(os.Stderr, "forkbox:", forItem(id, err))
+					fmt.Fprintln(cmd.ErrOrStderr(), "forkbox:", forItem(id, err))
 					if firstErr == nil {
 						firstErr = err
 					}
@@ -232,10 +232,10 @@ func labels(m map[string]string) string {
 
 // destroyQuietly deletes a session with a fresh context (the command's may
 // be cancelled by Ctrl-C) and reports failures on stderr.
-func destroyQuietly(c *client.Client, id string) {
+func destroyQuietly(stderr io.Writer, c *client.Client, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.DeleteSession(ctx, id); err != nil {
-		fmt.Fprintf(os.Stderr, "forkbox: destroy %s: %v\n", id, err)
+		fmt.Fprintf(stderr, "forkbox: destroy %s: %v\n", id, err)
 	}
 }
