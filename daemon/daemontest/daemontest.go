@@ -20,7 +20,7 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
-	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/datadir"
 )
 
 // Daemon is a running test daemon.
@@ -138,6 +138,6 @@ func stop(t testing.TB, d *daemon.Daemon, tmp, dataDir string, log *slog.Logger)
 			t.Errorf("daemontest: take down %s: %v", dataDir, err)
 		}
 	}
-	os.RemoveAll(storage.Layout{Root: dataDir}.Scratch())
+	os.RemoveAll(datadir.Layout{Root: dataDir}.Scratch())
 	os.RemoveAll(tmp)
 }
