@@ -181,9 +181,6 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// maxExecBody is the largest exec or stdin request body, in bytes.
-const maxExecBody = node.MaxExecBody
-
 // handleExec: POST /v1/sessions/{id}/exec with a v1.ExecRequest, read as
 // a stream (execbody.go): a long command text or stdin data goes on into
 // the sandbox while it arrives. The exec holds its body's bytes in the

@@ -7,7 +7,7 @@ import (
 )
 
 // maxJSONBody limits request bodies, in bytes (exec and stdin bodies:
-// maxExecBody).
+// node.MaxExecBody).
 const maxJSONBody = 1 << 20
 
 // decodeJSON strictly decodes the request body into v (httpjson.Decode:

@@ -64,17 +64,17 @@ type testSandbox struct {
 	process processpbconnect.ProcessClient
 }
 
-func (s *testSandbox) ID() string { return s.Record().ID }
-func (s *testSandbox) Record() node.Session {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rec
+func (sb *testSandbox) ID() string { return sb.Record().ID }
+func (sb *testSandbox) Record() node.Session {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.rec
 }
-func (s *testSandbox) ClaimAbuse() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first := !s.abused
-	s.abused = true
+func (sb *testSandbox) ClaimAbuse() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	first := !sb.abused
+	sb.abused = true
 	return first
 }
 

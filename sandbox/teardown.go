@@ -129,8 +129,10 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	// A snapshot (or pause, or resume) that began before the sandbox was
 	// marked terminating finishes first: its storage driver reads the
 	// writable layer that cleanup removes (and it would fail, or thaw a
-	// deleted cgroup). Later ones see the state and do not start.
+	// deleted cgroup). Later ones see the state and do not start. Taking
+	// the lock is the wait; nothing needs it held afterwards.
 	sb.lifeMu.Lock()
+	//lint:ignore SA2001 the lock is taken only to wait for its holder
 	sb.lifeMu.Unlock()
 	m.mon.CountCPU(ctx, sb) // the last reading, before the cgroup goes
 	if err := m.cleanup(ctx, sb.id, sb.Record().Driver); err != nil {
