@@ -131,7 +131,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		}
 	} else if req.Network != nil {
 		// Warm-pool members have no network; a network is made per sandbox.
-	} else if rec, err := m.claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
+	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		if rec != nil {
 			m.started(ctx, rec, "pool", began)
 		}

@@ -94,8 +94,7 @@ type Manager struct {
 	// with activeAll and activeMemory (MiB) over all tenants (policy.go).
 	active    map[string]int
 	activeAll int
-	// stopping: StopAll runs; creates are refused and pools not refilled
-	// (under mu, and poolMu for the pools).
+	// stopping: StopAll runs; creates are refused (under mu).
 	stopping     bool
 	activeMemory int64
 	// making counts snapshots and template imports under way, by
@@ -111,15 +110,11 @@ type Manager struct {
 	// loading their template and becoming live (read), so that a template
 	// is never removed from under a sandbox that is starting on it.
 	tplMu sync.RWMutex
-	// pools are the warm pools by template (pool.go).
-	poolMu sync.Mutex
-	pools  map[string]*pool
-	// poolsStopped: StopPools was called; no member is made any more.
-	poolsStopped bool
-	poolKick     chan struct{}
-	closing      chan struct{}
-	closeOnce    sync.Once
-	wg           sync.WaitGroup
+	// warm are the warm pools (package pool, through members.go).
+	warm      WarmPools
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 	// egressQueue feeds recordEgress; egressDropped counts records lost
 	// because it was full.
 	egressQueue   chan node.EgressRecord
@@ -219,7 +214,7 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096),
+		images: map[string]*openImage{}, warm: noPools{}, egressQueue: make(chan node.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	if m.inflight = opts.ExecInflight; m.inflight == nil {
 		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)
@@ -280,9 +275,6 @@ func (m *Manager) Info() node.Info {
 	}
 	return info
 }
-
-// Manager is the local Node.
-var _ node.Node = (*Manager)(nil)
 
 // arm (re)starts the session timer at the record's expiry, unless the
 // sandbox is no longer running or paused (a teardown stopped its timer for
@@ -524,7 +516,7 @@ func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error
 			return errdefs.Newf(errdefs.ErrConflict, "template %q is the base of snapshot %s; delete the snapshot first", name, sn.ID)
 		}
 	}
-	m.dropPool(name)
+	m.warm.Drop(name)
 	if err := remove(); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/pool"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -387,10 +388,12 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := m.loadPools(ctx); err != nil {
+	pools := pool.New(pool.Options{Core: m.PoolCore(), Store: m.opts.Store, Log: m.log})
+	m.UseWarmPools(pools)
+	if err := pools.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SetPool(ctx, node.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
+	if _, err := pools.SetPool(ctx, node.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -399,7 +402,7 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 		t.Fatal("the pool never started a member")
 	}
 	closed := make(chan struct{})
-	go func() { m.Close(); close(closed) }()
+	go func() { pools.Close(); m.Close(); close(closed) }() // as host.Node.Close
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a pool member was being created")

@@ -80,7 +80,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("sweep host id slices", "err", err)
 		}
 	}
-	if err := m.loadPools(ctx); err != nil {
+	if err := m.warm.Load(ctx); err != nil {
 		return err
 	}
 	m.wg.Add(1)
