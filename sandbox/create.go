@@ -59,7 +59,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	var snap *node.Snapshot
 	var snapErr error
 	if req.Snapshot != "" {
-		snap, snapErr = m.resolveSnapshot(ctx, req.Snapshot)
+		snap, snapErr = m.snaps.Resolve(ctx, req.Snapshot)
 		if snapErr == nil && req.Isolation == "" && snap.MemoryDriver != "" {
 			req.Isolation = snap.MemoryDriver
 		}
@@ -300,12 +300,12 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 			return err
 		}
 		if sn.MemoryDriver != "" {
-			dir, release, err := m.openMemory(sn)
+			dir, g, release, err := m.snaps.OpenMemory(sn)
 			if err != nil {
 				return err
 			}
 			defer release()
-			image, gen = dir, generationOf(sn.ID)
+			image, gen = dir, g
 		}
 	}
 	rootfs, err := m.opts.Storage.Prepare(ctx, sb.id,

@@ -44,8 +44,8 @@ type Options struct {
 	// DefaultDriver names the driver of sessions that pick none; "" is
 	// the first of Drivers.
 	DefaultDriver string
-	// SnapshotKey seals memory checkpoints at rest (storage/seal); nil:
-	// no memory snapshots.
+	// SnapshotKey seals memory checkpoints at rest (storage/seal; the
+	// composition hands it to package snapshot); nil: no memory snapshots.
 	SnapshotKey *seal.Key
 	// Storage holds the sandboxes' writable layers and snapshots.
 	Storage storage.Driver
@@ -119,10 +119,9 @@ type Manager struct {
 	// because it was full.
 	egressQueue   chan node.EgressRecord
 	egressDropped atomic.Int64
-	// images are memory checkpoints decrypted for restores in progress,
-	// by snapshot id (memory.go).
-	imgMu  sync.Mutex
-	images map[string]*openImage
+	// snaps are the snapshots creates start from (package snapshot,
+	// through snapcore.go).
+	snaps SnapshotHooks
 	// idmapOnce logs once that the storage cannot be id-mapped.
 	idmapOnce sync.Once
 	// inflight is the budget of exec bytes in flight (stage.go).
@@ -214,7 +213,7 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		images: map[string]*openImage{}, warm: noPools{}, egressQueue: make(chan node.EgressRecord, 4096),
+		warm: noPools{}, snaps: noSnapshots{}, egressQueue: make(chan node.EgressRecord, 4096),
 		active: map[string]int{}, making: map[string]int{}, detector: abuse.New(opts.Abuse)}
 	if m.inflight = opts.ExecInflight; m.inflight == nil {
 		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)

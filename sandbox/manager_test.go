@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/pool"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/snapshot"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
@@ -225,6 +226,27 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 	}
 }
 
+// snapshots returns the snapshot service over m and m's storage driver,
+// as the composition (package host) wires it.
+func snapshots(m *Manager) *snapshot.Service {
+	s := snapshot.New(snapshot.Options{Core: heldCore{m.SnapshotCore()}, Store: m.opts.Store, Storage: m.opts.Storage,
+		Layout: m.opts.Layout, Log: m.log})
+	m.UseSnapshots(s)
+	return s
+}
+
+// heldCore is SnapshotCore with Find returning snapshot.Held (as in
+// package host).
+type heldCore struct{ *SnapshotCore }
+
+func (c heldCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
+	h, err := c.SnapshotCore.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
 // TestRemoveTemplateIfUnused: a template a live session uses is not removed.
 func TestRemoveTemplateIfUnused(t *testing.T) {
 	m, _ := newTestManager(t, &fakeDriver{})
@@ -283,7 +305,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 	ctx := context.Background()
 	snapped := make(chan error, 1)
 	go func() {
-		_, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{})
+		_, err := snapshots(m).Snapshot(ctx, sb.id, node.SnapshotOptions{})
 		snapped <- err
 	}()
 	<-st.snapshotting
@@ -294,7 +316,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 		t.Fatalf("Destroy returned (%v) while a snapshot of the session was being taken", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if _, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := snapshots(m).Snapshot(ctx, sb.id, node.SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("a snapshot that starts during the teardown: %v, want conflict", err)
 	}
 	close(st.release)
@@ -349,7 +371,7 @@ func TestSnapshotThawsWhenCaptured(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
+	if _, err := snapshots(m).Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !st.frozenBefore || st.frozenAfter {
@@ -369,7 +391,7 @@ func TestSnapshotFlushesBeforeFreezing(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
+	if _, err := snapshots(m).Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st.flushes != 1 || st.flushFrozen || !st.frozenBefore {
