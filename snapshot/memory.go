@@ -36,12 +36,13 @@ import (
 
 // memoryCapture is one memory snapshot in progress.
 type memoryCapture struct {
-	drv runtime.Driver
-	sb  Held
-	id  string // the session's
-	dir string // plaintext checkpoint, removed by the caller
-	gen uint64
-	err error // the checkpoint's error
+	drv    runtime.Driver
+	driver string // drv's name, recorded with the snapshot
+	sb     Held
+	id     string // the session's
+	dir    string // plaintext checkpoint, removed by the caller
+	gen    uint64
+	err    error // the checkpoint's error
 	// checkpointTime and resumeTime are how long the driver's checkpoint
 	// and the agent's return took, for the log.
 	checkpointTime, resumeTime time.Duration
@@ -69,7 +70,7 @@ func (s *Service) prepareMemory(ctx context.Context, sb Held, rec node.Session, 
 	if rec.State != node.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s: a memory snapshot needs it running", rec.ID, rec.State)
 	}
-	mc := &memoryCapture{drv: drv, sb: sb, id: rec.ID, gen: Generation(snapID),
+	mc := &memoryCapture{drv: drv, driver: drv.Name(), sb: sb, id: rec.ID, gen: Generation(snapID),
 		dir: filepath.Join(s.layout.CheckpointScratch(), snapID)}
 	if err := os.MkdirAll(s.layout.CheckpointScratch(), 0o700); err != nil {
 		return nil, err
@@ -117,7 +118,7 @@ func (s *Service) sealMemory(mc *memoryCapture, sn *node.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("seal checkpoint: %w", err)
 	}
-	sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes = mc.drv.Name(), digest, n
+	sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes = mc.driver, digest, n
 	return nil
 }
 
