@@ -84,7 +84,9 @@ func TestForkAllOrNothing(t *testing.T) {
 	e := newEnv(t)
 	_, s2 := chain(t, e)
 	ctx := context.Background()
+	e.core.mu.Lock()
 	e.core.n, e.core.limit = 0, 3
+	e.core.mu.Unlock()
 	if _, err := e.s.Fork(ctx, s2.ID, 3, node.CreateSpec{}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("fork past the host's limit: %v, want unavailable", err)
 	}
@@ -101,7 +103,9 @@ func TestForkAllOrNothing(t *testing.T) {
 			t.Fatalf("Fork(%d, %+v) = %v, want an invalid %s", bad.count, bad.spec, err, bad.field)
 		}
 	}
+	e.core.mu.Lock()
 	e.core.limit = 0
+	e.core.mu.Unlock()
 	got, err := e.s.Fork(ctx, s2.ID, 2, node.CreateSpec{})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Fork = %v, %v", got, err)

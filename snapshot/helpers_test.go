@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ type layerCore struct {
 	t     *testing.T
 	st    *store.Store
 	drv   storage.Driver
+	mu    sync.Mutex // guards n and limit (a fork creates concurrently)
 	n     int
 	limit int // CreateVerified fails from the limit-th session on (0: never)
 }
@@ -47,8 +49,11 @@ func (c *layerCore) Get(ctx context.Context, id string) (*node.Session, error) {
 
 // CreateVerified makes a session record on spec.Snapshot and its layer.
 func (c *layerCore) CreateVerified(ctx context.Context, spec node.CreateSpec) (*node.Session, error) {
+	c.mu.Lock()
 	c.n++
-	if c.limit > 0 && c.n >= c.limit {
+	full := c.limit > 0 && c.n >= c.limit
+	c.mu.Unlock()
+	if full {
 		return nil, errdefs.Newf(errdefs.ErrUnavailable, "the host is full")
 	}
 	sn, err := c.st.GetSnapshot(ctx, spec.Snapshot)
