@@ -39,6 +39,7 @@ import (
 	"github.com/forkbox/forkbox/userns"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/host"
 	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/runtime/runsc"
 	"github.com/forkbox/forkbox/sandbox"
@@ -148,7 +149,7 @@ type Daemon struct {
 	st      *store.Store
 	sdrv    storage.Driver
 	net     *netpolicy.Service // nil when the host cannot give sandboxes networks
-	mgr     *sandbox.Manager
+	mgr     *host.Node
 	srv     *http.Server
 	served  chan error
 	active  sync.WaitGroup // requests being handled
@@ -288,7 +289,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	rec := audit.New(st, log)
 	ms := metrics.New()
-	mgr := sandbox.NewManager(sandbox.Options{
+	mgr := host.New(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
@@ -416,7 +417,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 }
 
 // Manager returns the sandbox manager (for tests and benchmarks in-process).
-func (d *Daemon) Manager() *sandbox.Manager { return d.mgr }
+func (d *Daemon) Manager() *sandbox.Manager { return d.mgr.Manager }
 
 // ensureAPIKey makes sure an API key file exists and its key is accepted.
 // On first start it generates "e2b_" + 40 hex digits and writes it (0600):

@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/host"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime/runc"
@@ -157,7 +158,7 @@ func destroyAll(ctx context.Context, opts DownOptions, layout datadir.Layout, na
 	if err != nil {
 		return 0, err
 	}
-	mgr := sandbox.NewManager(sandbox.Options{
+	mgr := host.New(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, Storage: sdrv,
 		AgentPath: layout.AgentBinary(), Limits: sandbox.DefaultLimits(), Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc,
 		Log: log, Capacity: withDefaultCapacity(admission.Capacity{}), Audit: audit.New(st, log),

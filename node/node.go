@@ -10,8 +10,9 @@ import (
 // is scoped to the caller's tenant, which travels in ctx (package
 // tenancy): another tenant's session or snapshot is ErrNotFound. Errors
 // carry the classes of package errdefs (and the problem types below), so
-// each edge maps them once. The local implementation is
-// sandbox.Manager; the API, the E2B edge and the bench depend on this
+// each edge maps them once. The local implementation is host.Node (the
+// lifecycle core, sandbox.Manager, composed with the warm pools and the
+// snapshots); the API, the E2B edge and the bench depend on this
 // interface only.
 type Node interface {
 	Sessions

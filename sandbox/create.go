@@ -60,7 +60,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	var snap *node.Snapshot
 	var snapErr error
 	if req.Snapshot != "" {
-		snap, snapErr = m.resolveSnapshot(ctx, req.Snapshot)
+		snap, snapErr = m.snaps.Resolve(ctx, req.Snapshot)
 		if snapErr == nil && req.Isolation == "" && snap.MemoryDriver != "" {
 			req.Isolation = snap.MemoryDriver
 		}
@@ -132,7 +132,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		}
 	} else if req.Network != nil {
 		// Warm-pool members have no network; a network is made per sandbox.
-	} else if rec, err := m.claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
+	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		if rec != nil {
 			m.started(ctx, rec, "pool", began)
 		}
@@ -301,12 +301,12 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 			return err
 		}
 		if sn.MemoryDriver != "" {
-			dir, release, err := m.openMemory(sn)
+			dir, g, release, err := m.snaps.OpenMemory(sn)
 			if err != nil {
 				return err
 			}
 			defer release()
-			image, gen = dir, generationOf(sn.ID)
+			image, gen = dir, g
 		}
 	}
 	rootfs, err := m.opts.Storage.Prepare(ctx, sb.id,

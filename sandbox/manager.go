@@ -46,8 +46,8 @@ type Options struct {
 	// DefaultDriver names the driver of sessions that pick none; "" is
 	// the first of Drivers.
 	DefaultDriver string
-	// SnapshotKey seals memory checkpoints at rest (storage/seal); nil:
-	// no memory snapshots.
+	// SnapshotKey seals memory checkpoints at rest (storage/seal; the
+	// composition hands it to package snapshot); nil: no memory snapshots.
 	SnapshotKey *seal.Key
 	// Storage holds the sandboxes' writable layers and snapshots.
 	Storage storage.Driver
@@ -106,23 +106,18 @@ type Manager struct {
 	// loading their template and becoming live (read), so that a template
 	// is never removed from under a sandbox that is starting on it.
 	tplMu sync.RWMutex
-	// pools are the warm pools by template (pool.go).
-	poolMu sync.Mutex
-	pools  map[string]*pool
-	// poolsStopped: StopPools was called; no member is made any more.
-	poolsStopped bool
-	poolKick     chan struct{}
-	closing      chan struct{}
-	closeOnce    sync.Once
-	wg           sync.WaitGroup
+	// warm are the warm pools (package pool, through members.go).
+	warm      WarmPools
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 	// egressQueue feeds recordEgress; egressDropped counts records lost
 	// because it was full.
 	egressQueue   chan node.EgressRecord
 	egressDropped atomic.Int64
-	// images are memory checkpoints decrypted for restores in progress,
-	// by snapshot id (memory.go).
-	imgMu  sync.Mutex
-	images map[string]*openImage
+	// snaps are the snapshots creates start from (package snapshot,
+	// through snapcore.go).
+	snaps SnapshotHooks
 	// idmapOnce logs once that the storage cannot be id-mapped.
 	idmapOnce sync.Once
 	// inflight is the budget of exec bytes in flight (stage.go).
@@ -214,7 +209,7 @@ func NewManager(opts Options) *Manager {
 		opts.Shift = storage.DefaultIDShift
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
-		pools: map[string]*pool{}, images: map[string]*openImage{}, poolKick: make(chan struct{}, 1), egressQueue: make(chan node.EgressRecord, 4096)}
+		warm: noPools{}, snaps: noSnapshots{}, egressQueue: make(chan node.EgressRecord, 4096)}
 	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
 	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
 		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
@@ -280,9 +275,6 @@ func (m *Manager) Info() node.Info {
 	}
 	return info
 }
-
-// Manager is the local Node.
-var _ node.Node = (*Manager)(nil)
 
 // arm (re)starts the session timer at the record's expiry, unless the
 // sandbox is no longer running or paused (a teardown stopped its timer for
@@ -522,7 +514,7 @@ func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error
 			return errdefs.Newf(errdefs.ErrConflict, "template %q is the base of snapshot %s; delete the snapshot first", name, sn.ID)
 		}
 	}
-	m.dropPool(name)
+	m.warm.Drop(name)
 	if err := remove(); err != nil {
 		return err
 	}

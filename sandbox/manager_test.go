@@ -14,7 +14,9 @@ import (
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/pool"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/snapshot"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
@@ -226,6 +228,27 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 	}
 }
 
+// snapshots returns the snapshot service over m and m's storage driver,
+// as the composition (package host) wires it.
+func snapshots(m *Manager) *snapshot.Service {
+	s := snapshot.New(snapshot.Options{Core: heldCore{m.SnapshotCore()}, Store: m.opts.Store, Storage: m.opts.Storage,
+		Layout: m.opts.Layout, Log: m.log})
+	m.UseSnapshots(s)
+	return s
+}
+
+// heldCore is SnapshotCore with Find returning snapshot.Held (as in
+// package host).
+type heldCore struct{ *SnapshotCore }
+
+func (c heldCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
+	h, err := c.SnapshotCore.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
 // TestRemoveTemplateIfUnused: a template a live session uses is not removed.
 func TestRemoveTemplateIfUnused(t *testing.T) {
 	m, _ := newTestManager(t, &fakeDriver{})
@@ -284,7 +307,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 	ctx := context.Background()
 	snapped := make(chan error, 1)
 	go func() {
-		_, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{})
+		_, err := snapshots(m).Snapshot(ctx, sb.id, node.SnapshotOptions{})
 		snapped <- err
 	}()
 	<-st.snapshotting
@@ -295,7 +318,7 @@ func TestDestroyWaitsForSnapshot(t *testing.T) {
 		t.Fatalf("Destroy returned (%v) while a snapshot of the session was being taken", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if _, err := m.Snapshot(ctx, sb.id, node.SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := snapshots(m).Snapshot(ctx, sb.id, node.SnapshotOptions{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("a snapshot that starts during the teardown: %v, want conflict", err)
 	}
 	close(st.release)
@@ -350,7 +373,7 @@ func TestSnapshotThawsWhenCaptured(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
+	if _, err := snapshots(m).Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !st.frozenBefore || st.frozenAfter {
@@ -370,7 +393,7 @@ func TestSnapshotFlushesBeforeFreezing(t *testing.T) {
 	m, sb := newTestManager(t, drv)
 	st := &capturingStorage{drv: drv}
 	m.opts.Storage = st
-	if _, err := m.Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
+	if _, err := snapshots(m).Snapshot(context.Background(), sb.id, node.SnapshotOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if st.flushes != 1 || st.flushFrozen || !st.frozenBefore {
@@ -389,10 +412,12 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := m.loadPools(ctx); err != nil {
+	pools := pool.New(pool.Options{Core: m.PoolCore(), Store: m.opts.Store, Log: m.log})
+	m.UseWarmPools(pools)
+	if err := pools.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SetPool(ctx, node.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
+	if _, err := pools.SetPool(ctx, node.Pool{Template: storage.BaseTemplate, Size: 1}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -401,7 +426,7 @@ func TestCloseWaitsForPoolFill(t *testing.T) {
 		t.Fatal("the pool never started a member")
 	}
 	closed := make(chan struct{})
-	go func() { m.Close(); close(closed) }()
+	go func() { pools.Close(); m.Close(); close(closed) }() // as host.Node.Close
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a pool member was being created")

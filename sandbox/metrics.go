@@ -18,15 +18,6 @@ func (m *Manager) SessionStates() map[string]int {
 	return out
 }
 
-// PoolDepths counts ready warm-pool members by template (metrics.Source).
-func (m *Manager) PoolDepths() map[string]int {
-	out := map[string]int{}
-	for _, p := range m.PoolList() {
-		out[p.Template] = p.Ready
-	}
-	return out
-}
-
 // DigestedEntries counts the entries the storage driver's snapshot
 // digests and integrity checks walked in this process (metrics.Source).
 func (m *Manager) DigestedEntries() int64 { return storage.DigestedEntries() }

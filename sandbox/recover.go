@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/agent"
-	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
@@ -30,7 +29,8 @@ const janitorInterval = 30 * time.Second
 //   - a runtime container, sandbox directory, writable layer or snapshot
 //     with no live session or snapshot record is removed;
 //   - the snapshot of a fork that did not answer (still provisional) is
-//     deleted, or set to expire once its sessions end (reclaimForks).
+//     deleted, or set to expire once its sessions end (package snapshot:
+//     Reconcile).
 func (m *Manager) Recover(ctx context.Context) error {
 	recs, err := m.opts.Store.ListSessions(ctx, node.SessionFilter{
 		States: []node.State{node.StateCreating, node.StateRunning, node.StatePaused,
@@ -66,7 +66,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.sweepOrphans(ctx)
 	m.sweepStorage(ctx)
-	m.reclaimForks(ctx)
+	m.snaps.Reconcile(ctx) // (snapshot files the database does not know, interrupted forks)
 	if m.opts.Net != nil {
 		// Networks of sessions that ended while the daemon was down.
 		if err := m.opts.Net.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
@@ -80,7 +80,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.log.Warn("sweep host id slices", "err", err)
 		}
 	}
-	if err := m.loadPools(ctx); err != nil {
+	if err := m.warm.Load(ctx); err != nil {
 		return err
 	}
 	m.wg.Add(1)
@@ -172,8 +172,8 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	return true
 }
 
-// sweepStorage removes writable layers no live session owns and snapshots
-// the database does not know (left by crashes between the two).
+// sweepStorage removes writable layers no live session owns (snapshots
+// the database does not know are the snapshot service's: Reconcile).
 func (m *Manager) sweepStorage(ctx context.Context) {
 	layers, err := m.opts.Storage.Layers(ctx)
 	if err != nil {
@@ -183,27 +183,6 @@ func (m *Manager) sweepStorage(ctx context.Context) {
 		if m.lookup(id) == nil {
 			if err := m.opts.Storage.Remove(ctx, id); err != nil {
 				m.log.Warn("remove orphaned layer", "id", id, "err", err)
-			}
-		}
-	}
-	snaps, err := m.opts.Storage.Snapshots(ctx)
-	if err != nil {
-		m.log.Warn("list snapshots", "err", err)
-	}
-	for _, id := range snaps {
-		if _, err := m.opts.Store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
-			if err := m.opts.Storage.RemoveSnapshot(ctx, id); err != nil {
-				m.log.Warn("remove orphaned snapshot", "id", id, "err", err)
-			}
-		}
-	}
-	// Sealed checkpoints whose snapshot was never recorded (a daemon that
-	// died while sealing) or is gone.
-	mems, _ := os.ReadDir(m.opts.Layout.MemorySnapshots())
-	for _, e := range mems {
-		if _, err := m.opts.Store.GetSnapshot(ctx, e.Name()); errors.Is(err, errdefs.ErrNotFound) {
-			if err := os.RemoveAll(m.memoryDir(e.Name())); err != nil {
-				m.log.Warn("remove orphaned memory checkpoint", "id", e.Name(), "err", err)
 			}
 		}
 	}
@@ -280,7 +259,7 @@ func (m *Manager) janitor() {
 			cancel()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		m.collectSnapshots(ctx)
+		m.snaps.CollectExpired(ctx)
 		if n, err := m.opts.Store.PruneEgress(ctx, time.Now().Add(-EgressRetention)); err != nil {
 			m.log.Warn("prune egress records", "err", err)
 		} else if n > 0 {

@@ -47,7 +47,7 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 		if r.Template != "" {
 			return errdefs.InvalidField("template", "give a template or a snapshot, not both (a snapshot brings its template)")
 		}
-		if !validID(r.Snapshot) && !validSnapshotName(r.Snapshot) {
+		if !validID(r.Snapshot) && !node.ValidSnapshotName(r.Snapshot) {
 			return errdefs.InvalidField("snapshot", "is not a snapshot id or name")
 		}
 	} else if r.Template == "" {

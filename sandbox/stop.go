@@ -20,11 +20,7 @@ const stopParallel = 4
 // StopPools stops the warm pools' refilling for good: no member is made
 // from now on, and one being made is torn down when it is ready. The pool
 // sizes stay stored (the next daemon refills them).
-func (m *Manager) StopPools() {
-	m.poolMu.Lock()
-	m.poolsStopped = true
-	m.poolMu.Unlock()
-}
+func (m *Manager) StopPools() { m.warm.Halt() }
 
 // StopAll destroys every sandbox the manager has, for a daemon that stops
 // with its sessions (serve --stop-sessions, forkbox down): creates are
@@ -34,13 +30,8 @@ func (m *Manager) StopPools() {
 // ErrUnavailable naming how many are when some teardowns still fail after
 // a few minutes (their records stay terminating; the next start retries).
 func (m *Manager) StopAll(ctx context.Context, detail string) error {
-	m.StopPools()
+	m.StopPools() // (its ready members are torn down below with the rest)
 	m.adm.Stop()
-	m.poolMu.Lock()
-	for _, pl := range m.pools {
-		pl.ready = nil // torn down below with the rest
-	}
-	m.poolMu.Unlock()
 
 	deadline := time.Now().Add(stopAllWithin)
 	for {
@@ -53,7 +44,7 @@ func (m *Manager) StopAll(ctx context.Context, detail string) error {
 			left = append(left, sb)
 		}
 		m.mu.Unlock()
-		if len(left) == 0 && admitted == 0 && !m.poolsFilling() {
+		if len(left) == 0 && admitted == 0 && !m.warm.Filling() {
 			return nil
 		}
 		sem := make(chan struct{}, stopParallel)
@@ -101,16 +92,4 @@ func (m *Manager) stop(ctx context.Context, sb *Sandbox, detail string) error {
 		return nil
 	}
 	return m.teardown(ctx, sb, node.ReasonDeleted, detail)
-}
-
-// poolsFilling reports whether a warm-pool member is being made.
-func (m *Manager) poolsFilling() bool {
-	m.poolMu.Lock()
-	defer m.poolMu.Unlock()
-	for _, pl := range m.pools {
-		if pl.starting > 0 {
-			return true
-		}
-	}
-	return false
 }

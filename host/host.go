@@ -1,0 +1,64 @@
+// Package host composes what one host offers into the Node the daemon
+// serves: the lifecycle core (package sandbox) with the concerns around it
+// (warm pools: package pool; snapshots, fork and memory checkpoints:
+// package snapshot). It is wiring only. Each concern depends on a small
+// interface of the core that it declares itself (pool.Core,
+// snapshot.Core), the core on a small interface of each that it declares
+// (sandbox.WarmPools, sandbox.SnapshotHooks), and only this package imports
+// both sides, so imports run one way.
+package host
+
+import (
+	"context"
+
+	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/pool"
+	"github.com/forkbox/forkbox/sandbox"
+	"github.com/forkbox/forkbox/snapshot"
+)
+
+// Node is one host's node.Node: the core's methods and those of the
+// concerns composed with it, promoted from the embedded values. It is
+// safe for concurrent use.
+type Node struct {
+	*sandbox.Manager
+	*pool.Pools
+	*snapshot.Service
+}
+
+var _ node.Node = (*Node)(nil)
+
+// New makes the core for opts and composes the concerns with it. Call
+// Recover before serving requests and Close when done.
+func New(opts sandbox.Options) *Node {
+	m := sandbox.NewManager(opts)
+	p := pool.New(pool.Options{Core: m.PoolCore(), Store: opts.Store, Log: opts.Log})
+	s := snapshot.New(snapshot.Options{Core: snapshotCore{m.SnapshotCore()}, Store: opts.Store, Storage: opts.Storage,
+		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log})
+	m.UseWarmPools(p)
+	m.UseSnapshots(s)
+	return &Node{Manager: m, Pools: p, Service: s}
+}
+
+// Close stops the concerns first (the warm pools' refiller and the members
+// being made, which use the core), then the core. Safe to call more than
+// once.
+func (n *Node) Close() {
+	n.Pools.Close()
+	n.Manager.Close()
+}
+
+// snapshotCore gives the core's held sandboxes the snapshot package's
+// interface type.
+type snapshotCore struct{ *sandbox.SnapshotCore }
+
+// Find is sandbox.SnapshotCore.Find as snapshot.Core asks for it.
+func (c snapshotCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
+	h, err := c.SnapshotCore.Find(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+var _ snapshot.Core = snapshotCore{}
