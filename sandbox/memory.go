@@ -13,8 +13,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
@@ -90,7 +90,7 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec store.Sess
 	// The prepared agent closes every connection: the exec streams it cuts
 	// end with a clear error (streamCut), not a protocol one.
 	sb.streamCuts.Add(1)
-	body, _ := json.Marshal(agent.PrepareRequest{Generation: mc.gen})
+	body, _ := json.Marshal(wire.PrepareRequest{Generation: mc.gen})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/snapshot/prepare", bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -146,7 +146,7 @@ func (mc *memoryCapture) checkpoint(ctx context.Context) {
 // resume lets the agent listen again and waits until it answers.
 func (mc *memoryCapture) resume(ctx context.Context, m *Manager) {
 	defer func(t time.Time) { mc.resumeTime = time.Since(t) }(time.Now())
-	if err := writeResume(filepath.Join(mc.sb.dir, "ctl"), agent.ResumeFile{Generation: mc.gen, Hostname: mc.host}); err != nil {
+	if err := writeResume(filepath.Join(mc.sb.dir, "ctl"), wire.ResumeFile{Generation: mc.gen, Hostname: mc.host}); err != nil {
 		m.log.Error("write resume file", "session", mc.sb.id, "err", err)
 		return
 	}
@@ -159,7 +159,7 @@ func (mc *memoryCapture) resume(ctx context.Context, m *Manager) {
 
 // writeResume writes rf as dir's control file (atomically: the agent
 // polls it), creating dir readable by the sandbox.
-func writeResume(dir string, rf agent.ResumeFile) error {
+func writeResume(dir string, rf wire.ResumeFile) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 )
@@ -210,7 +210,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req v1.CreateReq
 // initAgent gives sb's running agent req's environment, default user and
 // working directory (POST /init).
 func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req v1.CreateRequest) error {
-	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
+	body, _ := json.Marshal(wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
 	if err != nil {
 		return err

@@ -25,8 +25,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 	"github.com/forkbox/forkbox/runtime"
@@ -125,13 +125,13 @@ func (e *env) startWith(t *testing.T, limits runtime.Limits, change func(cfg *ru
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	cfg, _ := json.Marshal(agent.Config{DefaultUser: "user"})
+	cfg, _ := json.Marshal(wire.Config{DefaultUser: "user"})
 	shift := storage.DefaultIDShift
 	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
 	mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, "home/user"), Target: "/home/user"})
 	rcfg := runtime.Config{
 		ID: id, StateDir: dir, RootFS: rootfs, Mounts: mounts, Limits: limits,
-		AgentPath: e.agent, AgentEnv: []string{agent.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
+		AgentPath: e.agent, AgentEnv: []string{wire.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
 		UIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}},
 		GIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}},
 	}

@@ -29,8 +29,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/runtime/runc"
 )
@@ -224,7 +224,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) error {
 
 // Restore writes the bundle and restores the checkpoint in dir into it
 // (runsc restore), detached. The agent, prepared before the checkpoint,
-// listens again once cfg.ControlDir holds its agent.ResumeFile.
+// listens again once cfg.ControlDir holds its wire.ResumeFile.
 func (d *Driver) Restore(ctx context.Context, cfg runtime.Config, dir string) error {
 	if dir == "" {
 		return errdefs.InvalidField("image", "a checkpoint directory is required")
@@ -381,10 +381,10 @@ func adapt(s *specs.Spec, runDir, controlDir string) {
 	if controlDir != "" {
 		mounts = append(mounts, specs.Mount{Destination: runtime.ControlTarget, Type: "bind", Source: controlDir,
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
-		s.Process.Env = append(s.Process.Env, agent.ControlEnv+"="+runtime.ControlTarget+"/"+runtime.ControlFile)
+		s.Process.Env = append(s.Process.Env, wire.ControlEnv+"="+runtime.ControlTarget+"/"+runtime.ControlFile)
 	}
 	s.Mounts = mounts
-	s.Process.Env = append(s.Process.Env, agent.ListenEnv+"="+agentRunDir+"/agent.sock")
+	s.Process.Env = append(s.Process.Env, wire.ListenEnv+"="+agentRunDir+"/agent.sock")
 	c := s.Process.Capabilities
 	c.Effective = append(append([]string(nil), c.Effective...), adminCaps...)
 	c.Permitted = append(append([]string(nil), c.Permitted...), adminCaps...)
@@ -594,7 +594,7 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 			}
 		}()
 	}
-	cmd := d.command(ctx, "exec", "--user", "0:0", id, runtime.AgentTarget, agent.KillGroupCommand,
+	cmd := d.command(ctx, "exec", "--user", "0:0", id, runtime.AgentTarget, wire.KillGroupCommand,
 		strconv.Itoa(pgid), strconv.Itoa(sig))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
