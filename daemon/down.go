@@ -15,7 +15,7 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
-	"github.com/forkbox/forkbox/runtime/runc"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -196,7 +196,7 @@ func storageKind(layout storage.Layout) string {
 // device. It returns how many lost sandboxes it killed.
 func releaseHost(layout storage.Layout, names storage.HostNames, log *slog.Logger) (int, error) {
 	var errs []error
-	cg := runc.NewCgroups(names.CgroupParent)
+	cg := cgroupv1.New(names.CgroupParent)
 	ids, err := cg.Sandboxes()
 	if err != nil {
 		errs = append(errs, err)
