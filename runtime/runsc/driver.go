@@ -4,9 +4,9 @@
 // host kernel directly.
 //
 // The OCI bundle is the one every OCI driver starts from (ocispec.Build)
-// minus what gVisor provides itself: the user namespace (the Sentry runs unprivileged), the
-// cgroup namespace and mount, and the seccomp profile (the Sentry is the
-// filter). The agent cannot accept on a listening socket handed in from the
+// minus what gVisor provides itself (the cgroup namespace, and the seccomp
+// profile: the Sentry is the filter), with room for the Sentry in the host
+// cgroup and the pids limit enforced inside; gvisorOpts lists the changes. The agent cannot accept on a listening socket handed in from the
 // host (accept4 fails with EINVAL under gVisor), so it binds its own socket
 // in a directory shared with the host (--host-uds=create), and the driver
 // points the socket path the caller listens on at it.
