@@ -29,33 +29,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 )
-
-// ConfigEnv is the environment variable through which the daemon passes the
-// agent's Config as JSON. The agent removes it from its environment.
-const ConfigEnv = "FORKBOX_AGENT_CONFIG"
-
-// ListenEnv is the environment variable that, when set, holds a Unix
-// socket path the agent binds itself (mode 0600) instead of accepting on
-// the inherited fd: for runtimes that cannot hand a listening socket into
-// the sandbox (gVisor, where the path is in a
-// directory shared with the host through --host-uds).
-const ListenEnv = "FORKBOX_AGENT_LISTEN"
-
-// Config is the agent's start-up configuration, set by the daemon per sandbox.
-type Config struct {
-	// DefaultUser runs processes and owns files when a call names no user ("user").
-	DefaultUser string `json:"default_user"`
-	// Workdir is the default working directory; "" means the user's home.
-	Workdir string `json:"workdir,omitempty"`
-	// Env is the sandbox-wide environment, applied after PATH, HOME and USER
-	// and before a call's own variables.
-	Env map[string]string `json:"env,omitempty"`
-	// Path is the default PATH.
-	Path string `json:"path,omitempty"`
-}
 
 // DefaultPath is the PATH processes get when the config sets none.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,7 +40,7 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // Agent holds the services' shared state. It is safe for concurrent use.
 type Agent struct {
 	cfgMu  sync.RWMutex
-	cfg    Config // read through config(); /init changes it
+	cfg    wire.Config // read through config(); /init changes it
 	log    *slog.Logger
 	reaper *reaper
 	procs  *procTable
@@ -84,7 +61,7 @@ type Agent struct {
 }
 
 // New returns an agent for cfg. It does not start the reaper; Serve does.
-func New(cfg Config, log *slog.Logger) *Agent {
+func New(cfg wire.Config, log *slog.Logger) *Agent {
 	if cfg.DefaultUser == "" {
 		cfg.DefaultUser = "user"
 	}
@@ -95,7 +72,7 @@ func New(cfg Config, log *slog.Logger) *Agent {
 }
 
 // config returns the current configuration (callers must not modify Env).
-func (a *Agent) config() Config {
+func (a *Agent) config() wire.Config {
 	a.cfgMu.RLock()
 	defer a.cfgMu.RUnlock()
 	return a.cfg
@@ -170,19 +147,19 @@ func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // Main is forkbox-agent's entry point as the sandbox's init: it reads its
-// config from ConfigEnv, listens on the inherited fd listenFD, forwards
+// config from wire.ConfigEnv, listens on the inherited fd listenFD, forwards
 // SIGTERM/SIGINT/SIGHUP to its processes and exits when asked to stop.
 func Main(listenFD int) int {
 	logOut := newCappedWriter(os.Stderr, maxLogBytes)
 	log := slog.New(slog.NewTextHandler(logOut, nil))
-	var cfg Config
-	if raw := os.Getenv(ConfigEnv); raw != "" {
+	var cfg wire.Config
+	if raw := os.Getenv(wire.ConfigEnv); raw != "" {
 		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 			log.Error("bad agent config", "err", err)
 			return 2
 		}
 	}
-	listenPath, control := os.Getenv(ListenEnv), os.Getenv(ControlEnv)
+	listenPath, control := os.Getenv(wire.ListenEnv), os.Getenv(wire.ControlEnv)
 	startEnv := os.Environ()
 	os.Clearenv()
 	// What the kernel keeps of the environment too: gVisor shows it to

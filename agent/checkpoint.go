@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/guest/wire"
 )
 
 // The checkpoint handshake lets a runtime save a sandbox whose agent
@@ -21,50 +23,30 @@ import (
 //     every connection. Its processes keep running; their output waits in
 //     their pipes.
 //  2. The daemon checkpoints the sandbox.
-//  3. The daemon writes a ResumeFile with generation G to the control file
-//     (ControlEnv, in a directory the sandbox mounts read-only). The agent
+//  3. The daemon writes a wire.ResumeFile with generation G to the control file
+//     (wire.ControlEnv, in a directory the sandbox mounts read-only). The agent
 //     polls for it, applies it (hostname) and listens again.
 //
 // A clone restored from the checkpoint is an agent at step 3 whose control
-// file, written before the restore, already holds its own ResumeFile. An
-// agent that sees no ResumeFile for resumeWait listens again by itself, so
+// file, written before the restore, already holds its own wire.ResumeFile. An
+// agent that sees no wire.ResumeFile for resumeWait listens again by itself, so
 // that a daemon that died mid-snapshot does not leave it deaf.
 
-// ControlEnv names the control file the agent polls after a prepare; the
-// handshake is refused when it is unset (the runc tier needs none).
-const ControlEnv = "FORKBOX_AGENT_CONTROL"
-
-// PrepareRequest is the body of POST /snapshot/prepare.
-type PrepareRequest struct {
-	// Generation identifies this snapshot; the ResumeFile that ends it
-	// must carry the same one. It is > 0 and grows with each snapshot.
-	Generation uint64 `json:"generation"`
-}
-
-// ResumeFile is the JSON the daemon writes to the control file to end a
-// prepare: the agent takes it when its Generation is the prepared one, or
-// 0 (a daemon restarted mid-snapshot that no longer knows it).
-type ResumeFile struct {
-	Generation uint64 `json:"generation"`
-	// Hostname, when set, becomes the sandbox's hostname (a clone's own).
-	Hostname string `json:"hostname,omitempty"`
-}
-
-// resumeWait is how long a prepared agent waits for its ResumeFile.
+// resumeWait is how long a prepared agent waits for its wire.ResumeFile.
 const resumeWait = 60 * time.Second
 
 // resumePoll is how often a prepared agent reads the control file.
 const resumePoll = 2 * time.Millisecond
 
 // handlePrepare accepts a prepare: 204, then the server that served it is
-// closed (Serve's loop then waits for the ResumeFile). 409 when this agent
+// closed (Serve's loop then waits for the wire.ResumeFile). 409 when this agent
 // cannot take part (no control file or own socket), 400 for a bad body.
 func (a *Agent) handlePrepare(w http.ResponseWriter, r *http.Request) {
 	if a.control == "" || a.listenPath == "" {
 		writeJSONError(w, http.StatusConflict, "this sandbox's runtime takes no memory snapshots")
 		return
 	}
-	var req PrepareRequest
+	var req wire.PrepareRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Generation == 0 {
 		writeJSONError(w, http.StatusBadRequest, "prepare: want {\"generation\": N > 0}")
 		return
@@ -98,14 +80,14 @@ func (a *Agent) listen() (net.Listener, error) {
 	return l, nil
 }
 
-// awaitResume polls the control file until it holds a ResumeFile for gen
+// awaitResume polls the control file until it holds a wire.ResumeFile for gen
 // (or generation 0, which a daemon that lost track of gen writes), or
 // resumeWait's worth of polls pass, or ctx ends, and applies it. Polls are
 // counted rather than timed: a clone restored long after the snapshot has
 // a clock that moved on, and must still read its file.
 func (a *Agent) awaitResume(ctx context.Context, gen uint64) {
 	for i := 0; i < int(resumeWait/resumePoll) && ctx.Err() == nil; i++ {
-		var rf ResumeFile
+		var rf wire.ResumeFile
 		if b, err := os.ReadFile(a.control); err == nil && json.Unmarshal(b, &rf) == nil &&
 			(rf.Generation == gen || rf.Generation == 0) {
 			if rf.Hostname != "" {

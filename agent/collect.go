@@ -8,30 +8,15 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
-// Collected output: a stream that asks for it (CollectHeader) gets a
+// Collected output: a stream that asks for it (wire.CollectHeader) gets a
 // process's output whole after the process ended instead of as it comes.
 // The daemon answers such an exec with one JSON result; holding the output
 // here, in memfds whose pages count against the sandbox's memory limit,
 // keeps it out of the daemon's memory, which every tenant shares.
-
-// Headers and trailers of collected output and of results.
-const (
-	// CollectHeader on process.Start or process.Connect asks for collected
-	// output: up to the header's value in bytes of stdout (PTY output
-	// counts as stdout) and as much of stderr are kept and sent after the
-	// process ended, stdout first, right before the end event.
-	CollectHeader = "Forkbox-Collect"
-	// TruncatedTrailer lists the streams ("stdout", "stderr", comma
-	// separated) of which collected output was cut: at the limit, or
-	// where the sandbox's memory had no room for more.
-	TruncatedTrailer = "Forkbox-Truncated"
-	// DurationTrailer is the process's run time from its start to its
-	// exit in milliseconds, on Start and Connect streams that end with it.
-	DurationTrailer = "Forkbox-Duration-Ms"
-)
 
 // collection is one stream's collected output. Safe for concurrent use.
 type collection struct {
@@ -49,10 +34,10 @@ type collected struct {
 	err       error
 }
 
-// parseCollect reads CollectHeader: nil when it is absent or not a
+// parseCollect reads wire.CollectHeader: nil when it is absent or not a
 // positive number.
 func parseCollect(h interface{ Get(string) string }) *collection {
-	n, err := strconv.ParseInt(h.Get(CollectHeader), 10, 64)
+	n, err := strconv.ParseInt(h.Get(wire.CollectHeader), 10, 64)
 	if err != nil || n <= 0 {
 		return nil
 	}
@@ -133,7 +118,7 @@ func (c *collection) send(send func(*processpb.ProcessEvent) error) error {
 	return nil
 }
 
-// truncated returns TruncatedTrailer's value ("" when nothing was cut).
+// truncated returns wire.TruncatedTrailer's value ("" when nothing was cut).
 func (c *collection) truncated() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

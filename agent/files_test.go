@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 )
 
@@ -258,7 +259,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // unchanged and no temporary file behind.
 func TestUploadInterrupted(t *testing.T) {
 	requireRoot(t)
-	a := New(Config{DefaultUser: "root"}, slog.Default())
+	a := New(wire.Config{DefaultUser: "root"}, slog.Default())
 	h := a.Handler()
 	handled := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

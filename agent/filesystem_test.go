@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
 )
@@ -34,7 +35,7 @@ func requireRoot(t *testing.T) {
 // server and a filesystem client for it; both close with t.
 func newTestAgent(t *testing.T) (*httptest.Server, filesystempbconnect.FilesystemClient) {
 	t.Helper()
-	a := New(Config{DefaultUser: "root"}, slog.Default())
+	a := New(wire.Config{DefaultUser: "root"}, slog.Default())
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	return srv, filesystempbconnect.NewFilesystemClient(http.DefaultClient, srv.URL)

@@ -5,23 +5,15 @@ import (
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/forkbox/forkbox/guest/wire"
 )
 
-// InitRequest is the body of POST /init, envd's way to hand a running agent
-// the settings of the session it now serves (the daemon uses it when a
-// warm-pool sandbox is claimed). Fields left out keep their value; EnvVars
-// are added to the environment, replacing variables of the same name.
-type InitRequest struct {
-	EnvVars        map[string]string `json:"envVars,omitempty"`
-	DefaultUser    string            `json:"defaultUser,omitempty"`
-	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
-}
-
-// handleInit applies an InitRequest: 204, or 400 with a JSON {code,
+// handleInit applies a wire.InitRequest: 204, or 400 with a JSON {code,
 // message} body for a malformed request. It checks names, not whether the
 // user or directory exists (the daemon checks that through the usual calls).
 func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
-	var req InitRequest
+	var req wire.InitRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	if err := dec.Decode(&req); err != nil {
 		writeJSONError(w, http.StatusBadRequest, "init: "+err.Error())

@@ -6,13 +6,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/forkbox/forkbox/guest/wire"
 )
 
 // TestInitChangesDefaults proves POST /init replaces the default user and
 // workdir and adds environment variables for later processes, and rejects
 // malformed settings.
 func TestInitChangesDefaults(t *testing.T) {
-	a, c := newProcessAgent(t, Config{DefaultUser: "root", Env: map[string]string{"KEEP": "1"}})
+	a, c := newProcessAgent(t, wire.Config{DefaultUser: "root", Env: map[string]string{"KEEP": "1"}})
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 	post := func(body string) int {

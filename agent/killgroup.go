@@ -9,10 +9,6 @@ import (
 	"syscall"
 )
 
-// KillGroupCommand is the agent binary's first argument that selects
-// KillGroupMain instead of the agent.
-const KillGroupCommand = "kill-group"
-
 // KillGroupMain is the agent binary run as "kill-group PGID SIGNAL" inside a
 // sandbox by a driver that cannot see the sandbox's processes from the host
 // (gVisor: they live in its Sentry). It counts the processes whose process

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/forkbox/forkbox/guest/wire"
 )
 
 // flakyListener fails its first n Accept calls with ENOSPC, as accept does
@@ -37,7 +39,7 @@ func TestServeSurvivesAcceptErrors(t *testing.T) {
 	}
 	fl := &flakyListener{Listener: ul}
 	fl.fails.Store(3)
-	a := New(Config{}, nil)
+	a := New(wire.Config{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {

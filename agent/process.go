@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 )
@@ -42,14 +43,14 @@ func keepaliveInterval(h interface{ Get(string) string }) time.Duration {
 // chunks, end. A Connect deadline (Connect-Timeout-Ms) bounds the process's
 // life: it is killed then, even if the client has gone; a client that
 // disconnects earlier leaves it running. forkbox's headers name staged
-// inputs (ScriptHeader, StdinHeader: stage.go) and ask for collected
-// output (CollectHeader: collect.go).
+// inputs (wire.ScriptHeader, wire.StdinHeader: stage.go) and ask for collected
+// output (wire.CollectHeader: collect.go).
 func (s *processService) Start(ctx context.Context, req *connect.Request[processpb.StartRequest], stream *connect.ServerStream[processpb.StartResponse]) error {
-	script, err := s.a.stages.takeHeader(req.Header(), ScriptHeader)
+	script, err := s.a.stages.takeHeader(req.Header(), wire.ScriptHeader)
 	if err != nil {
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	stdinData, err := s.a.stages.takeHeader(req.Header(), StdinHeader)
+	stdinData, err := s.a.stages.takeHeader(req.Header(), wire.StdinHeader)
 	if err != nil {
 		if script != nil {
 			script.Close()
@@ -113,7 +114,7 @@ func (s *processService) prepareLaunch(req *connect.Request[processpb.StartReque
 		}
 	}
 	if stdinData != nil {
-		if err := ls.useStdin(stdinData, req.Header().Get(KeepStdinHeader) == "1"); err != nil {
+		if err := ls.useStdin(stdinData, req.Header().Get(wire.KeepStdinHeader) == "1"); err != nil {
 			ls.close()
 			return nil, err
 		}
@@ -124,22 +125,17 @@ func (s *processService) prepareLaunch(req *connect.Request[processpb.StartReque
 // setResultTrailers sets the trailers of a stream that ends with process
 // p: its CPU time and run time, and what collected output was cut.
 func setResultTrailers(t http.Header, p *proc, sub *subscriber) {
-	t.Set(CPUTrailer, strconv.FormatInt(time.Duration(p.cpu.Load()).Milliseconds(), 10))
-	t.Set(DurationTrailer, strconv.FormatInt(time.Duration(p.ran.Load()).Milliseconds(), 10))
+	t.Set(wire.CPUTrailer, strconv.FormatInt(time.Duration(p.cpu.Load()).Milliseconds(), 10))
+	t.Set(wire.DurationTrailer, strconv.FormatInt(time.Duration(p.ran.Load()).Milliseconds(), 10))
 	if sub.collect != nil {
 		if cut := sub.collect.truncated(); cut != "" {
-			t.Set(TruncatedTrailer, cut)
+			t.Set(wire.TruncatedTrailer, cut)
 		}
 	}
 }
 
-// CPUTrailer is the response trailer of a Start stream that ends with the
-// process: the CPU time (user plus system) it and the children it waited
-// for used, in milliseconds.
-const CPUTrailer = "Forkbox-Cpu-Ms"
-
 // Connect re-attaches to a process by pid or tag: start, then its events
-// from now on (collected, with CollectHeader). A process that ended within
+// from now on (collected, with wire.CollectHeader). A process that ended within
 // the last minute yields start and end. A stream that ends with the
 // process carries the same trailers as Start's (CPU and run time).
 func (s *processService) Connect(ctx context.Context, req *connect.Request[processpb.ConnectRequest], stream *connect.ServerStream[processpb.ConnectResponse]) error {
@@ -211,11 +207,11 @@ func (s *processService) List(ctx context.Context, req *connect.Request[processp
 	return connect.NewResponse(out), nil
 }
 
-// SendInput writes to a process's stdin pipe or PTY; with StdinHeader the
+// SendInput writes to a process's stdin pipe or PTY; with wire.StdinHeader the
 // staged input it names goes to the stdin pipe first (the message's own
 // input may then be empty).
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[processpb.SendInputRequest]) (*connect.Response[processpb.SendInputResponse], error) {
-	staged, err := s.a.stages.takeHeader(req.Header(), StdinHeader)
+	staged, err := s.a.stages.takeHeader(req.Header(), wire.StdinHeader)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}

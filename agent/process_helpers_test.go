@@ -19,6 +19,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 )
@@ -67,7 +68,7 @@ func acquireReaper(t *testing.T) *reaper {
 // newProcessAgent serves an agent for cfg (default user root) over plain
 // HTTP/1.1 with the shared reaper, and returns it with a process client.
 // When t ends, every process it still runs is killed and waited for.
-func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.ProcessClient) {
+func newProcessAgent(t *testing.T, cfg wire.Config) (*Agent, processpbconnect.ProcessClient) {
 	t.Helper()
 	a, c, _ := newProcessAgentServer(t, cfg)
 	return a, c
@@ -75,7 +76,7 @@ func newProcessAgent(t *testing.T, cfg Config) (*Agent, processpbconnect.Process
 
 // newProcessAgentServer is newProcessAgent that also returns the server,
 // for the agent's plain HTTP endpoints.
-func newProcessAgentServer(t *testing.T, cfg Config) (*Agent, processpbconnect.ProcessClient, *httptest.Server) {
+func newProcessAgentServer(t *testing.T, cfg wire.Config) (*Agent, processpbconnect.ProcessClient, *httptest.Server) {
 	t.Helper()
 	requireRoot(t)
 	if cfg.DefaultUser == "" {

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 )
@@ -26,7 +27,7 @@ func killLater(t *testing.T, pgid int) {
 // child keeps stdout open ends when its main process exits, with exit 0
 // and its output (the 10 s context is a hang guard against the 30 s sleep).
 func TestBackgroundChildDoesNotHoldStream(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	o, err := runProcess(ctx, c, shell(`sleep 30 & echo done`), "")
@@ -43,7 +44,7 @@ func TestBackgroundChildDoesNotHoldStream(t *testing.T) {
 // TestDeadlineKillsProcess proves a Connect deadline (Connect-Timeout-Ms)
 // kills the process: the stream fails and List no longer shows it.
 func TestDeadlineKillsProcess(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	ev, pid := mustStart(t, ctx, c, command("sleep", "30"))
@@ -58,7 +59,7 @@ func TestDeadlineKillsProcess(t *testing.T) {
 // without a deadline leaves its process running: it stays in List, a later
 // Connect follows it, and SendSignal SIGKILL ends it.
 func TestDisconnectLeavesProcessRunning(t *testing.T) {
-	a, c := newProcessAgent(t, Config{})
+	a, c := newProcessAgent(t, wire.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := c.Start(ctx, connect.NewRequest(command("sleep", "30")))
 	if err != nil {
@@ -142,7 +143,7 @@ func readUntil(t *testing.T, ev next, o *outcome, want string) {
 // and the end event, an ended process still yields start and end, and an
 // unknown pid or tag is not_found.
 func TestListAndConnect(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx := guardCtx(t)
 	req := shell(`read a; echo "got $a"; read b; echo "got $b"; exit 4`)
 	tag := "worker-1"
@@ -228,7 +229,7 @@ func TestListAndConnect(t *testing.T) {
 // TestTagSelectsMostRecent proves a tag shared by several processes selects
 // the most recently started one, among ended ones and among running ones.
 func TestTagSelectsMostRecent(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	tag := "shared"
 	var last uint32
 	for i := 0; i < 6; i++ {
@@ -277,7 +278,7 @@ func TestTagSelectsMostRecent(t *testing.T) {
 // TestSignalKillsProcessGroup proves SendSignal SIGTERM reaches the whole
 // process group: the shell and its background children all die.
 func TestSignalKillsProcessGroup(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	s, err := c.Start(guardCtx(t), connect.NewRequest(shell(`sleep 30 & echo $!; sleep 31 & echo $!; wait`)))
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +327,7 @@ func TestSignalKillsProcessGroup(t *testing.T) {
 
 // TestUnsupportedSignal proves a signal other than SIGTERM/SIGKILL is invalid_argument.
 func TestUnsupportedSignal(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	s, err := c.Start(guardCtx(t), connect.NewRequest(command("sleep", "30")))
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +347,7 @@ func TestUnsupportedSignal(t *testing.T) {
 // TestConcurrentStartsDoNotMix proves streams of processes started at the
 // same time carry only their own output, complete and in order.
 func TestConcurrentStartsDoNotMix(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	const n, lines = 8, 1000
 	var wg sync.WaitGroup
 	errs := make([]error, n)

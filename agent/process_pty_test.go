@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
@@ -26,7 +27,7 @@ func ptyRequest(script string, cols, rows uint32) *processpb.StartRequest {
 // SendInput pty bytes reach it, output arrives as pty data only, and the
 // stdin-pipe-only calls fail with failed_precondition.
 func TestPTY(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx := guardCtx(t)
 	ev, pid := mustStart(t, ctx, c, ptyRequest(`stty size; read line; stty size; echo "got $line"; tty`, 80, 24))
 	o := &outcome{pid: pid}
@@ -65,7 +66,7 @@ func TestPTY(t *testing.T) {
 
 // TestUpdateWithoutPTY proves resizing a pipe process is failed_precondition.
 func TestUpdateWithoutPTY(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	s, err := c.Start(guardCtx(t), connect.NewRequest(command("sleep", "30")))
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func TestUpdateWithoutPTY(t *testing.T) {
 // main process exits even if a child in another session keeps the terminal
 // open (the 10 s context is a hang guard against the 30 s sleep).
 func TestPTYBackgroundChildDoesNotHoldStream(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	o, err := runProcess(ctx, c, ptyRequest(`setsid sleep 30 & echo "bg $!"`, 80, 24), "")
@@ -106,7 +107,7 @@ func TestPTYBackgroundChildDoesNotHoldStream(t *testing.T) {
 // TestStreamInput proves a client stream (start naming the process, then
 // data events) feeds stdin in order.
 func TestStreamInput(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx := guardCtx(t)
 	ev, pid := mustStart(t, ctx, c, shell(`head -c 12`))
 	in := c.StreamInput(ctx)
@@ -139,7 +140,7 @@ func TestStreamInput(t *testing.T) {
 // normal exits, signal deaths, a failed exec and killed groups, none of the
 // test process's children is defunct.
 func TestNoZombies(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	bad := filepath.Join(t.TempDir(), "not-a-binary")
 	if err := os.WriteFile(bad, []byte("\x7fELF garbage"), 0o755); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
@@ -18,7 +19,7 @@ import (
 // byte-exact stdout/stderr data (invalid UTF-8, a character split across
 // writes) and an end event with the exit code, status and error.
 func TestStartStreamsOutputAndExit(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	// \342\202\254 is the euro sign, written in two writes; \377\376 is not UTF-8.
 	o := mustRun(t, c, shell(`printf 'out\377\376|\342\202'; printf 'err\300' >&2; printf '\254|end'; printf '\n\000x' >&2; exit 3`), "")
 	if got, want := o.stdout.String(), "out\xff\xfe|\u20ac|end"; got != want {
@@ -39,7 +40,7 @@ func TestStartStreamsOutputAndExit(t *testing.T) {
 // TestLargeOutputIsComplete proves that output much larger than a pipe
 // buffer and than one data event arrives whole and in order.
 func TestLargeOutputIsComplete(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	o := mustRun(t, c, command("seq", "1", "200000"), "")
 	var want bytes.Buffer
 	for i := 1; i <= 200000; i++ {
@@ -54,7 +55,7 @@ func TestLargeOutputIsComplete(t *testing.T) {
 // TestSignalDeath proves a process killed by a signal ends with exited
 // false, exit code -1, status "signal: killed" and that status as error.
 func TestSignalDeath(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	o := mustRun(t, c, shell(`kill -9 $$`), "")
 	e := o.end
 	if e.GetExited() || e.GetExitCode() != -1 || e.GetStatus() != "signal: killed" || e.GetError() != "signal: killed" {
@@ -81,7 +82,7 @@ func envDump(t *testing.T, o *outcome) map[string]string {
 // values arrive byte for byte, and the agent's own environment does not leak.
 func TestEnvironment(t *testing.T) {
 	t.Setenv("FORKBOX_TEST_LEAK", "agent-only")
-	_, c := newProcessAgent(t, Config{Env: map[string]string{"FROM_CFG": "cfg", "OVERRIDE": "cfg", "HOME": "/cfg-home"}})
+	_, c := newProcessAgent(t, wire.Config{Env: map[string]string{"FROM_CFG": "cfg", "OVERRIDE": "cfg", "HOME": "/cfg-home"}})
 	odd := map[string]string{
 		"SPACES":  "  a  b  ",
 		"EQUALS":  "x=y==z=",
@@ -113,7 +114,7 @@ func TestEnvironment(t *testing.T) {
 	}
 
 	// Without the config's HOME, HOME and USER come from the account.
-	_, c = newProcessAgent(t, Config{Path: "/usr/bin:/bin"})
+	_, c = newProcessAgent(t, wire.Config{Path: "/usr/bin:/bin"})
 	env = envDump(t, mustRun(t, c, command("env", "-0"), ""))
 	if env["HOME"] != "/root" || env["USER"] != "root" || env["PATH"] != "/usr/bin:/bin" {
 		t.Errorf("defaults: HOME=%q USER=%q PATH=%q", env["HOME"], env["USER"], env["PATH"])
@@ -123,7 +124,7 @@ func TestEnvironment(t *testing.T) {
 // TestEnvironmentRejectsBadNames proves an env name with '=' or a value
 // with NUL is invalid_argument rather than a corrupted environment.
 func TestEnvironmentRejectsBadNames(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	for _, envs := range []map[string]string{{"A=B": "x"}, {"": "x"}, {"A": "x\x00y"}} {
 		req := command("true")
 		req.Process.Envs = envs
@@ -145,7 +146,7 @@ func realPath(t *testing.T, p string) string {
 // (plain and "~/"), the configured workdir and home as default; a missing
 // cwd is invalid_argument.
 func TestWorkingDirectory(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	pwd := func(cwd *string) string {
 		t.Helper()
 		req := command("pwd", "-P")
@@ -180,7 +181,7 @@ func TestWorkingDirectory(t *testing.T) {
 	req.Process.Cwd = &missing
 	wantCode(t, startErr(t, c, req, ""), connect.CodeInvalidArgument)
 
-	_, c = newProcessAgent(t, Config{Workdir: dir})
+	_, c = newProcessAgent(t, wire.Config{Workdir: dir})
 	o := mustRun(t, c, command("pwd", "-P"), "")
 	if got := strings.TrimSuffix(o.stdout.String(), "\n"); got != realPath(t, dir) {
 		t.Errorf("workdir %s: pwd = %s", dir, got)
@@ -191,7 +192,7 @@ func TestWorkingDirectory(t *testing.T) {
 // (not_found), an unknown user (unauthenticated), an empty cmd
 // (invalid_argument) and a file that is not executable (not_found).
 func TestStartErrors(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	wantCode(t, startErr(t, c, command("no-such-command-forkbox"), ""), connect.CodeNotFound)
 	wantCode(t, startErr(t, c, command("/no/such/path"), ""), connect.CodeNotFound)
 	wantCode(t, startErr(t, c, command("true"), "nosuchuser"), connect.CodeUnauthenticated)
@@ -206,7 +207,7 @@ func TestStartErrors(t *testing.T) {
 // TestNumericUser proves a numeric user runs the process with that uid and
 // the primary gid of its passwd entry (or the same number without one).
 func TestNumericUser(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	acc, err := lookupAccount("1000")
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +225,7 @@ func TestNumericUser(t *testing.T) {
 // TestStdin proves stdin is a pipe when unset (SendInput data, then
 // CloseStdin, reach cat byte for byte) and /dev/null when false.
 func TestStdin(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx := guardCtx(t)
 	ev, pid := mustStart(t, ctx, c, command("cat"))
 	input := []byte("hello\x00\xff world\n")
@@ -268,7 +269,7 @@ func longScript() string {
 // per-argument limit runs (through a memfd), with its positional
 // arguments, also as an unprivileged user.
 func TestLongShellScript(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	script := longScript()
 	if len(script) <= maxArgLen {
 		t.Fatal("script is not long enough to need the memfd path")
@@ -292,7 +293,7 @@ func TestLongShellScript(t *testing.T) {
 // TestLongArgumentRejected proves an over-long argument that is not a
 // shell -c script, or a second long script, is invalid_argument.
 func TestLongArgumentRejected(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	big := strings.Repeat("y", 300<<10)
 	wantCode(t, startErr(t, c, command("echo", big), ""), connect.CodeInvalidArgument)
 	wantCode(t, startErr(t, c, command(big), ""), connect.CodeInvalidArgument)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/guest/wire"
 )
 
 // Staged inputs. A large exec input (a command text or stdin data, up to
@@ -24,20 +26,6 @@ import (
 // answers its id; a Start or SendInput request then names it in a header
 // and takes it. These are forkbox's own endpoints: the E2B envd proxy
 // neither forwards them nor the headers.
-
-// Request headers that name staged inputs.
-const (
-	// ScriptHeader on process.Start names a staged shell script: the
-	// process runs as cmd, args..., "/proc/self/fd/3" with the script at
-	// fd 3 (so cmd is a shell, and no -c script is in args).
-	ScriptHeader = "Forkbox-Script"
-	// StdinHeader on process.Start names staged stdin data, written to the
-	// process's stdin pipe before anything SendInput sends; the pipe is
-	// then closed unless KeepStdinHeader is "1". On process.SendInput it
-	// names data written before the message's own input.
-	StdinHeader     = "Forkbox-Stdin"
-	KeepStdinHeader = "Forkbox-Keep-Stdin"
-)
 
 // Stage limits.
 const (
@@ -51,12 +39,6 @@ const (
 	// last (its OOM score is lower).
 	memoryReserve = 16 << 20
 )
-
-// StageReply is POST /stage's answer: the staged input's id and size in bytes.
-type StageReply struct {
-	ID   string `json:"id"`
-	Size int64  `json:"size"`
-}
 
 // stageTable holds staged inputs by id. Safe for concurrent use.
 type stageTable struct {
@@ -124,7 +106,7 @@ func (t *stageTable) takeHeader(h http.Header, name string) (*os.File, error) {
 }
 
 // handleStage serves POST /stage: the body goes into a new memfd. The
-// reply is 200 StageReply, or a JSON error: 507 when the sandbox's memory
+// reply is 200 wire.StageReply, or a JSON error: 507 when the sandbox's memory
 // has no room for it (the limit less memoryReserve), 429 when maxStages
 // wait already.
 func (a *Agent) handleStage(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +134,7 @@ func (a *Agent) handleStage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(StageReply{ID: id, Size: n})
+	_ = json.NewEncoder(w).Encode(wire.StageReply{ID: id, Size: n})
 }
 
 // handleUnstage serves DELETE /stage/{id}: the input is dropped (204, also

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
@@ -25,7 +26,7 @@ func stage(t *testing.T, srv *httptest.Server, data []byte) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var r StageReply
+	var r wire.StageReply
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&r) != nil || r.Size != int64(len(data)) {
 		t.Fatalf("stage: HTTP %d, %+v", resp.StatusCode, r)
 	}
@@ -37,15 +38,15 @@ func stage(t *testing.T, srv *httptest.Server, data []byte) string {
 // start, keep-stdin leaves the pipe open for it, and a staged input is
 // taken once.
 func TestStagedScriptAndStdin(t *testing.T) {
-	_, c, srv := newProcessAgentServer(t, Config{})
+	_, c, srv := newProcessAgentServer(t, wire.Config{})
 	ctx := guardCtx(t)
 	script := "read first; echo \"got $first\"; cat\n# " + strings.Repeat("p", 300<<10) + "\n"
 	stdin := strings.Repeat("line one\n", 1) + strings.Repeat("z", 200<<10)
 	scriptID, stdinID := stage(t, srv, []byte(script)), stage(t, srv, []byte(stdin))
 	req := connect.NewRequest(command("/bin/sh"))
-	req.Header().Set(ScriptHeader, scriptID)
-	req.Header().Set(StdinHeader, stdinID)
-	req.Header().Set(KeepStdinHeader, "1")
+	req.Header().Set(wire.ScriptHeader, scriptID)
+	req.Header().Set(wire.StdinHeader, stdinID)
+	req.Header().Set(wire.KeepStdinHeader, "1")
 	s, err := c.Start(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -74,16 +75,16 @@ func TestStagedScriptAndStdin(t *testing.T) {
 	wantExit(t, o, 0)
 
 	again := connect.NewRequest(command("/bin/sh"))
-	again.Header().Set(ScriptHeader, scriptID)
+	again.Header().Set(wire.ScriptHeader, scriptID)
 	wantCode(t, func() error { _, err := runStream(ctx, c, again); return err }(), connect.CodeFailedPrecondition)
 }
 
 // TestStagedStdinWithoutKeepIsClosed proves staged stdin without
 // keep-stdin ends with EOF, and SendInput with a staged input appends it.
 func TestStagedStdinWithoutKeepIsClosed(t *testing.T) {
-	_, c, srv := newProcessAgentServer(t, Config{})
+	_, c, srv := newProcessAgentServer(t, wire.Config{})
 	req := connect.NewRequest(command("wc", "-c"))
-	req.Header().Set(StdinHeader, stage(t, srv, bytes.Repeat([]byte{0, 0xff}, 3<<19)))
+	req.Header().Set(wire.StdinHeader, stage(t, srv, bytes.Repeat([]byte{0, 0xff}, 3<<19)))
 	o, err := runStream(guardCtx(t), c, req)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestStagedStdinWithoutKeepIsClosed(t *testing.T) {
 	ctx := guardCtx(t)
 	ev, pid := mustStart(t, ctx, c, command("cat"))
 	send := connect.NewRequest(&processpb.SendInputRequest{Process: pidSel(pid), Input: &processpb.ProcessInput{}})
-	send.Header().Set(StdinHeader, stage(t, srv, []byte("staged")))
+	send.Header().Set(wire.StdinHeader, stage(t, srv, []byte("staged")))
 	if _, err := c.SendInput(ctx, send); err != nil {
 		t.Fatal(err)
 	}
@@ -134,9 +135,9 @@ func runStreamTrailers(ctx context.Context, c interface {
 // with the cut streams in the trailer, and that the trailers carry the
 // run time.
 func TestCollectedOutput(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	req := connect.NewRequest(shell("head -c 100000 /dev/zero | tr '\\0' o; echo err >&2; sleep 0.3; head -c 5000 /dev/zero | tr '\\0' p >&2"))
-	req.Header().Set(CollectHeader, "80000")
+	req.Header().Set(wire.CollectHeader, "80000")
 	s, err := c.Start(guardCtx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -179,11 +180,11 @@ func TestCollectedOutput(t *testing.T) {
 		t.Fatalf("output order %v, want stdout then stderr", order)
 	}
 	tr := s.ResponseTrailer()
-	if tr.Get(TruncatedTrailer) != "stdout" {
-		t.Fatalf("truncated trailer %q, want stdout", tr.Get(TruncatedTrailer))
+	if tr.Get(wire.TruncatedTrailer) != "stdout" {
+		t.Fatalf("truncated trailer %q, want stdout", tr.Get(wire.TruncatedTrailer))
 	}
-	if ms, _ := strconv.Atoi(tr.Get(DurationTrailer)); ms < 300 || ms > int(hangGuard/time.Millisecond) {
-		t.Fatalf("duration trailer %q ms for a command that slept 300 ms", tr.Get(DurationTrailer))
+	if ms, _ := strconv.Atoi(tr.Get(wire.DurationTrailer)); ms < 300 || ms > int(hangGuard/time.Millisecond) {
+		t.Fatalf("duration trailer %q ms for a command that slept 300 ms", tr.Get(wire.DurationTrailer))
 	}
 }
 
@@ -191,7 +192,7 @@ func TestCollectedOutput(t *testing.T) {
 // process carries its CPU time and its whole run time, not the time since
 // the re-attach.
 func TestConnectTrailers(t *testing.T) {
-	_, c := newProcessAgent(t, Config{})
+	_, c := newProcessAgent(t, wire.Config{})
 	ctx := guardCtx(t)
 	start, pid := mustStart(t, ctx, c, shell("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 0.5"))
 	_ = start
@@ -205,10 +206,10 @@ func TestConnectTrailers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := s.ResponseTrailer()
-	cpu, _ := strconv.Atoi(tr.Get(CPUTrailer))
-	ran, _ := strconv.Atoi(tr.Get(DurationTrailer))
+	cpu, _ := strconv.Atoi(tr.Get(wire.CPUTrailer))
+	ran, _ := strconv.Atoi(tr.Get(wire.DurationTrailer))
 	if cpu <= 0 || ran < 500 {
-		t.Fatalf("trailers cpu %q ms, duration %q ms; want CPU used and the whole run", tr.Get(CPUTrailer), tr.Get(DurationTrailer))
+		t.Fatalf("trailers cpu %q ms, duration %q ms; want CPU used and the whole run", tr.Get(wire.CPUTrailer), tr.Get(wire.DurationTrailer))
 	}
 }
 
@@ -219,7 +220,7 @@ func TestStageRefusedPastMemory(t *testing.T) {
 	if !ok {
 		t.Skip("this host shows no free memory figure")
 	}
-	_, _, srv := newProcessAgentServer(t, Config{})
+	_, _, srv := newProcessAgentServer(t, wire.Config{})
 	// The check comes before the body is read: with Expect: 100-continue
 	// the client sends none of it.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/stage", io.LimitReader(zeros{}, free))

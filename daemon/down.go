@@ -18,7 +18,7 @@ import (
 	"github.com/forkbox/forkbox/host"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/runtime/runc"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/loop"
@@ -200,7 +200,7 @@ func storageKind(layout datadir.Layout) string {
 // device. It returns how many lost sandboxes it killed.
 func releaseHost(layout datadir.Layout, names datadir.HostNames, log *slog.Logger) (int, error) {
 	var errs []error
-	cg := runc.NewCgroups(names.CgroupParent)
+	cg := cgroupv1.New(names.CgroupParent)
 	ids, err := cg.Sandboxes()
 	if err != nil {
 		errs = append(errs, err)

@@ -24,6 +24,7 @@ import (
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
@@ -110,7 +111,7 @@ func newHost(t *testing.T) *host {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = runc.NewCgroups(testCgroupParent).RemoveParent() })
+	t.Cleanup(func() { _ = cgroupv1.New(testCgroupParent).RemoveParent() })
 	st, err := store.Open(context.Background(), filepath.Join(dir, "forkbox.db"))
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,7 @@ type Config struct {
 	NetnsPath string
 	// ControlDir, when set, is a host directory the sandbox sees read-only
 	// at ControlTarget; drivers with memory snapshots point the agent's
-	// checkpoint control file (agent.ControlEnv) at ControlFile in it.
+	// checkpoint control file (wire.ControlEnv) at ControlFile in it.
 	ControlDir string
 }
 
@@ -118,7 +118,7 @@ type Config struct {
 const ControlTarget = "/.forkbox/ctl"
 
 // ControlFile is the name of the agent's checkpoint control file in
-// Config.ControlDir (an agent.ResumeFile, written by the daemon).
+// Config.ControlDir (a wire.ResumeFile, written by the daemon).
 const ControlFile = "resume.json"
 
 // AgentTarget is where the agent binary appears inside every sandbox.
@@ -195,7 +195,7 @@ type Driver interface {
 	// Checkpoint writes the sandbox's processes, memory and kernel state
 	// into dir (an existing empty directory); the sandbox keeps its state
 	// (a paused one stays paused). The agent must have been prepared
-	// (agent.PrepareRequest) first. ErrUnavailable when
+	// (wire.PrepareRequest) first. ErrUnavailable when
 	// Capabilities().MemorySnapshot is false.
 	Checkpoint(ctx context.Context, id, dir string) error
 	// Restore starts sandbox cfg.ID from the checkpoint in dir instead of

@@ -15,9 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/admission"
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -345,7 +345,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		return err
 	}
 	if image != "" {
-		if err := writeResume(ctlDir, agent.ResumeFile{Generation: gen, Hostname: sb.id}); err != nil {
+		if err := writeResume(ctlDir, wire.ResumeFile{Generation: gen, Hostname: sb.id}); err != nil {
 			return err
 		}
 	}
@@ -381,7 +381,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		netnsPath = att.NetnsPath
 	}
 
-	acfg := agent.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
+	acfg := wire.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
 	if acfg.Workdir == "" {
 		acfg.Workdir = tpl.Workdir
 	}
@@ -430,7 +430,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	rcfg := runtime.Config{
 		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
-		AgentPath: m.opts.AgentPath, AgentEnv: []string{agent.ConfigEnv + "=" + string(acfgJSON)},
+		AgentPath: m.opts.AgentPath, AgentEnv: []string{wire.ConfigEnv + "=" + string(acfgJSON)},
 		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath, ControlDir: ctlDir,
 		Rlimits: m.rlimits(),
 	}

@@ -10,12 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 
 	"connectrpc.com/connect"
-
-	"github.com/forkbox/forkbox/agent"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
@@ -158,17 +157,17 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	creq := connect.NewRequest(start)
 	setUser(creq.Header(), req.User)
 	if staged.Script != nil {
-		creq.Header().Set(agent.ScriptHeader, staged.Script.ID)
+		creq.Header().Set(wire.ScriptHeader, staged.Script.ID)
 	}
 	if staged.Stdin != nil {
-		creq.Header().Set(agent.StdinHeader, staged.Stdin.ID)
+		creq.Header().Set(wire.StdinHeader, staged.Stdin.ID)
 		if req.KeepStdin {
-			creq.Header().Set(agent.KeepStdinHeader, "1")
+			creq.Header().Set(wire.KeepStdinHeader, "1")
 		}
 	}
 	collector, collect := out.(node.Collector)
 	if collect && !req.Background {
-		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+		creq.Header().Set(wire.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
 	}
 	cuts := sb.streamCuts.Load()
 	began := time.Now()
@@ -258,9 +257,9 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	for stream.Receive() {
 	}
 	trailer := stream.ResponseTrailer()
-	res.CPUMS, _ = strconv.ParseInt(trailer.Get(agent.CPUTrailer), 10, 64)
+	res.CPUMS, _ = strconv.ParseInt(trailer.Get(wire.CPUTrailer), 10, 64)
 	if collect {
-		cut := trailer.Get(agent.TruncatedTrailer)
+		cut := trailer.Get(wire.TruncatedTrailer)
 		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
 	}
 	res.TimedOut = timedOut.Load()

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
 )
@@ -147,7 +147,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateS
 // initAgent gives sb's running agent req's environment, default user and
 // working directory (POST /init).
 func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
-	body, _ := json.Marshal(agent.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
+	body, _ := json.Marshal(wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
 	if err != nil {
 		return err

@@ -8,8 +8,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/node"
 )
@@ -50,7 +50,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 	creq := connect.NewRequest(&processpb.ConnectRequest{Process: sel})
 	collector, collect := out.(node.Collector)
 	if collect {
-		creq.Header().Set(agent.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+		creq.Header().Set(wire.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
 	}
 	cuts := sb.streamCuts.Load()
 	stream, err := sb.agent.process.Connect(ctx, creq)
@@ -77,12 +77,12 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 	for stream.Receive() {
 	}
 	trailer := stream.ResponseTrailer()
-	if ms, err := strconv.ParseInt(trailer.Get(agent.DurationTrailer), 10, 64); err == nil {
+	if ms, err := strconv.ParseInt(trailer.Get(wire.DurationTrailer), 10, 64); err == nil {
 		res.DurationMS = ms
 	}
-	res.CPUMS, _ = strconv.ParseInt(trailer.Get(agent.CPUTrailer), 10, 64)
+	res.CPUMS, _ = strconv.ParseInt(trailer.Get(wire.CPUTrailer), 10, 64)
 	if collect {
-		cut := trailer.Get(agent.TruncatedTrailer)
+		cut := trailer.Get(wire.TruncatedTrailer)
 		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
 	}
 	return res, nil
@@ -145,7 +145,7 @@ func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []by
 	if staged != nil {
 		sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
 		creq := connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: &processpb.ProcessInput{}})
-		creq.Header().Set(agent.StdinHeader, staged.ID)
+		creq.Header().Set(wire.StdinHeader, staged.ID)
 		_, err := sb.agent.process.SendInput(ctx, creq)
 		p.taken(staged)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
@@ -129,7 +129,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		// The previous daemon may have died during a memory snapshot,
 		// leaving the agent prepared and waiting for a resume file whose
 		// generation only it knew: generation 0 resumes any.
-		if werr := writeResume(filepath.Join(sb.dir, "ctl"), agent.ResumeFile{Hostname: sb.id}); werr == nil {
+		if werr := writeResume(filepath.Join(sb.dir, "ctl"), wire.ResumeFile{Hostname: sb.id}); werr == nil {
 			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 			err = sb.agent.waitReady(rctx)
 			rcancel()

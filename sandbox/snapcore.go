@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
@@ -146,7 +146,7 @@ func (h *HeldSandbox) PrepareCheckpoint(ctx context.Context, gen uint64) error {
 	// The prepared agent closes every connection: the exec streams it cuts
 	// end with a clear error (streamCut), not a protocol one.
 	sb.streamCuts.Add(1)
-	body, _ := json.Marshal(agent.PrepareRequest{Generation: gen})
+	body, _ := json.Marshal(wire.PrepareRequest{Generation: gen})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/snapshot/prepare", bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -185,7 +185,7 @@ func (h *HeldSandbox) PrepareCheckpoint(ctx context.Context, gen uint64) error {
 // reports them).
 func (h *HeldSandbox) ResumeAfterCheckpoint(ctx context.Context, gen uint64) {
 	sb := h.sb
-	if err := writeResume(filepath.Join(sb.dir, "ctl"), agent.ResumeFile{Generation: gen, Hostname: sb.id}); err != nil {
+	if err := writeResume(filepath.Join(sb.dir, "ctl"), wire.ResumeFile{Generation: gen, Hostname: sb.id}); err != nil {
 		h.m.log.Error("write resume file", "session", sb.id, "err", err)
 		return
 	}
@@ -198,7 +198,7 @@ func (h *HeldSandbox) ResumeAfterCheckpoint(ctx context.Context, gen uint64) {
 
 // writeResume writes rf as dir's control file (atomically: the agent
 // polls it), creating dir readable by the sandbox.
-func writeResume(dir string, rf agent.ResumeFile) error {
+func writeResume(dir string, rf wire.ResumeFile) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/tenancy"
@@ -122,7 +122,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) 
 		}
 		return node.Staged{}, fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)
 	}
-	var reply agent.StageReply
+	var reply wire.StageReply
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil || reply.ID == "" {
 		return node.Staged{}, fmt.Errorf("agent: bad stage reply (%v): %w", err, errdefs.ErrUnavailable)
 	}

@@ -10,11 +10,12 @@ import (
 	"os"
 
 	"github.com/forkbox/forkbox/agent"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/runtime"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == agent.KillGroupCommand {
+	if len(os.Args) > 1 && os.Args[1] == wire.KillGroupCommand {
 		os.Exit(agent.KillGroupMain(os.Args[2:]))
 	}
 	// Limits the runtime could not set from outside, before anything runs.

@@ -7,10 +7,7 @@ package runc
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,12 +20,15 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/runtime/bundle"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
+	"github.com/forkbox/forkbox/runtime/ocispec"
 )
 
 // Driver runs sandboxes with the runc CLI. Create one with New.
 type Driver struct {
 	runc *gorunc.Runc
-	cg   *Cgroups
+	cg   *cgroupv1.Cgroups
 
 	// freezeMu holds a *sync.Mutex per sandbox id that orders its freezer
 	// changes: KillProcessGroup's freeze-signal-thaw is one step, so a
@@ -55,7 +55,7 @@ type Options struct {
 	StateRoot string
 	// CgroupParent is the cgroup under which sandboxes' cgroups are made
 	// (the daemon's datadir.HostNames.CgroupParent); "" is
-	// LegacyCgroupParent.
+	// cgroupv1.LegacyParent.
 	CgroupParent string
 }
 
@@ -73,7 +73,7 @@ func New(opts Options) (*Driver, error) {
 	if err := os.MkdirAll(opts.StateRoot, 0o700); err != nil {
 		return nil, fmt.Errorf("runc driver: %w", err)
 	}
-	return &Driver{runc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true}, cg: NewCgroups(opts.CgroupParent)}, nil
+	return &Driver{runc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true}, cg: cgroupv1.New(opts.CgroupParent)}, nil
 }
 
 var _ runtime.Driver = (*Driver)(nil)
@@ -81,9 +81,9 @@ var _ runtime.Driver = (*Driver)(nil)
 // Name returns "runc".
 func (d *Driver) Name() string { return "runc" }
 
-// Capabilities returns what the runc tier offers: pause through the
-// freezer, user namespaces (its own or one the host made:
-// Config.UserNamespace); no memory snapshots (runc needs CRIU for those, which does not work on the hosts
+// Capabilities: pause through the freezer, user namespaces (its own or
+// one the host made: Config.UserNamespace); no memory
+// snapshots (runc needs CRIU for those, which does not work on the hosts
 // forkbox targets).
 func (d *Driver) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{Pause: true, Network: true, UserNamespace: true, JoinUserNamespace: true}
@@ -94,22 +94,17 @@ func (d *Driver) Capabilities() runtime.Capabilities {
 // agent's stdout and stderr go to StateDir/agent.log. On failure the
 // container is deleted and the error carries runc's message.
 func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) {
-	if !ValidID(cfg.ID) {
+	if !runtime.ValidID(cfg.ID) {
 		return errdefs.InvalidField("id", "must be 1-63 characters of [a-z0-9]")
 	}
-	spec, err := BuildSpec(cfg)
+	spec, err := ocispec.Build(cfg, ocispec.WithCgroupsPath(d.cg.SpecPath(cfg.ID)))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	spec.Linux.CgroupsPath = d.cg.SpecPath(cfg.ID)
-	data, err := json.Marshal(spec)
-	if err != nil {
+	if err := bundle.WriteSpec(cfg.StateDir, spec); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.StateDir, "config.json"), data, 0o600); err != nil {
-		return fmt.Errorf("write bundle: %w", err)
-	}
-	stdio, err := OpenAgentStdio(cfg.StateDir)
+	stdio, err := bundle.OpenAgentStdio(cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -142,10 +137,10 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) (retErr error) 
 // plain `runc delete`: `runc delete --force` on a live container sleeps
 // 100 ms before it looks again, which would double the cost of a destroy.
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if !ValidID(id) {
+	if !runtime.ValidID(id) {
 		return nil
 	}
-	if err := d.killAll(ctx, id); err != nil {
+	if err := d.cg.Kill(ctx, id); err != nil {
 		return err
 	}
 	err := d.runc.Delete(ctx, id, &gorunc.DeleteOpts{})
@@ -157,54 +152,16 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	}
 	// runc removes the cgroups it made; make sure, as a leftover cgroup
 	// directory would pin its limits forever.
-	if err := d.cg.remove(id); err != nil {
+	if err := d.cg.RemoveDirs(id); err != nil {
 		return fmt.Errorf("remove cgroups of %s: %w", id, err)
 	}
 	d.freezeMu.Delete(id)
 	return nil
 }
 
-// killAll SIGKILLs every process in the sandbox's cgroup and waits (up to
-// 10 s, or ctx) until none is left. A missing cgroup means nothing runs.
-func (d *Driver) killAll(ctx context.Context, id string) error { return killCgroup(ctx, d.cg, id) }
-
-// killCgroup is killAll for the cgroups cg reads (a frozen cgroup is thawed
-// after the signals, so that they are delivered).
-func killCgroup(ctx context.Context, cg *Cgroups, id string) error {
-	frozen := false
-	if st, err := cg.freezerState(id); err == nil && st != "THAWED" {
-		frozen = true
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for delay := 200 * time.Microsecond; ; delay = min(delay*2, 20*time.Millisecond) {
-		pids, err := cg.procs(id)
-		if errors.Is(err, os.ErrNotExist) || err == nil && len(pids) == 0 {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("list processes of %s: %w", id, err)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if frozen {
-			_ = cg.setFreezer(id, "THAWED")
-			frozen = false
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("sandbox %s: %d processes survived SIGKILL", id, len(pids))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-	}
-}
-
 // Status asks runc for the container's state.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	if !ValidID(id) {
+	if !runtime.ValidID(id) {
 		return runtime.StatusUnknown, nil
 	}
 	c, err := d.runc.State(ctx, id)
@@ -238,35 +195,10 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 }
 
 // Stats reads cpuacct.usage, memory.usage_in_bytes,
-// memory.max_usage_in_bytes, pids.current and the oom_kill counter.
+// memory.max_usage_in_bytes, pids.current and the oom_kill counter
+// (cgroupv1.Cgroups.Stats). ErrNotFound for an unknown sandbox.
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	var st runtime.Stats
-	if !ValidID(id) {
-		return st, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
-	}
-	cpuNS, err := d.cg.readInt("cpuacct", id, "cpuacct.usage")
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return st, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
-		}
-		return st, err
-	}
-	st.CPUSeconds = float64(cpuNS) / 1e9
-	if st.MemoryBytes, err = d.cg.readInt("memory", id, "memory.usage_in_bytes"); err != nil {
-		return st, err
-	}
-	if st.MemoryPeakBytes, err = d.cg.readInt("memory", id, "memory.max_usage_in_bytes"); err != nil {
-		return st, err
-	}
-	if st.Pids, err = d.cg.readInt("pids", id, "pids.current"); err != nil {
-		return st, err
-	}
-	if st.OOMKills, err = d.cg.oomKills(id); err != nil {
-		return st, err
-	}
-	st.PidsLimitHits, _ = d.cg.pidsLimitHits(id) // (older kernels have no pids.events)
-	st.ReadAt = time.Now()
-	return st, nil
+	return d.cg.Stats(id)
 }
 
 var _ runtime.Sampler = (*Driver)(nil)
@@ -274,10 +206,7 @@ var _ runtime.Sampler = (*Driver)(nil)
 // Sample reads the sandbox's CPU time and tasks from its cgroups for the
 // host monitor (runtime.Sampler): fewer files than Stats.
 func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
-	if !ValidID(id) {
-		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
-	}
-	return d.cg.sample(id)
+	return d.cg.Sample(id)
 }
 
 // KillProcessGroup freezes the sandbox, signals every process whose
@@ -286,21 +215,21 @@ func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
 // group is being walked. Pause and Resume of the same sandbox wait for it
 // (and it for them), so a pause is never undone by the kill's thaw.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
-	if !ValidID(id) || pgid <= 1 {
+	if !runtime.ValidID(id) || pgid <= 1 {
 		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
 	}
 	defer d.freezer(id)()
-	prev, err := d.cg.freezerState(id)
+	prev, err := d.cg.FreezerState(id)
 	if err != nil {
 		return 0, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
-	if prev == "THAWED" {
-		if err := d.cg.setFreezer(id, "FROZEN"); err != nil {
+	if prev == cgroupv1.Thawed {
+		if err := d.cg.SetFreezer(id, cgroupv1.Frozen); err != nil {
 			return 0, err
 		}
-		defer func() { _ = d.cg.setFreezer(id, "THAWED") }()
+		defer func() { _ = d.cg.SetFreezer(id, cgroupv1.Thawed) }()
 	}
-	pids, err := d.cg.procs(id)
+	pids, err := d.cg.Procs(id)
 	if err != nil {
 		return 0, err
 	}
@@ -319,79 +248,26 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 
 // Pause freezes the sandbox through the freezer cgroup.
 func (d *Driver) Pause(ctx context.Context, id string) error {
-	if !ValidID(id) {
+	if !runtime.ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.freezer(id)()
-	return d.cg.setFreezer(id, "FROZEN")
+	return d.cg.SetFreezer(id, cgroupv1.Frozen)
 }
 
 // Resume thaws the sandbox.
 func (d *Driver) Resume(ctx context.Context, id string) error {
-	if !ValidID(id) {
+	if !runtime.ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.freezer(id)()
-	return d.cg.setFreezer(id, "THAWED")
+	return d.cg.SetFreezer(id, cgroupv1.Thawed)
 }
 
 // isNotExist reports whether a runc CLI error says the container is unknown.
 func isNotExist(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
-}
-
-// AgentStdio is the stdio of a sandbox's agent: /dev/null in, the log file
-// StateDir/agent.log (appended) out. It is a go-runc IO; Close closes both.
-type AgentStdio struct {
-	path         string
-	devNull, log *os.File
-}
-
-// OpenAgentStdio opens the agent's stdio for a sandbox whose state
-// directory is stateDir.
-func OpenAgentStdio(stateDir string) (*AgentStdio, error) {
-	path := filepath.Join(stateDir, "agent.log")
-	log, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		log.Close()
-		return nil, err
-	}
-	return &AgentStdio{path: path, devNull: devNull, log: log}, nil
-}
-
-// Close closes both files.
-func (s *AgentStdio) Close() error { return errors.Join(s.devNull.Close(), s.log.Close()) }
-
-// Stdin returns nil: the files are set directly (Set).
-func (s *AgentStdio) Stdin() io.WriteCloser { return nil }
-
-// Stdout returns nil: the files are set directly (Set).
-func (s *AgentStdio) Stdout() io.ReadCloser { return nil }
-
-// Stderr returns nil: the files are set directly (Set).
-func (s *AgentStdio) Stderr() io.ReadCloser { return nil }
-
-// Set makes cmd's stdin /dev/null and its stdout and stderr the log.
-func (s *AgentStdio) Set(cmd *exec.Cmd) { cmd.Stdin, cmd.Stdout, cmd.Stderr = s.devNull, s.log, s.log }
-
-// Tail returns the last n bytes of the log (where the runtime writes why a
-// start failed), trimmed; "" when it cannot be read.
-func (s *AgentStdio) Tail(n int64) string {
-	f, err := os.Open(s.path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err == nil && fi.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, n))
-	return strings.TrimSpace(string(b))
 }
 
 // Checkpoint is unavailable: CRIU does not work on this kernel (see the

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 	"github.com/forkbox/forkbox/runtime/drivertest"
 	"github.com/forkbox/forkbox/runtime/runc"
 )
@@ -15,7 +16,7 @@ func TestConformance(t *testing.T) {
 		t.Skip("runc is not installed (make deps installs it)")
 	}
 	// The suite's sandboxes are gone by then: their parent goes too.
-	t.Cleanup(func() { _ = runc.NewCgroups("forkbox-drivertest").RemoveParent() })
+	t.Cleanup(func() { _ = cgroupv1.New("forkbox-drivertest").RemoveParent() })
 	drivertest.Run(t, func(t *testing.T, stateRoot string) runtime.Driver {
 		d, err := runc.New(runc.Options{StateRoot: stateRoot, CgroupParent: "forkbox-drivertest"})
 		if err != nil {

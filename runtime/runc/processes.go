@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -19,10 +20,10 @@ const maxCmdline = 4 << 10
 // cgroup, with each one's comm and command line from /proc. A process
 // that ends meanwhile is skipped. ErrNotFound for an unknown sandbox.
 func (d *Driver) Processes(ctx context.Context, id string) ([]runtime.Process, error) {
-	if !ValidID(id) {
+	if !runtime.ValidID(id) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
-	pids, err := d.cg.procs(id)
+	pids, err := d.cg.Procs(id)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
 	}
@@ -49,4 +50,23 @@ func (d *Driver) Processes(ctx context.Context, id string) ([]runtime.Process, e
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// nsPgid returns the innermost-namespace process group id of host pid, read
+// from the NSpgid line of /proc/<pid>/status.
+func nsPgid(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "NSpgid:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 0 {
+				break
+			}
+			return strconv.Atoi(f[len(f)-1])
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no NSpgid in status", pid)
 }

@@ -3,10 +3,10 @@
 // sandbox's system calls in user space, so sandbox code never talks to the
 // host kernel directly.
 //
-// The OCI bundle is runc's (runtime/runc.BuildSpec) minus what gVisor
-// provides itself: the user namespace (the Sentry runs unprivileged), the
-// cgroup namespace and mount, and the seccomp profile (the Sentry is the
-// filter). The agent cannot accept on a listening socket handed in from the
+// The OCI bundle is the one every OCI driver starts from (ocispec.Build)
+// minus what gVisor provides itself (the cgroup namespace, and the seccomp
+// profile: the Sentry is the filter), with room for the Sentry in the host
+// cgroup and the pids limit enforced inside; gvisorOpts lists the changes. The agent cannot accept on a listening socket handed in from the
 // host (accept4 fails with EINVAL under gVisor), so it binds its own socket
 // in a directory shared with the host (--host-uds=create), and the driver
 // points the socket path the caller listens on at it.
@@ -14,7 +14,6 @@ package runsc
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,46 +25,14 @@ import (
 	"syscall"
 
 	gorunc "github.com/containerd/go-runc"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/runtime/runc"
-)
-
-// agentRunDir is where the agent's socket directory appears in the sandbox.
-const agentRunDir = "/.forkbox/run"
-
-// runtimeHeadroom is the memory, in bytes, added to a sandbox's cgroup
-// limit for gVisor's own processes (Sentry and gofer: about 40 MiB each at
-// rest, measured here with runsc 2024-07-29).
-const runtimeHeadroom = 96 << 20
-
-// runDirBytes and runDirInodes bound the tmpfs of the agent's socket
-// directory (it holds one socket).
-const (
-	runDirBytes  = 64 << 10
-	runDirInodes = 16
-)
-
-// Tasks inside a gVisor sandbox are the Sentry's, not the host's, so the
-// host cgroup's pids limit does not count them: it counts the Sentry's and
-// gofer's host threads and systrap's stub processes, and when it refuses
-// one the Sentry cannot go on and the whole sandbox stops. The sandbox's
-// own limit is therefore enforced inside, by the Sentry: RLIMIT_NPROC of
-// Limits.Pids tasks (processes and threads) per user of the sandbox (the
-// Sentry counts per real uid, as Linux does, and exempts a creator with
-// CAP_SYS_ADMIN: the agent can always start a command). The host limit is
-// set well above what that lets one or two users run: hostTasksPerTask
-// host tasks per allowed task plus runtimePidsHeadroom. Measured with runsc
-// 2024-07-29 (systrap) on the reference machine: an idle sandbox holds 22
-// host tasks; a fork bomb of one user at 512 tasks, 738; bombs of the user
-// and root at once (1024 tasks), 830.
-const (
-	runtimePidsHeadroom = 256
-	hostTasksPerTask    = 2
+	"github.com/forkbox/forkbox/runtime/bundle"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
+	"github.com/forkbox/forkbox/runtime/ocispec"
 )
 
 // Options configure a Driver.
@@ -78,7 +45,7 @@ type Options struct {
 	Platform string
 	// CgroupParent is the host cgroup under which sandboxes' cgroups are
 	// made (the daemon's datadir.HostNames.CgroupParent); "" is
-	// runc.LegacyCgroupParent.
+	// cgroupv1.LegacyParent.
 	CgroupParent string
 }
 
@@ -87,7 +54,7 @@ type Driver struct {
 	runsc *gorunc.Runc
 	bin   string
 	root  string
-	cg    *runc.Cgroups
+	cg    *cgroupv1.Cgroups
 
 	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
 	mu    sync.Mutex
@@ -98,56 +65,6 @@ type Driver struct {
 	// alive) without asking runsc every time.
 	sentryMu sync.Mutex
 	sentries map[string]process
-}
-
-// process names a host process across pid reuse: its pid and its start
-// time (field 22 of /proc/PID/stat, in clock ticks since boot).
-type process struct {
-	pid   int
-	start string
-}
-
-// startTime reads the start time of host pid.
-func startTime(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return "", fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(b[i+1:])) // field 3 onwards
-	if len(f) < 20 {
-		return "", fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	return f[19], nil
-}
-
-// sentryAlive reports whether sandbox id's Sentry process still runs. The
-// first call asks runsc for its pid (one runsc process per sandbox); later
-// ones read /proc only.
-func (d *Driver) sentryAlive(ctx context.Context, id string) bool {
-	d.sentryMu.Lock()
-	p, ok := d.sentries[id]
-	d.sentryMu.Unlock()
-	if !ok {
-		c, err := d.runsc.State(ctx, id)
-		if err != nil || c.Pid <= 0 {
-			return false
-		}
-		start, err := startTime(c.Pid)
-		if err != nil {
-			return false
-		}
-		p = process{pid: c.Pid, start: start}
-		d.sentryMu.Lock()
-		d.sentries[id] = p
-		d.sentryMu.Unlock()
-	}
-	start, err := startTime(p.pid)
-	return err == nil && start == p.start
 }
 
 type idLock struct {
@@ -196,7 +113,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, root: opts.StateRoot, cg: runc.NewCgroups(opts.CgroupParent),
+		bin:   path, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
@@ -209,9 +126,9 @@ const DriverName = "gvisor"
 // Name returns DriverName.
 func (d *Driver) Name() string { return DriverName }
 
-// Capabilities returns what the gVisor tier offers: pause (the Sentry
-// stops its tasks), memory snapshots that restore any number of times
-// (fork); the memory limit is the host cgroup's, shared with the Sentry, so going over it stops the
+// Capabilities: pause (the Sentry stops its tasks), memory snapshots that
+// restore any number of times (fork); the memory limit is
+// the host cgroup's, shared with the Sentry, so going over it stops the
 // whole sandbox.
 func (d *Driver) Capabilities() runtime.Capabilities {
 	return runtime.Capabilities{Pause: true, MemorySnapshot: true, Fork: true, SandboxOOM: true, UserNamespace: true}
@@ -224,7 +141,7 @@ func (d *Driver) Create(ctx context.Context, cfg runtime.Config) error {
 
 // Restore writes the bundle and restores the checkpoint in dir into it
 // (runsc restore), detached. The agent, prepared before the checkpoint,
-// listens again once cfg.ControlDir holds its agent.ResumeFile.
+// listens again once cfg.ControlDir holds its wire.ResumeFile.
 func (d *Driver) Restore(ctx context.Context, cfg runtime.Config, dir string) error {
 	if dir == "" {
 		return errdefs.InvalidField("image", "a checkpoint directory is required")
@@ -235,7 +152,7 @@ func (d *Driver) Restore(ctx context.Context, cfg runtime.Config, dir string) er
 // start writes cfg's bundle into cfg.StateDir and runs it: a new sandbox,
 // or the checkpoint in image when image is not "".
 func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (retErr error) {
-	if !runc.ValidID(cfg.ID) {
+	if !runtime.ValidID(cfg.ID) {
 		return errdefs.InvalidField("id", "must be 1-63 characters of [a-z0-9]")
 	}
 	hostSock, err := socketPath(cfg.AgentListener)
@@ -264,17 +181,12 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 			_ = unix.Unmount(runDir, unix.MNT_DETACH)
 		}
 	}()
-	spec, err := runc.BuildSpec(cfg)
+	spec, err := ocispec.Build(cfg, append([]ocispec.SpecOpts{ocispec.WithCgroupsPath(d.cg.SpecPath(cfg.ID))},
+		gvisorOpts(runDir, cfg.ControlDir)...)...)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	spec.Linux.CgroupsPath = d.cg.SpecPath(cfg.ID)
-	adapt(spec, runDir, cfg.ControlDir)
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.StateDir, "config.json"), data, 0o600); err != nil {
+	if err := bundle.WriteSpec(cfg.StateDir, spec); err != nil {
 		return err
 	}
 	// The caller dials hostSock: make it lead to the socket the agent binds
@@ -285,7 +197,7 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	if err := os.Symlink(filepath.Join(runDir, "agent.sock"), hostSock); err != nil {
 		return err
 	}
-	stdio, err := runc.OpenAgentStdio(cfg.StateDir)
+	stdio, err := bundle.OpenAgentStdio(cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -326,7 +238,7 @@ func (d *Driver) command(ctx context.Context, args ...string) *exec.Cmd {
 // with ErrConflict when the sandbox holds something gVisor cannot save,
 // such as a bound host socket (an agent that was not prepared).
 func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
-	if !runc.ValidID(id) {
+	if !runtime.ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.lock(id)()
@@ -339,55 +251,6 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 		return errdefs.Newf(errdefs.ErrConflict, "runsc checkpoint %s: %v: %s", id, err, summary(out))
 	}
 	return nil
-}
-
-// adminCaps are granted to the agent in gVisor so that it can set a
-// restored clone's hostname. They are in its effective and permitted sets
-// but not in its bounding set: the Sentry gives the container's first
-// process the spec's sets as they are, and a program the agent executes
-// gets at most its bounding set, so nothing it starts, root included, can
-// have them. (The agent once dropped them from its bounding set itself,
-// which needs a system call on every thread that Go refuses in a binary
-// built with cgo.)
-var adminCaps = []string{"CAP_SYS_ADMIN"}
-
-// adapt turns runc's spec into gVisor's.
-func adapt(s *specs.Spec, runDir, controlDir string) {
-	var ns []specs.LinuxNamespace
-	for _, n := range s.Linux.Namespaces {
-		if n.Type != specs.CgroupNamespace {
-			ns = append(ns, n)
-		}
-	}
-	s.Linux.Namespaces = ns
-	s.Linux.Seccomp = nil
-	// The Sentry and the gofer share the sandbox's memory cgroup: give
-	// them room of their own on top of what the sandbox may use.
-	if m := s.Linux.Resources.Memory; m != nil && m.Limit != nil {
-		limit := *m.Limit + runtimeHeadroom
-		m.Limit, m.Swap = &limit, &limit
-	}
-	// The sandbox's tasks are limited inside; the host limit leaves the
-	// Sentry room above that (see hostTasksPerTask).
-	if p := s.Linux.Resources.Pids; p != nil && p.Limit != nil {
-		tasks := uint64(*p.Limit)
-		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: tasks, Soft: tasks})
-		limit := *p.Limit*hostTasksPerTask + runtimePidsHeadroom
-		p.Limit = &limit
-	}
-	mounts := append([]specs.Mount(nil), s.Mounts...)
-	mounts = append(mounts, specs.Mount{Destination: agentRunDir, Type: "bind", Source: runDir,
-		Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-	if controlDir != "" {
-		mounts = append(mounts, specs.Mount{Destination: runtime.ControlTarget, Type: "bind", Source: controlDir,
-			Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
-		s.Process.Env = append(s.Process.Env, agent.ControlEnv+"="+runtime.ControlTarget+"/"+runtime.ControlFile)
-	}
-	s.Mounts = mounts
-	s.Process.Env = append(s.Process.Env, agent.ListenEnv+"="+agentRunDir+"/agent.sock")
-	c := s.Process.Capabilities
-	c.Effective = append(append([]string(nil), c.Effective...), adminCaps...)
-	c.Permitted = append(append([]string(nil), c.Permitted...), adminCaps...)
 }
 
 // socketPath returns the filesystem path a listening Unix socket is bound to.
@@ -412,7 +275,7 @@ func socketPath(f *os.File) (string, error) {
 // the sandbox already: the bundle is then found through the driver's own
 // record of it).
 func (d *Driver) Delete(ctx context.Context, id string) error {
-	if !runc.ValidID(id) {
+	if !runtime.ValidID(id) {
 		return nil
 	}
 	d.sentryMu.Lock()
@@ -447,131 +310,6 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// bundlesDir holds the driver's record of each sandbox's bundle, in the
-// runsc state root (runsc only reads its own files there).
-const bundlesDir = "forkbox-bundles"
-
-// bundleRecord is the path of sandbox id's bundle record: a symbolic link
-// to its bundle directory.
-func (d *Driver) bundleRecord(id string) string { return filepath.Join(d.root, bundlesDir, id) }
-
-// recordBundle records that sandbox id's bundle is dir (replacing an older
-// record of the id).
-func (d *Driver) recordBundle(id, dir string) error {
-	p := d.bundleRecord(id)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return os.Symlink(dir, p)
-}
-
-// StopCause tells why sandbox id stopped by itself: StopPidsLimit when its
-// host cgroup's pids limit refused a task (the Sentry cannot go on after
-// that), StopMemoryLimit when the kernel killed one of its processes at
-// the memory limit, else StopUnknown. It must be called before Delete
-// removes the cgroups.
-func (d *Driver) StopCause(ctx context.Context, id string) runtime.StopCause {
-	if n, err := d.cg.PidsLimitHits(id); err == nil && n > 0 {
-		return runtime.StopPidsLimit
-	}
-	if n, err := d.cg.OOMKills(id); err == nil && n > 0 {
-		return runtime.StopMemoryLimit
-	}
-	return runtime.StopUnknown
-}
-
-var _ runtime.StopExplainer = (*Driver)(nil)
-
-// startScale is how much longer than a runc sandbox a gVisor sandbox may
-// take to start: runsc boots the Sentry, the gofer and the agent (about
-// 1 s here, against 0.1 s for runc), and a restore reads a whole
-// checkpoint.
-const startScale = 3
-
-// StartScale returns startScale (runtime.StartScaler).
-func (d *Driver) StartScale() float64 { return startScale }
-
-var _ runtime.StartScaler = (*Driver)(nil)
-
-// Status maps runsc state.
-func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
-	c, err := d.runsc.State(ctx, id)
-	if err != nil {
-		if notExist(err) {
-			return runtime.StatusUnknown, nil
-		}
-		return runtime.StatusUnknown, err
-	}
-	// runsc keeps reporting a sandbox whose Sentry died (an OOM kill) as
-	// it last saw it: its process must still be there.
-	if c.Pid <= 0 || unix.Kill(c.Pid, 0) == unix.ESRCH {
-		return runtime.StatusStopped, nil
-	}
-	switch c.Status {
-	case "running":
-		return runtime.StatusRunning, nil
-	case "paused":
-		return runtime.StatusPaused, nil
-	}
-	return runtime.StatusStopped, nil
-}
-
-// List returns runsc's containers.
-func (d *Driver) List(ctx context.Context) ([]string, error) {
-	cs, err := d.runsc.List(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, 0, len(cs))
-	for _, c := range cs {
-		ids = append(ids, c.ID)
-	}
-	return ids, nil
-}
-
-// Stats reads runsc's one-shot event statistics.
-func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	st, err := d.runsc.Stats(ctx, id)
-	if err != nil {
-		if notExist(err) {
-			return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
-		}
-		return runtime.Stats{}, err
-	}
-	out := runtime.Stats{}
-	if st.Cpu.Usage.Total > 0 {
-		out.CPUSeconds = float64(st.Cpu.Usage.Total) / 1e9
-	}
-	out.MemoryBytes = int64(st.Memory.Usage.Usage)
-	out.MemoryPeakBytes = int64(st.Memory.Usage.Max)
-	out.Pids = int64(st.Pids.Current)
-	return out, nil
-}
-
-var _ runtime.Sampler = (*Driver)(nil)
-
-// Sample reads the sandbox's host cgroups for the host monitor
-// (runtime.Sampler) instead of asking runsc, which would start a runsc
-// process per sandbox per round (about 50 ms each on an idle 2-core
-// host, seconds on a loaded one); runsc is asked once per sandbox, for
-// its Sentry's pid. CPUSeconds is then the host CPU of the
-// whole sandbox, the Sentry and gofer included (what its CPU quota caps);
-// Pids and PidsLimit are the host tasks of the sandbox and their limit,
-// which has headroom for the runtime's own threads. A sandbox whose
-// Sentry is gone (killed over its memory) is ErrNotFound, as for Stats.
-func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
-	if !runc.ValidID(id) {
-		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
-	}
-	if !d.sentryAlive(ctx, id) {
-		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s: its Sentry is not running", id)
-	}
-	return d.cg.Sample(id)
-}
-
 // KillProcessGroup signals process group pgid inside the sandbox: the
 // Sentry owns the sandbox's processes, so the driver runs the agent binary
 // in its kill-group mode through runsc exec (a new process the Sentry
@@ -580,7 +318,7 @@ func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
 // sandbox: there the sandbox is resumed for the kill (a few tens of ms in
 // which its processes run) and paused again.
 func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig int) (int, error) {
-	if !runc.ValidID(id) || pgid <= 1 {
+	if !runtime.ValidID(id) || pgid <= 1 {
 		return 0, errdefs.InvalidField("pgid", "must name a process group other than the agent's")
 	}
 	defer d.lock(id)()
@@ -594,7 +332,7 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 			}
 		}()
 	}
-	cmd := d.command(ctx, "exec", "--user", "0:0", id, runtime.AgentTarget, agent.KillGroupCommand,
+	cmd := d.command(ctx, "exec", "--user", "0:0", id, runtime.AgentTarget, wire.KillGroupCommand,
 		strconv.Itoa(pgid), strconv.Itoa(sig))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -615,7 +353,7 @@ func (d *Driver) KillProcessGroup(ctx context.Context, id string, pgid int, sig 
 // Pause stops every task of the sandbox (runsc pause: the Sentry stops its
 // tasks; its own threads stay).
 func (d *Driver) Pause(ctx context.Context, id string) error {
-	if !runc.ValidID(id) {
+	if !runtime.ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.lock(id)()
@@ -624,85 +362,9 @@ func (d *Driver) Pause(ctx context.Context, id string) error {
 
 // Resume continues them.
 func (d *Driver) Resume(ctx context.Context, id string) error {
-	if !runc.ValidID(id) {
+	if !runtime.ValidID(id) {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.lock(id)()
 	return d.runsc.Resume(ctx, id)
-}
-
-func notExist(err error) bool {
-	s := err.Error()
-	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOENT) ||
-		strings.Contains(s, "does not exist") || strings.Contains(s, "not found")
-}
-
-// summary picks what explains a runsc failure out of its output (which
-// may end in a Go stack trace): the lines that speak of an error, at most
-// three, else the last 1 KiB.
-func summary(out []byte) string {
-	var picked []string
-	for _, line := range strings.Split(string(out), "\n") {
-		l := strings.ToLower(line)
-		if strings.HasPrefix(line, "\t") || strings.HasPrefix(l, "goroutine ") {
-			continue
-		}
-		if strings.Contains(l, "error") || strings.Contains(l, "cannot") || strings.Contains(l, "failed") ||
-			strings.Contains(l, "panic") {
-			picked = append(picked, strings.TrimSpace(line))
-			if len(picked) == 3 {
-				break
-			}
-		}
-	}
-	if len(picked) == 0 {
-		return lastBytes(out, 1024)
-	}
-	return lastBytes([]byte(strings.Join(picked, "; ")), 1024)
-}
-
-func lastBytes(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// hostID returns the host id that sandbox id maps to (id itself without a map).
-func hostID(m []runtime.IDMap, id uint32) int {
-	for _, e := range m {
-		if id >= e.ContainerID && id-e.ContainerID < e.Size {
-			return int(e.HostID + id - e.ContainerID)
-		}
-	}
-	return int(id)
-}
-
-// Processes lists the sandbox's processes as the Sentry sees them
-// (runsc ps --format=json): in-sandbox pids and command names, no command
-// lines. ErrNotFound for an unknown sandbox.
-func (d *Driver) Processes(ctx context.Context, id string) ([]runtime.Process, error) {
-	if !runc.ValidID(id) {
-		return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
-	}
-	out, err := d.command(ctx, "ps", "--format=json", id).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && notExist(errors.New(string(ee.Stderr))) {
-			return nil, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
-		}
-		return nil, fmt.Errorf("runsc ps %s: %w", id, err)
-	}
-	var ps []struct {
-		PID int    `json:"pid"`
-		Cmd string `json:"cmd"`
-	}
-	if err := json.Unmarshal(out, &ps); err != nil {
-		return nil, fmt.Errorf("runsc ps %s: %w", id, err)
-	}
-	procs := make([]runtime.Process, 0, len(ps))
-	for _, p := range ps {
-		procs = append(procs, runtime.Process{Pid: p.PID, Name: p.Cmd})
-	}
-	return procs, nil
 }

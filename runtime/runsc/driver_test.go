@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 	"github.com/forkbox/forkbox/runtime/drivertest"
-	"github.com/forkbox/forkbox/runtime/runc"
 	"github.com/forkbox/forkbox/runtime/runsc"
 )
 
@@ -20,7 +20,7 @@ func TestConformance(t *testing.T) {
 		t.Skip("runsc is not installed (Debian bookworm-backports; make deps installs it)")
 	}
 	// The suite's sandboxes are gone by then: their parent goes too.
-	t.Cleanup(func() { _ = runc.NewCgroups("forkbox-drivertest").RemoveParent() })
+	t.Cleanup(func() { _ = cgroupv1.New("forkbox-drivertest").RemoveParent() })
 	drivertest.Run(t, func(t *testing.T, stateRoot string) runtime.Driver {
 		d, err := runsc.New(runsc.Options{StateRoot: stateRoot, CgroupParent: "forkbox-drivertest"})
 		if err != nil {

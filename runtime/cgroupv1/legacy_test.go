@@ -1,4 +1,4 @@
-package runc
+package cgroupv1
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 // TestCgroupsAdoptLegacySandbox: a daemon whose sandboxes live under a
 // parent of its own still reads, kills and removes the cgroups of a
-// sandbox a previous version made under LegacyCgroupParent, and leaves
+// sandbox a previous version made under LegacyParent, and leaves
 // another parent's sandbox of the same id alone. Real cgroup v1
 // hierarchies: needs root.
 func TestCgroupsAdoptLegacySandbox(t *testing.T) {
@@ -26,8 +26,8 @@ func TestCgroupsAdoptLegacySandbox(t *testing.T) {
 		t.Skipf("no cgroup v1 pids hierarchy: %v", err)
 	}
 	id := fmt.Sprintf("legacytest%d", time.Now().UnixNano()%1e9)
-	own := NewCgroups("forkbox-unittest-own")
-	other := NewCgroups("forkbox-unittest-other")
+	own := New("forkbox-unittest-own")
+	other := New("forkbox-unittest-other")
 	var made []string
 	mk := func(parent string) {
 		for _, controller := range []string{"cpuacct", "pids"} {
@@ -37,7 +37,7 @@ func TestCgroupsAdoptLegacySandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			made = append(made, dir)
-			if parent != LegacyCgroupParent { // other daemons' sandboxes may be there
+			if parent != LegacyParent { // other daemons' sandboxes may be there
 				made = append(made, filepath.Dir(dir))
 			}
 		}
@@ -47,10 +47,10 @@ func TestCgroupsAdoptLegacySandbox(t *testing.T) {
 			_ = os.Remove(d)
 		}
 	})
-	mk(LegacyCgroupParent)
+	mk(LegacyParent)
 	mk("forkbox-unittest-other")
 	mp, _ := probe.mountPoint("pids")
-	if err := os.WriteFile(filepath.Join(mp, LegacyCgroupParent, id, "pids.max"), []byte("77"), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(mp, LegacyParent, id, "pids.max"), []byte("77"), 0); err != nil {
 		t.Fatal(err)
 	}
 	st, err := own.Sample(id)
@@ -63,7 +63,7 @@ func TestCgroupsAdoptLegacySandbox(t *testing.T) {
 	if err := own.Remove(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(mp, LegacyCgroupParent, id)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(mp, LegacyParent, id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the legacy cgroup is left: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(mp, "forkbox-unittest-other", id)); err != nil {

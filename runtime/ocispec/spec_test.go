@@ -1,4 +1,4 @@
-package runc
+package ocispec
 
 import (
 	"testing"
@@ -35,7 +35,7 @@ func allowsIoctl(p *specs.LinuxSeccomp, request uint64) bool {
 // sign-extended requests) and refuses btrfs subvolume and snapshot
 // creation, even with high bits set to dodge a 64-bit comparison.
 func TestIoctlRules(t *testing.T) {
-	s, err := BuildSpec(runtime.Config{ID: "x", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 30, Pids: 64},
+	s, err := Build(runtime.Config{ID: "x", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 30, Pids: 64},
 		AgentPath: "/agent", RootFS: "/rootfs"})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestIoctlRules(t *testing.T) {
 // own score to be inherited, since that score is also the lowest any
 // process of the sandbox may give itself.
 func TestSpecPinsAgentOOMScore(t *testing.T) {
-	s, err := BuildSpec(runtime.Config{ID: "x", RootFS: "/r", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 28, Pids: 10}})
+	s, err := Build(runtime.Config{ID: "x", RootFS: "/r", Limits: runtime.Limits{CPU: 1, MemoryBytes: 1 << 28, Pids: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package runc
+package cgroupv1
 
 import "testing"
 

@@ -1,16 +1,22 @@
-package runc
+// Package ocispec builds the OCI runtime spec of a sandbox from a
+// runtime.Config, for the drivers that run one through an OCI runtime CLI
+// (runc, runsc). Build makes the spec every sandbox starts from (the runc
+// tier's, the strictest); a driver changes it with SpecOpts, applied in
+// order after the base is complete (the way containerd's spec options
+// work), so neither driver needs the other's code.
+package ocispec
 
 import (
 	"fmt"
 	"path/filepath"
 	goruntime "runtime"
-	"strings"
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/runtime/cgroupv1"
 )
 
 // Capabilities is the documented minimal set every sandbox keeps (inside its
@@ -67,13 +73,17 @@ const cpuPeriodUS = 100000
 // single process (going over the limit stops the sandbox).
 const AgentOOMScoreAdj = 0
 
-// BuildSpec returns the OCI runtime spec for cfg: every namespace new (pid,
+// Build returns the OCI runtime spec for cfg: every namespace new (pid,
 // mount, ipc, uts, net with loopback only, cgroup, and user when cfg has id
 // maps) except those cfg names (NetnsPath, UserNamespace), a read-only
 // root, the minimal capability set, no_new_privs, the default seccomp
-// profile, masked /proc and /sys paths, cgroup v1 limits and cfg.Rlimits
-// (by default RLIMIT_NOFILE at most 65536 and no core dumps).
-func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
+// profile, masked /proc and /sys paths, cgroup v1 limits under
+// cgroupv1.LegacyParent (WithCgroupsPath changes it) and cfg.Rlimits
+// (by default RLIMIT_NOFILE at most 65536 and no core dumps), then opts
+// in order. Errors: limits that are not all positive, a user namespace
+// without id maps, a relative mount path, and the first error of an
+// option.
+func Build(cfg runtime.Config, opts ...SpecOpts) (*specs.Spec, error) {
 	if cfg.Limits.CPU <= 0 || cfg.Limits.MemoryBytes <= 0 || cfg.Limits.Pids <= 0 {
 		return nil, fmt.Errorf("limits must all be positive, got %+v", cfg.Limits)
 	}
@@ -128,7 +138,7 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
 				{Type: specs.MountNamespace}, {Type: specs.CgroupNamespace},
 			},
-			CgroupsPath: "/" + LegacyCgroupParent + "/" + cfg.ID, // drivers put in their own parent (Cgroups.SpecPath)
+			CgroupsPath: "/" + cgroupv1.LegacyParent + "/" + cfg.ID, // drivers put in their own parent (WithCgroupsPath)
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
 				CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
@@ -197,67 +207,12 @@ func BuildSpec(cfg runtime.Config) (*specs.Spec, error) {
 	}
 	restrictIoctl(profile)
 	s.Linux.Seccomp = profile
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
-}
-
-// Blocked ioctl requests: btrfs subvolume and snapshot creation
-// (BTRFS_IOC_SNAP_CREATE 0x50009401, SUBVOL_CREATE 0x5000940e, and their
-// _V2 forms 0x50009417 and 0x50009418, linux/btrfs.h). Any user may create
-// a subvolume in a directory it can write, and a subvolume nested in a
-// sandbox's layer falls outside the layer's quota group: it would escape
-// the disk limit and be missing from snapshots.
-//
-// libseccomp lets an unconditional allow of ioctl win over any conditional
-// denial, so the profile's ioctl allow is replaced by rules that allow
-// exactly the complement: every request whose low 32 bits (the kernel reads
-// the request as an unsigned int, so high bits must not slip past) differ
-// from blockedIoctlBase in one of the bits of blockedIoctlMask, plus every
-// request under that prefix except the blocked low bits.
-const (
-	blockedIoctlBase = 0x50009400
-	blockedIoctlMask = 0xffffffe0 // the prefix bits; the low 5 bits vary
-)
-
-var blockedIoctlLow = map[uint64]bool{0x01: true, 0x0e: true, 0x17: true, 0x18: true}
-
-// restrictIoctl rewrites profile so that ioctl is allowed except for the
-// blocked requests, which fail with the profile's default action (EPERM).
-func restrictIoctl(profile *specs.LinuxSeccomp) {
-	for i := range profile.Syscalls {
-		sc := &profile.Syscalls[i]
-		if sc.Action != specs.ActAllow || len(sc.Args) > 0 {
-			continue
-		}
-		names := sc.Names[:0]
-		for _, n := range sc.Names {
-			if n != "ioctl" {
-				names = append(names, n)
-			}
-		}
-		sc.Names = names
-	}
-	allow := func(mask, value uint64) {
-		profile.Syscalls = append(profile.Syscalls, specs.LinuxSyscall{
-			Names: []string{"ioctl"}, Action: specs.ActAllow,
-			Args: []specs.LinuxSeccompArg{{Index: 1, Value: mask, ValueTwo: value, Op: specs.OpMaskedEqual}},
-		})
-	}
-	for bit := uint64(1); bit <= 1<<31; bit <<= 1 {
-		if blockedIoctlMask&bit != 0 {
-			allow(bit, ^uint64(blockedIoctlBase)&bit) // differs in this prefix bit
-		}
-	}
-	for low := uint64(0); low <= ^uint64(blockedIoctlMask)&0xffffffff; low++ {
-		if !blockedIoctlLow[low] {
-			allow(0xffffffff, blockedIoctlBase|low)
-		}
-	}
-}
-
-// nativeSeccompArch is the seccomp architecture of each GOARCH forkbox runs on.
-var nativeSeccompArch = map[string]specs.Arch{
-	"amd64": specs.ArchX86_64,
-	"arm64": specs.ArchAARCH64,
 }
 
 // maxNofile is the open-files limit of sandbox processes, lowered to the
@@ -294,12 +249,4 @@ func idMappings(m []runtime.IDMap) []specs.LinuxIDMapping {
 		out[i] = specs.LinuxIDMapping{ContainerID: e.ContainerID, HostID: e.HostID, Size: e.Size}
 	}
 	return out
-}
-
-// ValidID reports whether id is safe as a runc id, a cgroup name and a hostname.
-func ValidID(id string) bool {
-	if id == "" || len(id) > 63 {
-		return false
-	}
-	return strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789") == ""
 }
