@@ -18,8 +18,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/forkbox/forkbox/admission"
-	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
 	"github.com/forkbox/forkbox/node"
@@ -175,13 +175,13 @@ func (h *host) start(tenant string, limits runtime.Limits) *testSandbox {
 		t.Fatal(err)
 	}
 	defer lf.Close()
-	cfg, _ := json.Marshal(agent.Config{DefaultUser: "user"})
+	cfg, _ := json.Marshal(wire.Config{DefaultUser: "user"})
 	shift := storage.DefaultIDShift
 	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
 	mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, "home/user"), Target: "/home/user"})
 	err = h.drv.Create(context.Background(), runtime.Config{
 		ID: id, StateDir: dir, RootFS: rootfs, Mounts: mounts, Limits: limits,
-		AgentPath: h.agent, AgentEnv: []string{agent.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
+		AgentPath: h.agent, AgentEnv: []string{wire.ConfigEnv + "=" + string(cfg)}, AgentListener: lf,
 		UIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}},
 		GIDMap: []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}},
 	})
