@@ -1,20 +1,19 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/forkbox/forkbox/agent"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -90,25 +89,14 @@ func (m *Manager) prepareMemory(ctx context.Context, sb *Sandbox, rec node.Sessi
 	// The prepared agent closes every connection: the exec streams it cuts
 	// end with a clear error (streamCut), not a protocol one.
 	sb.streamCuts.Add(1)
-	body, _ := json.Marshal(agent.PrepareRequest{Generation: mc.gen})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/snapshot/prepare", bytes.NewReader(body))
-	if err != nil {
+	if err := sb.agent.PrepareCheckpoint(ctx, mc.gen); err != nil {
+		os.RemoveAll(mc.dir)
 		return nil, err
 	}
-	resp, err := sb.agent.http.Do(req)
-	if err != nil {
-		os.RemoveAll(mc.dir)
-		return nil, fmt.Errorf("prepare agent for a checkpoint: %w: %v", errdefs.ErrUnavailable, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		os.RemoveAll(mc.dir)
-		return nil, fmt.Errorf("prepare agent for a checkpoint: %w: HTTP %d", errdefs.ErrUnavailable, resp.StatusCode)
-	}
-	sb.agent.close()
+	sb.agent.Close()
 	// The agent unlinks its socket when it has closed it (looked at
 	// without following a link the sandbox may have put there).
-	sockFile, err := agentSocketFile(sb.agent.socket)
+	sockFile, err := guest.SocketFile(sb.agent.Socket())
 	if err != nil {
 		os.RemoveAll(mc.dir)
 		return nil, err
@@ -152,7 +140,7 @@ func (mc *memoryCapture) resume(ctx context.Context, m *Manager) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := mc.sb.agent.waitReady(rctx); err != nil {
+	if err := mc.sb.agent.WaitReady(rctx); err != nil {
 		m.log.Error("agent did not come back after a checkpoint", "session", mc.sb.id, "err", err)
 	}
 }
