@@ -70,7 +70,7 @@ var (
 )
 
 // agentBinary returns the forkbox-agent binary: FORKBOX_AGENT, else one
-// built from this module once per test run.
+// built from this module once per test run (with go from PATH).
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("FORKBOX_AGENT"); p != "" {
@@ -83,7 +83,12 @@ func agentBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "forkbox-agent")
-		cmd := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-o", builtBin, "../cmd/forkbox-agent")
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("set FORKBOX_AGENT to the forkbox-agent binary, or put go on PATH to build it: %v", err)
+			return
+		}
+		cmd := exec.Command(gobin, "build", "-o", builtBin, "../cmd/forkbox-agent")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build the agent: %v: %s", err, out)
