@@ -2,6 +2,7 @@ package guest
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,5 +102,37 @@ func TestInit(t *testing.T) {
 	o.User = ""
 	if _, out, _ := run(t, c, o); out.stdout.String() != "hi "+sub+"\n" {
 		t.Fatalf("after init: %q", out.stdout.String())
+	}
+}
+
+// TestAnswerBound: an answer over MaxMessage (a listing the sandbox made
+// huge) is refused with ErrResourceExhausted instead of being read whole.
+func TestAnswerBound(t *testing.T) {
+	a, c := startAgent(t)
+	ctx := guard(t)
+	// Entries carry their full path: long paths make the listing large
+	// with few files (about 4 KiB each).
+	dir := a.dir
+	for len(dir) < 3400 {
+		dir = filepath.Join(dir, strings.Repeat("d", 200))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const files = MaxMessage / (4 << 10) * 5 / 4 // (a quarter over, for margin)
+	for i := range files {
+		name := fmt.Sprintf("%06d%s", i, strings.Repeat("f", 240))
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c.ListDir(ctx, dir, "root", 1)
+	ce := Classify(ctx, err, "path")
+	if k, _ := KindOf(ce); k != Refused || !errors.Is(ce, errdefs.ErrResourceExhausted) {
+		t.Fatalf("a listing over %d bytes: %v (%s)", MaxMessage, ce, k)
+	}
+	// The same directory with fewer entries lists.
+	if _, err := c.ListDir(ctx, filepath.Dir(dir), "root", 1); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,11 +8,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
-
-	"github.com/forkbox/forkbox/errdefs"
 )
 
 // Default and maximum exec timeouts.
