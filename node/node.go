@@ -144,7 +144,11 @@ type EnvdConn struct {
 	Client *http.Client
 	// BaseURL is the URL prefix of agent requests ("http://agent").
 	BaseURL string
-	release func()
+	// StartCommand decodes the program and arguments of a process.Start
+	// request body (Content-Type contentType) for its audit record; ok is
+	// false when it cannot (see guest.StartCommand). Nil: it never can.
+	StartCommand func(contentType string, body []byte) (argv []string, ok bool)
+	release      func()
 }
 
 // NewEnvdConn returns an EnvdConn whose Release calls release once.

@@ -2,104 +2,50 @@ package sandbox
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"fmt"
 	"time"
 
-	"connectrpc.com/connect"
-
-	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
 
-// agentFailed returns the ErrInternal TypedError of node.ProblemAgentFailed
-// with the agent's message (which names paths inside the sandbox only).
-func agentFailed(msg string) error {
-	return errdefs.Typed(errdefs.ErrInternal, node.ProblemAgentFailed, "the sandbox's agent failed: %s", msg)
-}
-
-// setUser names the user of an agent call the way envd expects it.
-func setUser(h interface{ Set(string, string) }, user string) {
-	h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
-}
-
-// agentError maps an agent (Connect) error to an errdefs class. field names
-// the request field an invalid_argument or not_found refers to, if any. When
-// the sandbox ended meanwhile, the error says so (ErrTerminated). The
-// agent's own internal failures are node.ProblemAgentFailed (HTTP 502); failing
-// to reach it, or a deadline, is ErrUnavailable (HTTP 503, retryable).
+// agentError classifies err from a call to session id's agent
+// (guest.Classify; field names the request field bad input refers to) and
+// checks the host where the class calls for it (hostCheck).
 func (m *Manager) agentError(ctx context.Context, id string, err error, field string) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, errOutput) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
+	return m.hostCheck(ctx, id, guest.Classify(ctx, err, field))
+}
+
+// hostCheck returns what err, a classified agent error (*guest.Error),
+// carries, unless the host tells more: when the agent failed
+// (guest.Failed) or could not be reached (guest.Unreachable) because
+// session id ended meanwhile, the error says so (ErrTerminated); an
+// unreachable agent whose sandbox died (checkDead) ends the session and
+// says why. Errors that are no *guest.Error are returned as they are.
+func (m *Manager) hostCheck(ctx context.Context, id string, err error) error {
+	var ge *guest.Error
+	if !errors.As(err, &ge) {
 		return err
 	}
-	var ce *connect.Error
-	if !errors.As(err, &ce) || !connect.IsWireError(ce) && ce.Code() != connect.CodeCanceled && ce.Code() != connect.CodeDeadlineExceeded &&
-		ce.Code() != connect.CodeResourceExhausted { // (an answer larger than maxAgentMessage)
-		// Not the agent's answer but a failure to talk to it (a broken
-		// stream is "invalid_argument: protocol error: incomplete
-		// envelope"): the sandbox may have ended or died under the call.
-		if ended := m.endedError(ctx, id); ended != nil {
-			return ended
-		}
-		if ended := m.checkDead(ctx, id); ended != nil {
-			return ended
-		}
-		var de *dialError
-		if errors.As(err, &de) {
-			// The answer says why without the host path; the log has it.
-			m.log.Warn("agent unreachable", "session", id, "socket", de.Path, "err", de.Err)
-		}
-		msg := err.Error()
-		if ce != nil {
-			msg = ce.Message() // (without the code Connect puts first)
-		}
-		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
+	if ge.Kind == guest.Refused {
+		return ge.Err
 	}
-	msg := ce.Message()
-	switch ce.Code() {
-	case connect.CodeInvalidArgument:
-		if field != "" {
-			return errdefs.InvalidField(field, "%s", msg)
-		}
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalidArgument)
-	case connect.CodeNotFound:
-		if field != "" {
-			return errdefs.InvalidField(field, "%s", msg)
-		}
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrNotFound)
-	case connect.CodeUnauthenticated:
-		return errdefs.InvalidField("user", "%s", msg)
-	case connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrConflict)
-	case connect.CodePermissionDenied:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrPermissionDenied)
-	case connect.CodeResourceExhausted:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrResourceExhausted)
-	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss, connect.CodeUnimplemented:
-		// The agent answered: it failed, and will fail the same way again.
-		if ended := m.endedError(ctx, id); ended != nil {
-			return ended
-		}
-		return agentFailed(msg)
-	case connect.CodeCanceled, connect.CodeDeadlineExceeded:
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		fallthrough
-	default:
-		if ended := m.endedError(ctx, id); ended != nil {
-			return ended
-		}
-		if ended := m.checkDead(ctx, id); ended != nil {
-			return ended
-		}
-		return fmt.Errorf("agent: %s: %w", msg, errdefs.ErrUnavailable)
+	if ended := m.endedError(ctx, id); ended != nil {
+		return ended
 	}
+	if ge.Kind == guest.Failed {
+		return ge.Err
+	}
+	if ended := m.checkDead(ctx, id); ended != nil {
+		return ended
+	}
+	var de *guest.DialError
+	if errors.As(ge.Cause, &de) {
+		// The answer says why without the host path; the log has it.
+		m.log.Warn("agent unreachable", "session", id, "socket", de.Path, "err", de.Err)
+	}
+	return ge.Err
 }
 
 // checkDead asks the runtime whether sandbox id still runs after its agent

@@ -12,13 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/guest/wire"
-	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
@@ -446,7 +444,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		return templateMountError(err, tpl)
 	}
 	launched := time.Now()
-	sb.agent = newAgentConn(socket)
+	sb.agent = guest.New(socket)
 	if err := m.awaitAgent(ctx, sb, m.readyWait(m.driverOf(sb))); err != nil {
 		return err
 	}
@@ -502,20 +500,18 @@ func (m *Manager) checkDefaults(ctx context.Context, sb *Sandbox, req node.Creat
 	if p == "" {
 		p = "/"
 	}
-	sreq := connect.NewRequest(&filesystempb.StatRequest{Path: p})
-	setUser(sreq.Header(), req.User)
-	resp, err := sb.agent.fs.Stat(ctx, sreq)
-	switch {
-	case connect.CodeOf(err) == connect.CodeUnauthenticated:
-		return errdefs.InvalidField("user", "user %q does not exist in template %q", req.User, req.Template)
-	case connect.CodeOf(err) == connect.CodeNotFound:
-		return errdefs.InvalidField("workdir", "%q does not exist in template %q", p, req.Template)
-	case err != nil:
-		return fmt.Errorf("agent: check user and workdir: %v: %w", err, errdefs.ErrUnavailable)
-	case resp.Msg.GetEntry().GetType() == filesystempb.FileType_FILE_TYPE_FILE:
+	e, err := sb.agent.Stat(ctx, p, req.User)
+	switch class := guest.Classify(ctx, err, ""); {
+	case err == nil && e.Type == "file":
 		return errdefs.InvalidField("workdir", "%q is not a directory", p)
+	case err == nil:
+		return nil
+	case errdefs.Field(class) == "user": // (the agent's unauthenticated)
+		return errdefs.InvalidField("user", "user %q does not exist in template %q", req.User, req.Template)
+	case errors.Is(class, errdefs.ErrNotFound):
+		return errdefs.InvalidField("workdir", "%q does not exist in template %q", p, req.Template)
 	}
-	return nil
+	return fmt.Errorf("agent: check user and workdir: %v: %w", err, errdefs.ErrUnavailable)
 }
 
 func cutEnv(kv string) (string, string, bool) {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 )
 
@@ -39,7 +40,9 @@ func (m *Manager) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, erro
 	if err != nil {
 		return nil, err
 	}
-	return node.NewEnvdConn(sb.agent.http, agentBaseURL, release), nil
+	conn := node.NewEnvdConn(sb.agent.HTTPClient(), guest.BaseURL, release)
+	conn.StartCommand = guest.StartCommand
+	return conn, nil
 }
 
 // AgentHealthy reports (nil) whether running session id's agent answers its
@@ -60,7 +63,7 @@ func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
 	if st := sb.Record().State; st != node.StateRunning {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
-	if err := sb.agent.health(ctx); err != nil {
+	if err := sb.agent.Health(ctx); err != nil {
 		return errdefs.Newf(errdefs.ErrUnavailable, "agent of session %s: %v", id, err)
 	}
 	return nil

@@ -3,21 +3,15 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/forkbox/forkbox/guest/wire"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
-
-	"connectrpc.com/connect"
-
-	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 )
 
 // Default and maximum exec timeouts.
@@ -110,24 +104,22 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser, staged.Script != nil); err != nil {
 		return nil, err
 	}
-	pc := &processpb.ProcessConfig{Envs: req.Env}
+	o := guest.StartOpts{Env: req.Env, Cwd: req.Cwd, User: req.User, Tag: req.Tag,
+		Stdin: len(req.Stdin) > 0 || req.KeepStdin || staged.Stdin != nil}
 	switch {
 	case staged.Script != nil:
-		pc.Cmd = shellPath // the agent adds the staged script as its operand
+		o.Cmd, o.Script = shellPath, staged.Script.ID // the agent adds the staged script as its operand
 	case req.Cmd != "":
-		pc.Cmd, pc.Args = shellPath, []string{"-c", req.Cmd}
+		o.Cmd, o.Args = shellPath, []string{"-c", req.Cmd}
 	default:
-		pc.Cmd, pc.Args = req.Argv[0], req.Argv[1:]
+		o.Cmd, o.Args = req.Argv[0], req.Argv[1:]
 	}
-	if req.Cwd != "" {
-		cwd := req.Cwd
-		pc.Cwd = &cwd
+	if staged.Stdin != nil {
+		o.StdinStage, o.KeepStdin = staged.Stdin.ID, req.KeepStdin
 	}
-	stdin := len(req.Stdin) > 0 || req.KeepStdin || staged.Stdin != nil
-	start := &processpb.StartRequest{Process: pc, Stdin: &stdin}
-	if req.Tag != "" {
-		tag := req.Tag
-		start.Tag = &tag
+	commandField := "argv"
+	if req.Cmd != "" {
+		commandField = "cmd"
 	}
 	// The OOM-kill count before and after tells a process the kernel killed
 	// for memory; where going over the limit stops the whole sandbox
@@ -154,37 +146,19 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 		streamCtx, cancel = context.WithCancel(parent)
 	}
 	defer cancel()
-	creq := connect.NewRequest(start)
-	setUser(creq.Header(), req.User)
-	if staged.Script != nil {
-		creq.Header().Set(wire.ScriptHeader, staged.Script.ID)
-	}
-	if staged.Stdin != nil {
-		creq.Header().Set(wire.StdinHeader, staged.Stdin.ID)
-		if req.KeepStdin {
-			creq.Header().Set(wire.KeepStdinHeader, "1")
-		}
-	}
 	collector, collect := out.(node.Collector)
 	if collect && !req.Background {
-		creq.Header().Set(wire.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+		o.Collect = collector.CollectLimit()
 	}
 	cuts := sb.streamCuts.Load()
 	began := time.Now()
-	stream, err := sb.agent.process.Start(streamCtx, creq)
+	stream, err := sb.agent.Start(streamCtx, o)
 	p.taken(staged.Script, staged.Stdin)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, startErrorField(err, req))
+		return nil, m.agentError(ctx, id, err, guest.StartField(err, commandField))
 	}
 	defer stream.Close()
-	if !stream.Receive() {
-		err := streamErr(stream.Err())
-		return nil, m.agentError(ctx, id, err, startErrorField(err, req))
-	}
-	pid := int(stream.Msg().GetEvent().GetStart().GetPid())
-	if pid == 0 {
-		return nil, fmt.Errorf("agent: first event is not start: %w", errdefs.ErrInternal)
-	}
+	pid := stream.Pid()
 	res := &node.ExecResult{Pid: pid}
 	var timedOut atomic.Bool
 	if req.TimeoutS > 0 {
@@ -229,10 +203,10 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	}
 	defer m.disarmKiller(sb, pid)
 
-	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
+	end, err := stream.Follow(out)
 	if err != nil {
 		switch {
-		case ctx.Err() != nil || errors.Is(err, errOutput):
+		case ctx.Err() != nil || errors.Is(err, guest.ErrOutput):
 			m.killGroup(sb, pid)
 		case timedOut.Load() && errors.Is(streamCtx.Err(), context.DeadlineExceeded):
 			// The kill went out at the timeout but the agent reported no
@@ -251,16 +225,13 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 		return nil, m.agentError(ctx, id, err, "")
 	}
 	res.DurationMS = time.Since(began).Milliseconds()
-	fillResult(res, end)
+	res.ExitCode, res.Signal = end.Code, end.Signal
 	// The agent ends the stream right after the end event; its trailer
 	// carries the command's CPU time (and what collected output was cut).
-	for stream.Receive() {
-	}
-	trailer := stream.ResponseTrailer()
-	res.CPUMS, _ = strconv.ParseInt(trailer.Get(wire.CPUTrailer), 10, 64)
+	tr := stream.Finish()
+	res.CPUMS = tr.CPUMS
 	if collect {
-		cut := trailer.Get(wire.TruncatedTrailer)
-		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
+		collector.Truncated(tr.TruncatedStdout, tr.TruncatedStderr)
 	}
 	res.TimedOut = timedOut.Load()
 	if processOOM && res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
@@ -269,98 +240,6 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 		}
 	}
 	return res, nil
-}
-
-// startErrorField names the request field a failed start refers to, from
-// the agent's message: "cwd ...", "env ...", else the command itself.
-func startErrorField(err error, req node.ExecSpec) string {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return ""
-	}
-	switch msg := ce.Message(); {
-	case strings.HasPrefix(msg, "cwd"):
-		return "cwd"
-	case strings.HasPrefix(msg, "env"):
-		return "env"
-	case req.Cmd != "":
-		return "cmd"
-	default:
-		return "argv"
-	}
-}
-
-// errOutput marks an error returned by an node.Output callback.
-var errOutput = errors.New("output closed")
-
-// follow copies data events to out until the end event, which it returns.
-func (m *Manager) follow(ctx context.Context, receive func() bool, msg func() *processpb.ProcessEvent, streamErr func() error, out node.Output) (*processpb.ProcessEvent_EndEvent, error) {
-	for receive() {
-		ev := msg()
-		switch {
-		case ev.GetData() != nil:
-			d := ev.GetData()
-			var err error
-			switch o := d.GetOutput().(type) {
-			case *processpb.ProcessEvent_DataEvent_Stdout:
-				err = out.Stdout(o.Stdout)
-			case *processpb.ProcessEvent_DataEvent_Stderr:
-				err = out.Stderr(o.Stderr)
-			case *processpb.ProcessEvent_DataEvent_Pty:
-				err = out.Stdout(o.Pty)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%w: %v", errOutput, err)
-			}
-		case ev.GetEnd() != nil:
-			return ev.GetEnd(), nil
-		}
-	}
-	if err := streamErr(); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("agent stream ended without an end event: %w", errdefs.ErrUnavailable)
-}
-
-func streamErr(err error) error {
-	if err == nil {
-		return fmt.Errorf("agent stream ended before the start event: %w", errdefs.ErrUnavailable)
-	}
-	return err
-}
-
-// fillResult converts envd's end event: a signal death ("signal: killed",
-// exit code -1) becomes ExitCode 128+N with Signal N.
-func fillResult(res *node.ExecResult, end *processpb.ProcessEvent_EndEvent) {
-	if end.GetExited() {
-		res.ExitCode = int(end.GetExitCode())
-		return
-	}
-	if n := signalNumber(end.GetStatus()); n > 0 {
-		res.Signal = n
-		res.ExitCode = 128 + n
-		return
-	}
-	res.ExitCode = 255
-}
-
-// signalNames maps Go's signal descriptions ("killed", "terminated") to numbers.
-var signalNames = func() map[string]int {
-	m := map[string]int{}
-	for i := 1; i < 65; i++ {
-		m[syscall.Signal(i).String()] = i
-	}
-	return m
-}()
-
-// signalNumber parses "signal: killed" or "signal: segmentation fault (core dumped)".
-func signalNumber(status string) int {
-	name, ok := strings.CutPrefix(status, "signal: ")
-	if !ok {
-		return 0
-	}
-	name = strings.TrimSuffix(name, " (core dumped)")
-	return signalNames[name]
 }
 
 // armKiller kills pid's process group after d and sets flag.
@@ -415,21 +294,5 @@ func (m *Manager) feedStdin(sb *Sandbox, pid int, data []byte, closeAfter bool) 
 }
 
 func (m *Manager) writeStdin(ctx context.Context, sb *Sandbox, pid int, data []byte, closeAfter bool) error {
-	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
-	for len(data) > 0 {
-		n := min(len(data), 1<<20)
-		in := &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data[:n]}}
-		if _, err := sb.agent.process.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: in})); err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	if closeAfter {
-		_, err := sb.agent.process.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: sel}))
-		if connect.CodeOf(err) == connect.CodeNotFound {
-			return nil // it read its input and ended before we closed it
-		}
-		return err
-	}
-	return nil
+	return sb.agent.WriteStdin(ctx, pid, data, closeAfter)
 }

@@ -2,37 +2,15 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/internal/envdpb/filesystempb"
 	"github.com/forkbox/forkbox/node"
 )
-
-func entryFromPB(e *filesystempb.EntryInfo) node.Entry {
-	t := "file"
-	switch e.GetType() {
-	case filesystempb.FileType_FILE_TYPE_DIRECTORY:
-		t = "dir"
-	case filesystempb.FileType_FILE_TYPE_SYMLINK:
-		t = "symlink"
-	}
-	return node.Entry{
-		Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: e.GetMode() & 0o7777,
-		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
-		ModifiedAt: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget(),
-	}
-}
 
 // checkPath rejects paths no file can have, and paths that are not UTF-8:
 // the envd protocol carries paths as protobuf strings, which must be UTF-8
@@ -91,28 +69,11 @@ func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Rea
 		return nil, err
 	}
 	defer release()
-	q := url.Values{"path": {path}, "username": {user}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/files?"+q.Encode(), body)
-	if err != nil {
-		return nil, err
-	}
-	req.ContentLength = size
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err := sb.agent.http.Do(req)
+	written, err := sb.agent.Upload(ctx, path, user, body, size)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, m.filesHTTPError(ctx, id, resp)
-	}
-	var written []struct {
-		Path string `json:"path"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&written); err != nil || len(written) == 0 {
-		return nil, fmt.Errorf("agent upload reply: %v: %w", err, errdefs.ErrInternal)
-	}
-	return m.Stat(ctx, id, written[0].Path, user)
+	return m.Stat(ctx, id, written, user)
 }
 
 // Download opens path for reading. The caller closes the reader; size is
@@ -125,23 +86,12 @@ func (m *Manager) Download(ctx context.Context, id, path, user string) (rc io.Re
 	if err != nil {
 		return nil, 0, err
 	}
-	q := url.Values{"path": {path}, "username": {user}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, agentBaseURL+"/files?"+q.Encode(), nil)
+	body, size, err := sb.agent.Download(ctx, path, user)
 	if err != nil {
-		release()
-		return nil, 0, err
-	}
-	resp, err := sb.agent.http.Do(req)
-	if err != nil {
-		release()
+		defer release()
 		return nil, 0, m.agentError(ctx, id, err, "")
 	}
-	if resp.StatusCode != http.StatusOK {
-		defer release()
-		defer resp.Body.Close()
-		return nil, 0, m.filesHTTPError(ctx, id, resp)
-	}
-	return &releasingReader{ReadCloser: resp.Body, release: release}, resp.ContentLength, nil
+	return &releasingReader{ReadCloser: body, release: release}, size, nil
 }
 
 // releasingReader ends a files call when the download is closed.
@@ -158,43 +108,6 @@ func (r *releasingReader) Close() error {
 	return err
 }
 
-// filesHTTPError maps the agent's /files JSON error ({code, message}):
-// 400 (path) and 401 (user) are field errors, 404, 403 and 507 their
-// classes, 502-504 ErrUnavailable, any other (the agent's 500) is
-// node.ProblemAgentFailed.
-func (m *Manager) filesHTTPError(ctx context.Context, id string, resp *http.Response) error {
-	var body struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}
-	_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body)
-	msg := body.Message
-	if msg == "" {
-		msg = resp.Status
-	}
-	switch resp.StatusCode {
-	case http.StatusBadRequest:
-		return errdefs.InvalidField("path", "%s", msg)
-	case http.StatusUnauthorized:
-		return errdefs.InvalidField("user", "%s", msg)
-	case http.StatusNotFound:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrNotFound)
-	case http.StatusForbidden:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrPermissionDenied)
-	case http.StatusInsufficientStorage:
-		return fmt.Errorf("%s: %w", msg, errdefs.ErrInsufficientStorage)
-	}
-	if ended := m.endedError(ctx, id); ended != nil {
-		return ended
-	}
-	switch resp.StatusCode {
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return fmt.Errorf("agent files: %s: %w", msg, errdefs.ErrUnavailable)
-	}
-	// The agent answered and failed (a 500): the same call fails again.
-	return agentFailed(msg)
-}
-
 // Stat describes path.
 func (m *Manager) Stat(ctx context.Context, id, path, user string) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
@@ -205,13 +118,10 @@ func (m *Manager) Stat(ctx context.Context, id, path, user string) (*node.Entry,
 		return nil, err
 	}
 	defer release()
-	req := connect.NewRequest(&filesystempb.StatRequest{Path: path})
-	setUser(req.Header(), user)
-	resp, err := sb.agent.fs.Stat(ctx, req)
+	e, err := sb.agent.Stat(ctx, path, user)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	e := entryFromPB(resp.Msg.GetEntry())
 	return &e, nil
 }
 
@@ -228,15 +138,9 @@ func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int)
 		return nil, err
 	}
 	defer release()
-	req := connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(depth)})
-	setUser(req.Header(), user)
-	resp, err := sb.agent.fs.ListDir(ctx, req)
+	out, err := sb.agent.ListDir(ctx, path, user, depth)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "path")
-	}
-	out := make([]node.Entry, 0, len(resp.Msg.GetEntries()))
-	for _, e := range resp.Msg.GetEntries() {
-		out = append(out, entryFromPB(e))
 	}
 	return out, nil
 }
@@ -252,13 +156,10 @@ func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*node.Ent
 		return nil, err
 	}
 	defer release()
-	req := connect.NewRequest(&filesystempb.MakeDirRequest{Path: path})
-	setUser(req.Header(), user)
-	resp, err := sb.agent.fs.MakeDir(ctx, req)
+	e, err := sb.agent.MakeDir(ctx, path, user)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	e := entryFromPB(resp.Msg.GetEntry())
 	return &e, nil
 }
 
@@ -275,13 +176,10 @@ func (m *Manager) Move(ctx context.Context, id, source, destination, user string
 		return nil, err
 	}
 	defer release()
-	req := connect.NewRequest(&filesystempb.MoveRequest{Source: source, Destination: destination})
-	setUser(req.Header(), user)
-	resp, err := sb.agent.fs.Move(ctx, req)
+	e, err := sb.agent.Move(ctx, source, destination, user)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	e := entryFromPB(resp.Msg.GetEntry())
 	return &e, nil
 }
 
@@ -298,9 +196,7 @@ func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
 		return err
 	}
 	defer release()
-	req := connect.NewRequest(&filesystempb.RemoveRequest{Path: path})
-	setUser(req.Header(), user)
-	if _, err := sb.agent.fs.Remove(ctx, req); err != nil {
+	if err := sb.agent.Remove(ctx, path, user); err != nil {
 		return m.agentError(ctx, id, err, "")
 	}
 	return nil

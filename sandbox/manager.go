@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/admission"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 
@@ -128,7 +129,7 @@ type Manager struct {
 type Sandbox struct {
 	id    string
 	dir   string
-	agent *agentConn
+	agent *guest.Client
 
 	// saveMu orders record changes with their store writes: a change and
 	// its write happen under it, so the store never ends up with an older

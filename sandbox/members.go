@@ -1,11 +1,7 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -147,19 +143,5 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateS
 // initAgent gives sb's running agent req's environment, default user and
 // working directory (POST /init).
 func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
-	body, _ := json.Marshal(wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/init", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := sb.agent.http.Do(hreq)
-	if err != nil {
-		return fmt.Errorf("agent init: %w", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("agent init: HTTP %d", resp.StatusCode)
-	}
-	return nil
+	return sb.agent.Init(ctx, wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
 }

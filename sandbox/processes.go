@@ -2,15 +2,9 @@ package sandbox
 
 import (
 	"context"
-	"strconv"
-	"strings"
+	"syscall"
 	"time"
 
-	"connectrpc.com/connect"
-
-	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/guest/wire"
-	"github.com/forkbox/forkbox/internal/envdpb/processpb"
 	"github.com/forkbox/forkbox/node"
 )
 
@@ -21,16 +15,9 @@ func (m *Manager) ProcessList(ctx context.Context, id string) ([]node.Process, e
 		return nil, err
 	}
 	defer release()
-	resp, err := sb.agent.process.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	out, err := sb.agent.List(ctx)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
-	}
-	out := make([]node.Process, 0, len(resp.Msg.GetProcesses()))
-	for _, p := range resp.Msg.GetProcesses() {
-		out = append(out, node.Process{
-			Pid: int(p.GetPid()), Tag: p.GetTag(), Cmd: p.GetConfig().GetCmd(),
-			Args: p.GetConfig().GetArgs(), Env: p.GetConfig().GetEnvs(), Cwd: p.GetConfig().GetCwd(),
-		})
 	}
 	return out, nil
 }
@@ -46,44 +33,36 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 		return nil, err
 	}
 	defer release()
-	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
-	creq := connect.NewRequest(&processpb.ConnectRequest{Process: sel})
 	collector, collect := out.(node.Collector)
+	var limit int64
 	if collect {
-		creq.Header().Set(wire.CollectHeader, strconv.FormatInt(collector.CollectLimit(), 10))
+		limit = collector.CollectLimit()
 	}
 	cuts := sb.streamCuts.Load()
-	stream, err := sb.agent.process.Connect(ctx, creq)
+	stream, err := sb.agent.Connect(ctx, pid, limit)
 	if err != nil {
 		return nil, m.agentError(ctx, id, err, "")
 	}
 	defer stream.Close()
-	if !stream.Receive() {
-		return nil, m.agentError(ctx, id, streamErr(stream.Err()), "")
-	}
 	if err := out.Started(pid); err != nil {
 		return nil, err
 	}
 	began := time.Now()
-	end, err := m.follow(ctx, stream.Receive, func() *processpb.ProcessEvent { return stream.Msg().GetEvent() }, stream.Err, out)
+	end, err := stream.Follow(out)
 	if err != nil {
 		if ctx.Err() == nil && sb.streamCuts.Load() != cuts {
 			return nil, streamCut(id, pid)
 		}
 		return nil, m.agentError(ctx, id, err, "")
 	}
-	res := &node.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds()}
-	fillResult(res, end)
-	for stream.Receive() {
+	res := &node.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds(), ExitCode: end.Code, Signal: end.Signal}
+	tr := stream.Finish()
+	if tr.HasDuration {
+		res.DurationMS = tr.DurationMS
 	}
-	trailer := stream.ResponseTrailer()
-	if ms, err := strconv.ParseInt(trailer.Get(wire.DurationTrailer), 10, 64); err == nil {
-		res.DurationMS = ms
-	}
-	res.CPUMS, _ = strconv.ParseInt(trailer.Get(wire.CPUTrailer), 10, 64)
+	res.CPUMS = tr.CPUMS
 	if collect {
-		cut := trailer.Get(wire.TruncatedTrailer)
-		collector.Truncated(strings.Contains(cut, "stdout"), strings.Contains(cut, "stderr"))
+		collector.Truncated(tr.TruncatedStdout, tr.TruncatedStderr)
 	}
 	return res, nil
 }
@@ -96,17 +75,7 @@ func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error
 		return err
 	}
 	defer release()
-	var s processpb.Signal
-	switch sig {
-	case 9:
-		s = processpb.Signal_SIGNAL_SIGKILL
-	case 15:
-		s = processpb.Signal_SIGNAL_SIGTERM
-	default:
-		return errdefs.InvalidField("signal", "must be 9 (SIGKILL) or 15 (SIGTERM), got %d", sig)
-	}
-	sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
-	if _, err := sb.agent.process.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: sel, Signal: s})); err != nil {
+	if err := sb.agent.Signal(ctx, pid, syscall.Signal(sig)); err != nil {
 		return m.agentError(ctx, id, err, "")
 	}
 	if sig == 9 {
@@ -143,10 +112,7 @@ func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []by
 		}
 	}
 	if staged != nil {
-		sel := &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: uint32(pid)}}
-		creq := connect.NewRequest(&processpb.SendInputRequest{Process: sel, Input: &processpb.ProcessInput{}})
-		creq.Header().Set(wire.StdinHeader, staged.ID)
-		_, err := sb.agent.process.SendInput(ctx, creq)
+		err := sb.agent.WriteStaged(ctx, pid, staged.ID)
 		p.taken(staged)
 		if err != nil {
 			return m.agentError(ctx, sb.id, err, "")

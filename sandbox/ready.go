@@ -94,7 +94,7 @@ func (m *Manager) awaitAgent(ctx context.Context, sb *Sandbox, wait time.Duratio
 	}
 	began := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- sb.agent.waitReady(readyCtx) }()
+	go func() { done <- sb.agent.WaitReady(readyCtx) }()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {

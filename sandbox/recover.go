@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -116,7 +117,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	if err != nil || st != runtime.StatusRunning {
 		return false
 	}
-	sb.agent = newAgentConn(filepath.Join(sb.dir, "agent.sock"))
+	sb.agent = guest.New(filepath.Join(sb.dir, "agent.sock"))
 	// The agent is the sandbox's init, so a running sandbox has a live
 	// agent; connecting to its socket proves it still listens. Whether it
 	// answers quickly is another matter: a sandbox that starves itself of
@@ -124,14 +125,14 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 	// /health, and must not be destroyed, with its files, for that.
 	hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	err = sb.agent.listening(hctx)
+	err = sb.agent.Listening(hctx)
 	if err != nil && drv.Capabilities().MemorySnapshot {
 		// The previous daemon may have died during a memory snapshot,
 		// leaving the agent prepared and waiting for a resume file whose
 		// generation only it knew: generation 0 resumes any.
 		if werr := writeResume(filepath.Join(sb.dir, "ctl"), wire.ResumeFile{Hostname: sb.id}); werr == nil {
 			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-			err = sb.agent.waitReady(rctx)
+			err = sb.agent.WaitReady(rctx)
 			rcancel()
 		}
 	}

@@ -1,17 +1,16 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
@@ -146,23 +145,13 @@ func (h *HeldSandbox) PrepareCheckpoint(ctx context.Context, gen uint64) error {
 	// The prepared agent closes every connection: the exec streams it cuts
 	// end with a clear error (streamCut), not a protocol one.
 	sb.streamCuts.Add(1)
-	body, _ := json.Marshal(wire.PrepareRequest{Generation: gen})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/snapshot/prepare", bytes.NewReader(body))
-	if err != nil {
+	if err := sb.agent.PrepareCheckpoint(ctx, gen); err != nil {
 		return err
 	}
-	resp, err := sb.agent.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("prepare agent for a checkpoint: %w: %v", errdefs.ErrUnavailable, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("prepare agent for a checkpoint: %w: HTTP %d", errdefs.ErrUnavailable, resp.StatusCode)
-	}
-	sb.agent.close()
+	sb.agent.Close()
 	// The agent unlinks its socket when it has closed it (looked at
 	// without following a link the sandbox may have put there).
-	sockFile, err := agentSocketFile(sb.agent.socket)
+	sockFile, err := guest.SocketFile(sb.agent.Socket())
 	if err != nil {
 		return err
 	}
@@ -191,7 +180,7 @@ func (h *HeldSandbox) ResumeAfterCheckpoint(ctx context.Context, gen uint64) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := sb.agent.waitReady(rctx); err != nil {
+	if err := sb.agent.WaitReady(rctx); err != nil {
 		h.m.log.Error("agent did not come back after a checkpoint", "session", sb.id, "err", err)
 	}
 }

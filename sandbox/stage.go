@@ -2,16 +2,14 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/guest/wire"
+	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/tenancy"
@@ -81,50 +79,14 @@ func (p *ExecPrep) BodyDone() {
 // sandbox's memory until a command takes it. A sandbox without room for
 // it is ErrResourceExhausted; r's own error is returned as is.
 func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) {
-	// The transport reads r in its own goroutine.
-	var errMu sync.Mutex
-	var readErr error
-	body := readerFunc(func(b []byte) (int, error) {
-		n, err := r.Read(b)
-		if err != nil && !errors.Is(err, io.EOF) {
-			errMu.Lock()
-			readErr = err
-			errMu.Unlock()
-		}
-		return n, err
-	})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, agentBaseURL+"/stage", body)
+	reply, err := p.sb.agent.Stage(ctx, r)
 	if err != nil {
+		k, ok := guest.KindOf(err)
+		err = p.m.hostCheck(ctx, p.sb.id, err)
+		if ok && k == guest.Refused && errors.Is(err, errdefs.ErrResourceExhausted) {
+			err = fmt.Errorf("session %s: %w", p.sb.id, err)
+		}
 		return node.Staged{}, err
-	}
-	resp, err := p.sb.agent.http.Do(req)
-	errMu.Lock()
-	rerr := readErr
-	errMu.Unlock()
-	if rerr != nil {
-		if err == nil {
-			resp.Body.Close()
-		}
-		return node.Staged{}, rerr
-	}
-	if err != nil {
-		return node.Staged{}, p.m.agentError(ctx, p.sb.id, err, "")
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Message string `json:"message"`
-		}
-		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
-		if resp.StatusCode == http.StatusInsufficientStorage || resp.StatusCode == http.StatusTooManyRequests {
-			return node.Staged{}, fmt.Errorf("session %s cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
-				p.sb.id, e.Message, errdefs.ErrResourceExhausted)
-		}
-		return node.Staged{}, fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)
-	}
-	var reply wire.StageReply
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&reply); err != nil || reply.ID == "" {
-		return node.Staged{}, fmt.Errorf("agent: bad stage reply (%v): %w", err, errdefs.ErrUnavailable)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -133,7 +95,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) 
 		return node.Staged{}, errors.New("exec closed while staging")
 	}
 	p.staged[reply.ID] = true
-	return node.Staged{ID: reply.ID, Size: reply.Size}, nil
+	return reply, nil
 }
 
 // taken marks staged inputs as handed to a command (the agent takes them
@@ -184,15 +146,5 @@ func (p *ExecPrep) Close() {
 func (m *Manager) unstage(sb *Sandbox, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, agentBaseURL+"/stage/"+id, nil)
-	if err != nil {
-		return
-	}
-	if resp, err := sb.agent.http.Do(req); err == nil {
-		resp.Body.Close()
-	}
+	_ = sb.agent.Unstage(ctx, id)
 }
-
-type readerFunc func([]byte) (int, error)
-
-func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -143,7 +143,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 		return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w (%v)", sb.id, errdefs.ErrUnavailable, err)
 	}
 	if sb.agent != nil {
-		sb.agent.close()
+		sb.agent.Close()
 	}
 	if _, err := m.save(ctx, sb, func(r *node.Session) error {
 		r.State = node.StateTerminated
@@ -223,7 +223,7 @@ func (m *Manager) close() {
 		}
 		sb.mu.Unlock()
 		if sb.agent != nil {
-			sb.agent.close()
+			sb.agent.Close()
 		}
 	}
 	m.mu.Unlock()

@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,9 +14,6 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
-	"github.com/forkbox/forkbox/internal/envdpb/processpb"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // accessTokenHeader carries a sandbox's envd access token (envd's
@@ -92,7 +88,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	detail := map[string]any{"method": r.Method, "path": r.URL.Path}
 	if r.URL.Path == "/process.Process/Start" {
-		sum, ok := startCommandHash(r)
+		sum, ok := startCommandHash(r, conn.StartCommand)
 		if !ok {
 			// A command forkbox cannot read is a command it cannot audit.
 			writeError(w, http.StatusUnsupportedMediaType, "process.Start must be an uncompressed Connect request "+
@@ -157,11 +153,11 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 // unread and recorded without its hash).
 const maxStartBody = 1 << 20
 
-// startCommandHash reads a process.Start request (a Connect streaming
-// request: one enveloped message, JSON or protobuf), puts the bytes back
-// for the proxy, and returns the audit hash of its command and arguments.
-func startCommandHash(r *http.Request) (string, bool) {
-	if r.Body == nil || r.ContentLength > maxStartBody {
+// startCommandHash reads a process.Start request, puts the bytes back for
+// the proxy, and returns the audit hash of its command and arguments as
+// decode (the Node's decoder of envd's Start message) reads them.
+func startCommandHash(r *http.Request, decode func(contentType string, body []byte) ([]string, bool)) (string, bool) {
+	if r.Body == nil || r.ContentLength > maxStartBody || decode == nil {
 		return "", false
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, maxStartBody+1))
@@ -170,24 +166,14 @@ func startCommandHash(r *http.Request) (string, bool) {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(b), rest), rest}
-	// 5-byte envelope: flags (bit 0: compressed), big-endian length.
-	if err != nil || len(b) < 5 || b[0]&1 != 0 || int(binary.BigEndian.Uint32(b[1:5])) != len(b)-5 {
-		return "", false
-	}
-	var req processpb.StartRequest
-	switch ct := r.Header.Get("Content-Type"); ct {
-	case "application/connect+proto":
-		err = proto.Unmarshal(b[5:], &req)
-	case "application/connect+json":
-		err = protojson.Unmarshal(b[5:], &req)
-	default:
-		return "", false
-	}
 	if err != nil {
 		return "", false
 	}
-	p := req.GetProcess()
-	return audit.CommandHash(append([]string{p.GetCmd()}, p.GetArgs()...)...), true
+	argv, ok := decode(r.Header.Get("Content-Type"), b)
+	if !ok {
+		return "", false
+	}
+	return audit.CommandHash(argv...), true
 }
 
 // bodyError records the first read error of a request body other than
