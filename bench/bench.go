@@ -62,7 +62,7 @@ type Options struct {
 	// then APIKeyFile when URL is on this host.
 	APIKey string
 	// APIKeyFile is read for a local daemon's key when APIKey and
-	// FORKBOX_API_KEY are empty ("" means client.DefaultKeyFile).
+	// FORKBOX_API_KEY are empty ("" means defaults.KeyFile).
 	APIKeyFile string
 
 	// AgentPath is the forkbox-agent binary of the private daemon; "" looks

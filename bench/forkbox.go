@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/defaults"
 )
 
 // benchLabel is the metadata key put on every session the benchmark
@@ -90,7 +91,7 @@ func apiKey(opts Options, base string) (string, error) {
 	}
 	file := opts.APIKeyFile
 	if file == "" {
-		file = client.DefaultKeyFile
+		file = defaults.KeyFile
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

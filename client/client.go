@@ -12,12 +12,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/defaults"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -27,13 +29,6 @@ const (
 	EnvURL    = "FORKBOX_URL"
 	EnvAPIKey = "FORKBOX_API_KEY"
 )
-
-// DefaultURL is the daemon's default address.
-const DefaultURL = "http://127.0.0.1:7070"
-
-// DefaultKeyFile is where a local daemon with the default data directory
-// keeps its API key.
-const DefaultKeyFile = "/var/lib/forkbox/api-key"
 
 // Client talks to one forkbox daemon. It is safe for concurrent use.
 type Client struct {
@@ -52,17 +47,17 @@ func New(baseURL, apiKey string, hc *http.Client) *Client {
 }
 
 // FromEnv returns a client configured from FORKBOX_URL (default
-// DefaultURL) and FORKBOX_API_KEY. Without a key, when the URL is local, it
-// reads keyFile (DefaultKeyFile when ""), which only root can read.
+// defaults.URL) and FORKBOX_API_KEY. Without a key, when the URL is local, it
+// reads keyFile (defaults.KeyFile when ""), which only root can read.
 func FromEnv(keyFile string) (*Client, error) {
 	base := os.Getenv(EnvURL)
 	if base == "" {
-		base = DefaultURL
+		base = defaults.URL
 	}
 	key := os.Getenv(EnvAPIKey)
 	if key == "" && isLocal(base) {
 		if keyFile == "" {
-			keyFile = DefaultKeyFile
+			keyFile = defaults.KeyFile
 		}
 		b, err := os.ReadFile(keyFile)
 		if err != nil {

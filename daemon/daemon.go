@@ -28,6 +28,7 @@ import (
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/inflight"
@@ -48,15 +49,7 @@ import (
 	"github.com/forkbox/forkbox/template"
 )
 
-// Defaults for Options.
-const (
-	DefaultDataDir = "/var/lib/forkbox"
-	DefaultListen  = "127.0.0.1:7070"
-	// DefaultAgentReadyTimeout is Options.AgentReadyTimeout's default.
-	DefaultAgentReadyTimeout = sandbox.DefaultAgentReadyTimeout
-)
-
-// Options configure the daemon. Zero values take the defaults above.
+// Options configure the daemon. Zero values take package defaults' values.
 type Options struct {
 	// DataDir holds all state (see datadir.Layout).
 	DataDir string
@@ -73,7 +66,7 @@ type Options struct {
 	// Isolation is the driver of sessions that name none: "runc" (the
 	// default) or "gvisor".
 	Isolation string
-	// Limits bound create requests; zero means sandbox.DefaultLimits().
+	// Limits bound create requests; zero means defaults.Limits().
 	Limits node.Limits
 	// Storage picks the storage driver: "btrfs", "overlay", or "" for btrfs
 	// where it works and overlay otherwise.
@@ -87,7 +80,7 @@ type Options struct {
 	// MaxSnapshotEntries bounds the entries (files, directories, links) a
 	// snapshot may hold; a snapshot past it is refused with 429
 	// resource-exhausted naming the bound. 0 means
-	// storage.DefaultMaxSnapshotEntries.
+	// defaults.MaxSnapshotEntries.
 	MaxSnapshotEntries int64
 	// Pools are warm pools to set at start-up (they are also kept in the
 	// database and can be changed through the API).
@@ -109,7 +102,7 @@ type Options struct {
 	ExecInflight inflight.Limits
 	// AgentReadyTimeout is how long a create waits for a runc sandbox's
 	// agent on an idle host (sandbox.Options.AgentReadyTimeout; zero:
-	// sandbox.DefaultAgentReadyTimeout).
+	// defaults.AgentReadyTimeout).
 	AgentReadyTimeout time.Duration
 	// StopSessions makes Shutdown destroy every session and warm-pool
 	// member and leave nothing on the host (storage unmounted, its nftables
@@ -159,13 +152,13 @@ type Daemon struct {
 // listens. Sandboxes left running by a previous daemon are adopted.
 func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if opts.DataDir == "" {
-		opts.DataDir = DefaultDataDir
+		opts.DataDir = defaults.DataDir
 	}
 	if opts.Listen == "" {
-		opts.Listen = DefaultListen
+		opts.Listen = defaults.Listen
 	}
 	if opts.Limits.MaxTimeoutS == 0 {
-		opts.Limits = sandbox.DefaultLimits()
+		opts.Limits = defaults.Limits()
 	}
 	log := opts.Log
 	if log == nil {
@@ -276,7 +269,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	capacity := withDefaultCapacity(opts.Capacity)
 	if opts.Limits.OpenFileBytes == 0 {
-		opts.Limits.OpenFileBytes = sandbox.OpenFileBytes
+		opts.Limits.OpenFileBytes = defaults.OpenFileBytes
 	}
 	fileMax, err := ensureFileMax(fileMaxPath, neededFileMax(capacity, hostMemoryBytes(), opts.Limits.OpenFileBytes), log)
 	if err != nil {

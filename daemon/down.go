@@ -14,6 +14,7 @@ import (
 	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/host"
 	"github.com/forkbox/forkbox/netpolicy"
@@ -88,7 +89,7 @@ func Down(ctx context.Context, opts DownOptions) (int, error) {
 		return 0, errors.New("forkbox down must run as root (it removes namespaces, cgroups and mounts)")
 	}
 	if opts.DataDir == "" {
-		opts.DataDir = DefaultDataDir
+		opts.DataDir = defaults.DataDir
 	}
 	layout, err := datadir.New(opts.DataDir)
 	if err != nil {
@@ -160,7 +161,7 @@ func destroyAll(ctx context.Context, opts DownOptions, layout datadir.Layout, na
 	}
 	mgr := host.New(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, Storage: sdrv,
-		AgentPath: layout.AgentBinary(), Limits: sandbox.DefaultLimits(), Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc,
+		AgentPath: layout.AgentBinary(), Limits: defaults.Limits(), Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc,
 		Log: log, Capacity: withDefaultCapacity(admission.Capacity{}), Audit: audit.New(st, log),
 	})
 	mgr.StopPools()

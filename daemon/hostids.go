@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/userns"
 )
@@ -132,7 +133,7 @@ func checkTraversable(dir string) error {
 			return fmt.Errorf("data directory %s is under %s (mode %04o), which sandboxes cannot pass through: "+
 				"they run as unprivileged host ids and need execute permission for others on every directory above "+
 				"the data directory; choose a data directory elsewhere (the default is %s) or chmod o+x %s",
-				dir, p, fi.Mode().Perm(), DefaultDataDir, p)
+				dir, p, fi.Mode().Perm(), defaults.DataDir, p)
 		}
 		if p == "/" {
 			return nil

@@ -21,8 +21,8 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/sandbox"
 )
 
 // env is the shared daemon of the package's tests.
@@ -126,7 +126,7 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 // the overlay driver on a kernel without project quotas reserves a
 // session's whole disk limit in the test's 4 GiB volume.
 func testLimits() node.Limits {
-	l := sandbox.DefaultLimits()
+	l := defaults.Limits()
 	l.DefaultDiskMB = 256
 	return l
 }

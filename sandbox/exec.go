@@ -8,19 +8,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
 
-// Default and maximum exec timeouts.
-const (
-	defaultExecTimeoutS = 60
-	// agentGrace is added to the agent-side deadline so that the daemon's
-	// own kill (from outside the sandbox) always comes first.
-	agentGrace = 2 * time.Second
-)
+// agentGrace is added to the agent-side deadline so that the daemon's
+// own kill (from outside the sandbox) always comes first.
+const agentGrace = 2 * time.Second
 
 // shellPath runs shell-form commands.
 const shellPath = "/bin/sh"
@@ -59,7 +56,7 @@ func normalizeExec(r *node.ExecSpec, maxTimeoutS int64, defaultUser string, scri
 		return err
 	}
 	if r.TimeoutS == 0 && !r.Background {
-		r.TimeoutS = defaultExecTimeoutS
+		r.TimeoutS = defaults.ExecTimeoutS
 	}
 	if r.TimeoutS < 0 || r.TimeoutS > maxTimeoutS {
 		return errdefs.InvalidField("timeout_s", "must be between 1 and %d seconds", maxTimeoutS)

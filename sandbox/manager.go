@@ -57,7 +57,7 @@ type Options struct {
 	// AgentReadyTimeout is how long a create waits for a new sandbox's
 	// agent to answer on an unloaded host, for runc; gVisor's is longer
 	// and both grow with the host's load (readyWait). Zero:
-	// DefaultAgentReadyTimeout.
+	// defaults.AgentReadyTimeout.
 	AgentReadyTimeout time.Duration
 	// Limits default and bound create requests.
 	Limits node.Limits

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/pool"
@@ -132,7 +133,7 @@ func newTestManager(t *testing.T, drv runtime.Driver) (*Manager, *Sandbox) {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := NewManager(Options{Layout: layout, Store: st, Drivers: []runtime.Driver{drv}, Storage: nopStorage{}, Limits: DefaultLimits(),
+	m := NewManager(Options{Layout: layout, Store: st, Drivers: []runtime.Driver{drv}, Storage: nopStorage{}, Limits: defaults.Limits(),
 		Audit: testAudit(st, log), Log: log})
 	t.Cleanup(m.Close)
 	now := time.Now().UTC()

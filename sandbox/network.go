@@ -7,21 +7,16 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/abuse"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 )
 
-// Egress defaults and bounds of a session's network.
+// Egress bounds of a session's network.
 const (
-	// DefaultMaxEgressBytes is the egress byte quota when a request sets
-	// none: 1 GiB.
-	DefaultMaxEgressBytes = 1 << 30
 	// MaxEgressBytes bounds what a request may ask: 1 TiB.
 	MaxEgressBytes = 1 << 40
-	// DefaultConnectionsPerMinute is the new-connection rate when a request
-	// sets none.
-	DefaultConnectionsPerMinute = 600
 	// MaxConnectionsPerMinute bounds what a request may ask.
 	MaxConnectionsPerMinute = 60000
 )
@@ -39,13 +34,13 @@ func normalizeNetwork(n *node.Network) error {
 		return err
 	}
 	if n.MaxEgressBytes == 0 {
-		n.MaxEgressBytes = DefaultMaxEgressBytes
+		n.MaxEgressBytes = defaults.EgressBytes
 	}
 	if n.MaxEgressBytes < 0 || n.MaxEgressBytes > MaxEgressBytes {
 		return errdefs.InvalidField("network.max_egress_bytes", "must be between 1 and %d", int64(MaxEgressBytes))
 	}
 	if n.MaxConnectionsPerMinute == 0 {
-		n.MaxConnectionsPerMinute = DefaultConnectionsPerMinute
+		n.MaxConnectionsPerMinute = defaults.ConnectionsPerMinute
 	}
 	if n.MaxConnectionsPerMinute < 0 || n.MaxConnectionsPerMinute > MaxConnectionsPerMinute {
 		return errdefs.InvalidField("network.max_connections_per_minute", "must be between 1 and %d", MaxConnectionsPerMinute)

@@ -12,15 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 )
-
-// DefaultAgentReadyTimeout is the readiness wait of a runc sandbox on a
-// host whose load is at most its CPU count; Options.AgentReadyTimeout
-// replaces it.
-const DefaultAgentReadyTimeout = 10 * time.Second
 
 // maxReadyWait bounds the readiness wait however loaded the host is; a
 // create as a whole is bounded at 2 minutes.
@@ -31,14 +27,14 @@ const minReadyRetry = 5 * time.Second
 
 // readyWait returns how long a create waits for the agent of a sandbox on
 // driver d: the base wait (Options.AgentReadyTimeout, else
-// DefaultAgentReadyTimeout), times the driver's start-up scale
+// defaults.AgentReadyTimeout), times the driver's start-up scale
 // (runtime.StartScaler: gVisor boots a kernel first), times the host's
 // 1-minute load average per CPU when that is above 1, at most
 // maxReadyWait.
 func (m *Manager) readyWait(d runtime.Driver) time.Duration {
 	base := m.opts.AgentReadyTimeout
 	if base <= 0 {
-		base = DefaultAgentReadyTimeout
+		base = defaults.AgentReadyTimeout
 	}
 	scale := 1.0
 	if s, ok := d.(runtime.StartScaler); ok {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"path"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -15,21 +14,6 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 )
-
-// DefaultLimits returns the limits forkbox ships with: 1 core, 512 MiB, 512
-// tasks, 300 s (E2B's default lifetime) and 4 GiB of disk by default; at
-// most every core of the host, 64 GiB, 32768 tasks, 24 h and 1 TiB. At least 32 tasks: the agent alone
-// holds about 20 (its pre-created threads), and with fewer it cannot start.
-func DefaultLimits() node.Limits {
-	return node.Limits{
-		DefaultCPU: 1, MaxCPU: float64(goruntime.NumCPU()),
-		DefaultMemoryMB: 512, MinMemoryMB: 32, MaxMemoryMB: 65536,
-		DefaultPids: 512, MinPids: 32, MaxPids: 32768,
-		DefaultTimeoutS: 300, MaxTimeoutS: 86400,
-		DefaultDiskMB: 4096, MinDiskMB: 16, MaxDiskMB: 1 << 20,
-		OpenFilesPerProcess: processOpenFiles(), OpenFileBytes: OpenFileBytes,
-	}
-}
 
 // Request size caps, to keep one record and one agent environment small.
 const (

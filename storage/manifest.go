@@ -18,13 +18,6 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
-// DefaultMaxSnapshotEntries is how many entries (files, directories,
-// links, devices: every line of the contents manifest) a snapshot may
-// hold unless the daemon is told otherwise (`forkbox serve
-// --max-snapshot-entries`). It bounds the digest walk every snapshot costs:
-// its time, and the daemon's memory for the largest directory's names.
-const DefaultMaxSnapshotEntries = 1_000_000
-
 // MaxManifestDepth is the deepest directory nesting a manifest walk
 // follows: the walk holds one descriptor per level. It is as deep as the
 // path-based walk it replaced could go (PATH_MAX, 4096 bytes, allows no

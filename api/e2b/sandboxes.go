@@ -11,16 +11,12 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api/access"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/node"
 )
-
-// defaultTimeoutS is the lifetime of a sandbox created or connected
-// without a timeout: 300 s (NewSandboxV2.timeout @default 300 in the SDK's
-// schema; SDK 2.51 omits the field unless the caller sets it).
-const defaultTimeoutS = 300
 
 // clientID fills the deprecated clientID field the schema still requires.
 const clientID = "forkbox"
@@ -291,7 +287,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 		h.fail(w, r, err)
 		return
 	}
-	timeout := int64(defaultTimeoutS)
+	timeout := int64(defaults.SessionTimeoutS)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 		if max := h.mgr.Info().Limits.MaxTimeoutS; timeout < 1 || timeout > max {

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/defaults"
 )
 
 func newDownCmd() *cobra.Command {
@@ -37,7 +38,7 @@ it uninstalls forkbox for good.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.DataDir, "data-dir", daemon.DefaultDataDir, "the daemon's data directory")
+	f.StringVar(&opts.DataDir, "data-dir", defaults.DataDir, "the daemon's data directory")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: from PATH when installed)")
 	f.StringVar(&level, "log-level", "warn", "debug, info, warn or error")

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -62,7 +63,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of tables")
-	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", client.DefaultKeyFile,
+	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", defaults.KeyFile,
 		"API key file read when "+client.EnvAPIKey+" is unset and the daemon is local")
 	root.AddCommand(
 		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),

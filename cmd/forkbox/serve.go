@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/daemon"
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
@@ -69,8 +70,8 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.DataDir, "data-dir", daemon.DefaultDataDir, "directory for all state")
-	f.StringVar(&opts.Listen, "listen", daemon.DefaultListen, "address of the API")
+	f.StringVar(&opts.DataDir, "data-dir", defaults.DataDir, "directory for all state")
+	f.StringVar(&opts.Listen, "listen", defaults.Listen, "address of the API")
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: from PATH when installed)")
@@ -78,7 +79,7 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")
 	f.Int64Var(&imageSize, "storage-size", 0, fmt.Sprintf("size in GiB of the storage image (its blocks reserved on the host) made when the data directory's filesystem cannot host the storage driver (default: half the free space there, at least 1, at most %d)", storage.MaxImageBytes>>30))
-	f.Int64Var(&opts.MaxSnapshotEntries, "max-snapshot-entries", storage.DefaultMaxSnapshotEntries,
+	f.Int64Var(&opts.MaxSnapshotEntries, "max-snapshot-entries", defaults.MaxSnapshotEntries,
 		"most entries (files, directories, links) a snapshot may hold; past it a snapshot gets 429 resource-exhausted")
 	f.BoolVar(&opts.StopSessions, "stop-sessions", false,
 		"on shutdown destroy every session and release the host (storage unmounted, nftables table and cgroups removed) instead of leaving the sandboxes running for the next daemon")
@@ -87,11 +88,11 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
 	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
 		"most memory (MiB) the sessions' limits may add up to; past it creates get 503 (default: 4x the host's memory)")
-	f.Int64Var(&execMB, "max-exec-inflight-mb", inflight.DefaultTotal>>20,
+	f.Int64Var(&execMB, "max-exec-inflight-mb", defaults.ExecInflightTotal>>20,
 		"most exec request bytes (MiB) in flight at once, over all tenants; past it execs get 429 exec-inflight-exceeded")
-	f.Int64Var(&execTenantMB, "max-exec-inflight-tenant-mb", inflight.DefaultPerTenant>>20,
+	f.Int64Var(&execTenantMB, "max-exec-inflight-tenant-mb", defaults.ExecInflightPerTenant>>20,
 		"most exec request bytes (MiB) one tenant has in flight at once; past it its execs get 429")
-	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", daemon.DefaultAgentReadyTimeout,
+	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", defaults.AgentReadyTimeout,
 		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
 			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -21,12 +22,6 @@ const Problem = "exec-inflight-exceeded"
 // RetryAfter is the Retry-After of a refusal: bodies in flight are passed
 // on within about this long.
 const RetryAfter = time.Second
-
-// Default bounds, in bytes.
-const (
-	DefaultTotal     = 1 << 30
-	DefaultPerTenant = 256 << 20
-)
 
 // Limits are the bounds in bytes; zero fields take the defaults.
 type Limits struct {
@@ -48,10 +43,10 @@ type Budget struct {
 // must hold at least one request's bytes (one), else New returns an error naming it.
 func New(lim Limits, one int64) (*Budget, error) {
 	if lim.Total == 0 {
-		lim.Total = DefaultTotal
+		lim.Total = defaults.ExecInflightTotal
 	}
 	if lim.PerTenant == 0 {
-		lim.PerTenant = min(DefaultPerTenant, lim.Total)
+		lim.PerTenant = min(defaults.ExecInflightPerTenant, lim.Total)
 	}
 	switch {
 	case lim.Total < one:

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -84,7 +85,7 @@ func TestNewChecksBounds(t *testing.T) {
 		}
 	}
 	b, err := New(Limits{}, 10)
-	if err != nil || b.Limits() != (Limits{Total: DefaultTotal, PerTenant: DefaultPerTenant}) {
+	if err != nil || b.Limits() != (Limits{Total: defaults.ExecInflightTotal, PerTenant: defaults.ExecInflightPerTenant}) {
 		t.Fatalf("defaults: %+v %v", b.Limits(), err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 )
@@ -36,7 +37,7 @@ type Options struct {
 	// MaxSnapshotEntries bounds the entries (files, directories, links)
 	// a snapshot may hold, counted over its whole tree; a Snapshot past
 	// it fails with ErrResourceExhausted. 0 means
-	// storage.DefaultMaxSnapshotEntries; negative, no bound.
+	// defaults.MaxSnapshotEntries; negative, no bound.
 	MaxSnapshotEntries int64
 }
 
@@ -105,7 +106,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted, maxEntries: opts.MaxSnapshotEntries}
 	switch {
 	case d.maxEntries == 0:
-		d.maxEntries = storage.DefaultMaxSnapshotEntries
+		d.maxEntries = defaults.MaxSnapshotEntries
 	case d.maxEntries < 0:
 		d.maxEntries = 0
 	}

@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 )
@@ -57,7 +58,7 @@ type Options struct {
 	// MaxSnapshotEntries bounds the entries (files, directories, links,
 	// whiteouts) a snapshot may hold, counted over what it copies (the
 	// layer's changes); past it Snapshot fails with ErrResourceExhausted.
-	// 0 means storage.DefaultMaxSnapshotEntries; negative, no bound.
+	// 0 means defaults.MaxSnapshotEntries; negative, no bound.
 	MaxSnapshotEntries int64
 }
 
@@ -104,7 +105,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	d := &Driver{dir: dir, shift: opts.Shift, vol: vol, maxEntries: opts.MaxSnapshotEntries}
 	switch {
 	case d.maxEntries == 0:
-		d.maxEntries = storage.DefaultMaxSnapshotEntries
+		d.maxEntries = defaults.MaxSnapshotEntries
 	case d.maxEntries < 0:
 		d.maxEntries = 0
 	}
