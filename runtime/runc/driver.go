@@ -81,7 +81,7 @@ var _ runtime.Driver = (*Driver)(nil)
 // Name returns "runc".
 func (d *Driver) Name() string { return "runc" }
 
-// Capabilities: pause through the freezer, user namespaces (its own or
+// Capabilities says what the runc tier offers: pause through the freezer, user namespaces (its own or
 // one the host made: Config.UserNamespace); no memory
 // snapshots (runc needs CRIU for those, which does not work on the hosts
 // forkbox targets).

@@ -126,7 +126,7 @@ const DriverName = "gvisor"
 // Name returns DriverName.
 func (d *Driver) Name() string { return DriverName }
 
-// Capabilities: pause (the Sentry stops its tasks), memory snapshots that
+// Capabilities says what the gVisor tier offers: pause (the Sentry stops its tasks), memory snapshots that
 // restore any number of times (fork); the memory limit is
 // the host cgroup's, shared with the Sentry, so going over it stops the
 // whole sandbox.
