@@ -7,6 +7,7 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/keyed"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
@@ -51,7 +52,7 @@ type Controller struct {
 	// "what/tenant", for their quotas (ReserveQuota).
 	making map[string]int
 	// quotaLocks serialise the count and bookkeeping of one quota.
-	quotaLocks keyedMutex
+	quotaLocks keyed.Mutex
 }
 
 // New returns a controller with opts. opts.Store must be set.

@@ -30,7 +30,7 @@ func (c *Controller) ReserveQuota(ctx context.Context, tenant, what string, coun
 		return func() {}, nil
 	}
 	key := what + "/" + tenant
-	unlock := c.quotaLocks.lock(key)
+	unlock := c.quotaLocks.Lock(key)
 	have, err := count()
 	if err != nil {
 		unlock()
@@ -50,7 +50,7 @@ func (c *Controller) ReserveQuota(ctx context.Context, tenant, what string, coun
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			defer c.quotaLocks.lock(key)()
+			defer c.quotaLocks.Lock(key)()
 			c.mu.Lock()
 			if c.making[key]--; c.making[key] <= 0 {
 				delete(c.making, key)

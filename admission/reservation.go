@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"sync"
 )
 
 // Reservation is one session's place in the admission counts, from its
@@ -49,39 +48,4 @@ type reservationKey struct{}
 func ReservationOf(ctx context.Context) *Reservation {
 	r, _ := ctx.Value(reservationKey{}).(*Reservation)
 	return r
-}
-
-// keyedMutex is a set of mutexes by key, each there only while used.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/admission"
@@ -70,7 +69,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	if idempotencyKey != "" {
 		// Keys are per tenant: stored as "tenant/key".
 		idempotencyKey = tenant + "/" + idempotencyKey
-		defer m.keyLocks.lock(idempotencyKey)()
+		defer m.keyLocks.Lock(idempotencyKey)()
 		prev, err := m.opts.Store.GetSessionByIdempotencyKey(ctx, idempotencyKey)
 		if err == nil {
 			if prev.RequestHash != hash {
@@ -521,41 +520,6 @@ func cutEnv(kv string) (string, string, bool) {
 		}
 	}
 	return kv, "", false
-}
-
-// keyedMutex is a set of mutexes by key, each there only while used.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	users int
-}
-
-// lock locks key and returns its unlock.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.users++
-	k.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 // templateMountError turns a runtime's failure to mount one of the

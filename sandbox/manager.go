@@ -27,6 +27,7 @@ import (
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/inflight"
+	"github.com/forkbox/forkbox/internal/keyed"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/monitor"
 	"github.com/forkbox/forkbox/runtime"
@@ -102,7 +103,7 @@ type Manager struct {
 
 	// keyLocks serialises creates that carry the same (tenant-scoped)
 	// idempotency key, and only those.
-	keyLocks keyedMutex
+	keyLocks keyed.Mutex
 	// tplMu keeps template removal (write) apart from creates between
 	// loading their template and becoming live (read), so that a template
 	// is never removed from under a sandbox that is starting on it.
