@@ -108,11 +108,52 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 }
 
 // requestHash fingerprints a normalized request, to tell an idempotent retry from
-// a different request that reuses its Idempotency-Key.
+// a different request that reuses its Idempotency-Key. The fingerprint is
+// of the request's JSON in the REST API's field names (hashedSpec): the
+// store keeps it, so it must not change between versions, or a retry
+// across an upgrade would be refused as a different request.
 func requestHash(r *node.CreateSpec) string {
-	b, _ := json.Marshal(r) // map keys marshal sorted: stable
+	h := hashedSpec{
+		Template: r.Template, CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS,
+		Env: r.Env, Metadata: r.Metadata, User: r.User, Workdir: r.Workdir, Snapshot: r.Snapshot,
+		DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
+		Isolation: r.Isolation,
+	}
+	if n := r.Network; n != nil {
+		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+	}
+	b, _ := json.Marshal(h) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// hashedSpec is a CreateSpec as requestHash encodes it: the REST API's
+// create body (api/v1.CreateRequest) field for field, as every version
+// since idempotency keys has hashed it.
+type hashedSpec struct {
+	Template   string            `json:"template,omitempty"`
+	CPU        float64           `json:"cpu,omitempty"`
+	MemoryMB   int64             `json:"memory_mb,omitempty"`
+	Pids       int64             `json:"pids,omitempty"`
+	TimeoutS   int64             `json:"timeout_s,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	User       string            `json:"user,omitempty"`
+	Workdir    string            `json:"workdir,omitempty"`
+	Snapshot   string            `json:"snapshot,omitempty"`
+	DiskMB     int64             `json:"disk_mb,omitempty"`
+	AutoPauseS int64             `json:"auto_pause_s,omitempty"`
+	OnTimeout  string            `json:"on_timeout,omitempty"`
+	AutoResume bool              `json:"auto_resume,omitempty"`
+	Network    *hashedNetwork    `json:"network,omitempty"`
+	Isolation  string            `json:"isolation,omitempty"`
+}
+
+// hashedNetwork is a Network as requestHash encodes it (api/v1.Network).
+type hashedNetwork struct {
+	Allow                   []string `json:"allow"`
+	MaxEgressBytes          int64    `json:"max_egress_bytes,omitempty"`
+	MaxConnectionsPerMinute int      `json:"max_connections_per_minute,omitempty"`
 }
 
 // validateEnv checks environment variable names and values: a name is
