@@ -27,23 +27,23 @@ const (
 // application/x-ndjson) every matching record, one JSON object per line,
 // in order: the export (format=json is the paged JSON whatever Accept
 // says). Any other format or outcome is a 400 naming the parameter.
-func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+func (h *auditAPI) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	caller, _ := tenancy.From(r.Context())
 	format, err := oneOf(r, "format", "json", "jsonl")
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	outcome, err := oneOf(r, "outcome", audit.OK, audit.Error, audit.Denied)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	f := store.AuditFilter{Tenant: q.Get("tenant"), Session: q.Get("session"), Kind: q.Get("kind"), Outcome: outcome}
 	if !caller.Admin {
 		if f.Tenant != "" && f.Tenant != caller.Tenant {
-			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "a tenant key reads its own tenant's audit records only"))
+			h.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "a tenant key reads its own tenant's audit records only"))
 			return
 		}
 		f.Tenant = caller.Tenant
@@ -55,7 +55,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		if v := q.Get(t.name); v != "" {
 			ts, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				s.writeError(w, r, errdefs.InvalidField(t.name, "must be an RFC 3339 time"))
+				h.writeError(w, r, errdefs.InvalidField(t.name, "must be an RFC 3339 time"))
 				return
 			}
 			*t.dst = ts
@@ -64,7 +64,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
-			s.writeError(w, r, errdefs.InvalidField("after", "must be a record's seq"))
+			h.writeError(w, r, errdefs.InvalidField("after", "must be a record's seq"))
 			return
 		}
 		f.After = n
@@ -73,18 +73,18 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > auditMaxPage {
-			s.writeError(w, r, errdefs.InvalidField("limit", "must be between 1 and %d", auditMaxPage))
+			h.writeError(w, r, errdefs.InvalidField("limit", "must be between 1 and %d", auditMaxPage))
 			return
 		}
 		f.Limit = n
 	}
 	if format == "jsonl" || format == "" && r.Header.Get("Accept") == "application/x-ndjson" {
-		s.exportAudit(w, r, f)
+		h.exportAudit(w, r, f)
 		return
 	}
-	recs, err := s.store.ListAudit(r.Context(), f)
+	recs, err := h.store.ListAudit(r.Context(), f)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := v1.AuditList{Records: make([]v1.AuditRecord, 0, len(recs))}
@@ -99,18 +99,18 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 
 // exportAudit streams every record matching f (its Limit is the page
 // size) as JSON lines.
-func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, f store.AuditFilter) {
+func (h *auditAPI) exportAudit(w http.ResponseWriter, r *http.Request, f store.AuditFilter) {
 	f.Limit = auditMaxPage
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	enc := json.NewEncoder(w)
 	started := false
 	for {
-		recs, err := s.store.ListAudit(r.Context(), f)
+		recs, err := h.store.ListAudit(r.Context(), f)
 		if err != nil {
 			if !started {
-				s.writeError(w, r, err)
+				h.writeError(w, r, err)
 			} else {
-				s.log.Error("audit export cut short", "err", err)
+				h.log.Error("audit export cut short", "err", err)
 			}
 			return
 		}

@@ -187,17 +187,17 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // in-flight budget meanwhile (429 exec-inflight-exceeded past a bound,
 // before any of it is read). Background commands answer 202 {"pid": N} at
 // once.
-func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
+func (h *execAPI) handleExec(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	prep, err := s.mgr.PrepareExec(r.Context(), id, r.ContentLength)
+	prep, err := h.mgr.PrepareExec(r.Context(), id, r.ContentLength)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	defer prep.Close()
 	body, err := readExecBody(r, prep)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	prep.BodyDone()
@@ -209,15 +209,15 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	// The command is on record before it runs: a daemon that dies while
 	// it runs loses only its result.
-	if err := s.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
+	if err := h.audit.Record(r.Context(), audit.Event{Session: id, Kind: "exec.start",
 		Detail: map[string]any{"command_sha256": body.hash, "user": req.User, "stdin_bytes": body.stdinBytes}}); err != nil {
-		s.writeError(w, r, err) // no command runs unrecorded
+		h.writeError(w, r, err) // no command runs unrecorded
 		return
 	}
 	if req.Background {
 		res, err := prep.Exec(r.Context(), node.ExecSpec(req), body.in, node.OutputFuncs(nil, nil, nil))
 		if err != nil {
-			s.writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 		note.Set("background", true)
@@ -226,10 +226,10 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	began := time.Now()
-	s.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
+	h.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
 		res, err := prep.Exec(r.Context(), node.ExecSpec(req), body.in, out)
 		if err == nil {
-			s.metrics.ObserveExec(time.Since(began))
+			h.metrics.ObserveExec(time.Since(began))
 			note.Set("pid", res.Pid)
 			note.Set("exit_code", res.ExitCode)
 			note.Set("cpu_ms", res.CPUMS)
@@ -247,22 +247,22 @@ func (s *Server) handleExec(w http.ResponseWriter, r *http.Request) {
 
 // respondExec runs fn and answers with one JSON result when the client
 // asked for it (Accept: application/json), else with the event stream.
-func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
+func (h *execAPI) respondExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
 	if !wantsJSON(r) {
-		s.streamExec(w, r, fn)
+		h.streamExec(w, r, fn)
 		return
 	}
 	j := &jsonResult{w: w}
 	res, err := fn(j)
 	switch {
 	case err != nil && !j.begun:
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 	case err != nil:
 		// The answer is under way (its output was being sent): it is left
 		// unfinished, so the client sees a broken body, not a result.
 		p := ProblemFor(err)
 		access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
-		s.log.Warn("exec answer cut", "path", r.URL.Path, "request_id", w.Header().Get(requestIDHeader), "err", err)
+		h.log.Warn("exec answer cut", "path", r.URL.Path, "request_id", w.Header().Get(requestIDHeader), "err", err)
 	default:
 		j.finish(execResult(res))
 	}
@@ -270,18 +270,18 @@ func (s *Server) respondExec(w http.ResponseWriter, r *http.Request, fn func(nod
 
 // streamExec runs fn with an SSE output. Errors before the stream started
 // are problem responses; later ones become an error event.
-func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
+func (h *execAPI) streamExec(w http.ResponseWriter, r *http.Request, fn func(node.Output) (*node.ExecResult, error)) {
 	out := newSSE(w)
 	started := false
 	tracked := node.OutputFuncs(func(pid int) error { started = true; return out.Started(pid) }, out.Stdout, out.Stderr)
 	res, err := fn(tracked)
 	if err != nil {
 		if !started {
-			s.writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 		if r.Context().Err() == nil {
-			p := s.problemOf(r, err)
+			p := h.problemOf(r, err)
 			p.Instance, p.RequestID = r.URL.Path, w.Header().Get(requestIDHeader)
 			_ = out.jsonEvent("error", p)
 		}
@@ -303,10 +303,10 @@ func pidParam(r *http.Request) (int, error) {
 	return pid, nil
 }
 
-func (s *Server) handleProcesses(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.mgr.ProcessList(r.Context(), r.PathValue("id"))
+func (h *execAPI) handleProcesses(w http.ResponseWriter, r *http.Request) {
+	ps, err := h.mgr.ProcessList(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v1.ProcessList{Processes: processes(ps)})
@@ -315,46 +315,46 @@ func (s *Server) handleProcesses(w http.ResponseWriter, r *http.Request) {
 // handleAttach: GET /v1/sessions/{id}/processes/{pid}/stream re-attaches to
 // a command: its output from now on and its exit, as SSE (or one JSON
 // result with Accept: application/json). Disconnecting leaves it running.
-func (s *Server) handleAttach(w http.ResponseWriter, r *http.Request) {
+func (h *execAPI) handleAttach(w http.ResponseWriter, r *http.Request) {
 	pid, err := pidParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
-	s.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
-		return s.mgr.Attach(r.Context(), id, pid, out)
+	h.respondExec(w, r, func(out node.Output) (*node.ExecResult, error) {
+		return h.mgr.Attach(r.Context(), id, pid, out)
 	})
 }
 
 // handleSignal: POST .../processes/{pid}/signal {"signal": 9|15}.
-func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
+func (h *execAPI) handleSignal(w http.ResponseWriter, r *http.Request) {
 	pid, err := pidParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	var req v1.Signal
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if err := s.mgr.Signal(r.Context(), r.PathValue("id"), pid, req.Signal); err != nil {
-		s.writeError(w, r, err)
+	if err := h.mgr.Signal(r.Context(), r.PathValue("id"), pid, req.Signal); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // handleKill: DELETE .../processes/{pid} kills the command's process group.
-func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
+func (h *execAPI) handleKill(w http.ResponseWriter, r *http.Request) {
 	pid, err := pidParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if err := s.mgr.Signal(r.Context(), r.PathValue("id"), pid, 9); err != nil {
-		s.writeError(w, r, err)
+	if err := h.mgr.Signal(r.Context(), r.PathValue("id"), pid, 9); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -362,27 +362,27 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 
 // handleStdin: POST .../processes/{pid}/stdin {"data": base64, "close": bool},
 // read as a stream like an exec body.
-func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) {
+func (h *execAPI) handleStdin(w http.ResponseWriter, r *http.Request) {
 	pid, err := pidParam(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	prep, err := s.mgr.PrepareExec(r.Context(), r.PathValue("id"), r.ContentLength)
+	prep, err := h.mgr.PrepareExec(r.Context(), r.PathValue("id"), r.ContentLength)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	defer prep.Close()
 	inline, staged, closeAfter, size, err := readStdinBody(r, prep)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	prep.BodyDone()
 	access.NoteFrom(r.Context()).Set("bytes", size)
 	if err := prep.SendStdin(r.Context(), pid, inline, staged, closeAfter); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

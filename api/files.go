@@ -23,17 +23,17 @@ func filePath(r *http.Request) (string, error) {
 // handleUpload: PUT /v1/sessions/{id}/files/{path...}[?user=NAME]: the raw
 // body becomes the file (streamed; parents created; replaced atomically;
 // owned by the user). 201 with the file's entry.
-func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleUpload(w http.ResponseWriter, r *http.Request) {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	note := access.NoteFrom(r.Context())
 	note.Set("path", p)
-	e, err := s.mgr.Upload(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"), r.Body, r.ContentLength)
+	e, err := h.mgr.Upload(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"), r.Body, r.ContentLength)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	note.Set("bytes", e.Size)
@@ -43,17 +43,17 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request) {
 // handleDownload: GET /v1/sessions/{id}/files/{path...}[?user=NAME]
 // streams the file's bytes: with Content-Length when the file's size is
 // its length, chunked when it is not known (a /proc or /sys file).
-func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleDownload(w http.ResponseWriter, r *http.Request) {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	note := access.NoteFrom(r.Context())
 	note.Set("path", p)
-	rc, size, err := s.mgr.Download(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"))
+	rc, size, err := h.mgr.Download(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	defer rc.Close()
@@ -68,48 +68,48 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request) {
 
 // handleRemove: DELETE /v1/sessions/{id}/files/{path...} removes a file or
 // a directory tree. 204.
-func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleRemove(w http.ResponseWriter, r *http.Request) {
 	p, err := filePath(r)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	access.NoteFrom(r.Context()).Set("path", p)
-	if err := s.mgr.Remove(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user")); err != nil {
-		s.writeError(w, r, err)
+	if err := h.mgr.Remove(r.Context(), r.PathValue("id"), p, r.URL.Query().Get("user")); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
 // handleStat: GET /v1/sessions/{id}/fs/stat?path=P[&user=NAME].
-func (s *Server) handleStat(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleStat(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	access.NoteFrom(r.Context()).Set("path", q.Get("path"))
-	e, err := s.mgr.Stat(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"))
+	e, err := h.mgr.Stat(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, entry(e))
 }
 
 // handleListDir: GET /v1/sessions/{id}/fs/list?path=P[&depth=N][&user=NAME].
-func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleListDir(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	access.NoteFrom(r.Context()).Set("path", q.Get("path"))
 	depth := 1
 	if d := q.Get("depth"); d != "" {
 		n, err := strconv.Atoi(d)
 		if err != nil {
-			s.writeError(w, r, errdefs.InvalidField("depth", "must be an integer"))
+			h.writeError(w, r, errdefs.InvalidField("depth", "must be an integer"))
 			return
 		}
 		depth = n
 	}
-	list, err := s.mgr.ListDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"), depth)
+	list, err := h.mgr.ListDir(r.Context(), r.PathValue("id"), q.Get("path"), q.Get("user"), depth)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v1.EntryList{Entries: entries(list)})
@@ -117,34 +117,34 @@ func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request) {
 
 // handleMkdir: POST /v1/sessions/{id}/fs/mkdir {"path": P, "user"?: NAME}.
 // 201 with the entry; 409 when it exists.
-func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleMkdir(w http.ResponseWriter, r *http.Request) {
 	var req v1.PathRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	access.NoteFrom(r.Context()).Set("path", req.Path)
-	e, err := s.mgr.MakeDir(r.Context(), r.PathValue("id"), req.Path, req.User)
+	e, err := h.mgr.MakeDir(r.Context(), r.PathValue("id"), req.Path, req.User)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, entry(e))
 }
 
 // handleMove: POST /v1/sessions/{id}/fs/move {"source", "destination", "user"?}.
-func (s *Server) handleMove(w http.ResponseWriter, r *http.Request) {
+func (h *fileAPI) handleMove(w http.ResponseWriter, r *http.Request) {
 	var req v1.MoveRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	note := access.NoteFrom(r.Context())
 	note.Set("path", req.Source)
 	note.Set("destination", req.Destination)
-	e, err := s.mgr.Move(r.Context(), r.PathValue("id"), req.Source, req.Destination, req.User)
+	e, err := h.mgr.Move(r.Context(), r.PathValue("id"), req.Source, req.Destination, req.User)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, entry(e))

@@ -6,16 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
-	"github.com/forkbox/forkbox/tenancy"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -139,44 +135,6 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p v1.Problem) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
-}
-
-// problemOf is ProblemFor(err) with host paths removed from the detail
-// (the log keeps them).
-func (s *Server) problemOf(r *http.Request, err error) v1.Problem {
-	p := ProblemFor(err)
-	if d, hidden := s.hide.Redact(p.Detail); hidden {
-		s.log.Warn("host path hidden from a problem detail", "method", r.Method, "path", r.URL.Path,
-			"request_id", r.Header.Get(requestIDHeader), "detail", p.Detail)
-		p.Detail = d
-	}
-	return p
-}
-
-// writeError maps err to a problem and writes it.
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := s.problemOf(r, err)
-	var te *errdefs.TypedError
-	if errors.As(err, &te) && te.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((te.RetryAfter+time.Second-1)/time.Second)))
-	}
-	access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
-	switch {
-	case p.Status >= 500 && r.Context().Err() != nil:
-		// The client went away (its context ended the call); nobody reads
-		// this answer and nothing failed on our side.
-		s.log.Debug("client gone", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "err", err)
-	case te != nil && te.Class != errdefs.ErrInternal:
-		// A policy answer (capacity-unavailable), not a failure.
-		s.log.Info("request refused", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "problem", te.Type,
-			"detail", te.Msg)
-	case p.Status >= 500:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path,
-			"request_id", w.Header().Get(requestIDHeader), "tenant", tenancy.TenantOf(r.Context(), ""), "err", err)
-	}
-	writeProblem(w, r, p)
 }
 
 // handleProblemDoc serves the description of a problem type (no auth).

@@ -1,8 +1,12 @@
 // Package api is forkbox's HTTP edge: the REST API under /v1 (JSON in and
 // out, exec output as server-sent events, errors as RFC 9457 problem
 // details), API-key authentication, request ids and idempotent creates.
-// It holds no sandbox logic; every handler calls the sandbox manager or the
-// template catalog and maps errors to problems once (problem.go).
+// It holds no sandbox logic. The handlers are cut by resource into types of
+// their own (handlers.go: sessions, snapshots and pools, exec and
+// processes, files, templates, tenants and keys, audit, host info), each
+// holding only what it calls (the node.Node, the store, the template
+// catalog, the audit recorder, metrics); they share the edge (edge.go),
+// which maps errors to problems once (problem.go).
 package api
 
 import (
@@ -22,7 +26,6 @@ import (
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
-	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
@@ -32,22 +35,18 @@ import (
 
 const requestIDHeader = access.RequestIDHeader
 
-// Server serves the REST API. Build it with New.
+// Server serves the REST API: it adds request ids, authenticates, audits
+// and routes each request to the handler type of its resource
+// (handlers.go). Build it with New.
 type Server struct {
-	mgr     node.Node
-	store   *store.Store
-	catalog *template.Catalog
-	log     *slog.Logger
-	mux     *http.ServeMux
-	// spoolDir receives uploaded image tarballs before import.
-	spoolDir string
+	edge
+	// store authenticates API keys.
+	store *store.Store
+	mux   *http.ServeMux
 	// e2b serves the E2B-compatible API on the same port.
 	e2b *e2b.Handler
-	// audit records requests; metrics serves GET /metrics.
-	audit   *audit.Recorder
-	metrics *metrics.Set
-	// hide keeps the daemon's host paths out of problem details.
-	hide *hostpath.Redactor
+	// audit records requests.
+	audit *audit.Recorder
 }
 
 // New returns the API server over the given manager, store and catalog.
@@ -57,13 +56,15 @@ type Server struct {
 // from the audit record of the failure), which the log then has in full.
 func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
-	s := &Server{mgr: mgr, store: st, catalog: catalog, log: log, mux: http.NewServeMux(), spoolDir: spoolDir,
-		e2b: e2b.New(mgr, st, rec, hide, log), audit: rec, metrics: ms, hide: hide}
-	s.routes()
+	e := edge{log: log, hide: hide}
+	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, rec, hide, log), audit: rec}
+	s.routes(newHandlers(e, mgr, st, catalog, spoolDir, rec, ms))
 	return s
 }
 
-func (s *Server) routes() {
+// routes registers every REST route of the API on s's mux, served by the
+// handler types in hs.
+func (s *Server) routes(hs handlers) {
 	// Open endpoints.
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -78,59 +79,59 @@ func (s *Server) routes() {
 		admin                 bool
 	}
 	for _, rt := range []route{
-		{"GET /v1/info", "", "", s.handleInfo, false},
-		{"POST /v1/sessions", "session.create", "", s.handleCreate, false},
-		{"GET /v1/sessions", "", "", s.handleList, false},
-		{"GET /v1/sessions/{id}", "", "", s.handleGet, false},
-		{"DELETE /v1/sessions/{id}", "session.destroy", "session", s.handleDelete, false},
-		{"POST /v1/sessions/{id}/timeout", "session.timeout", "session", s.handleTimeout, false},
-		{"GET /v1/sessions/{id}/usage", "", "", s.handleUsage, false},
-		{"GET /v1/sessions/{id}/egress", "", "", s.handleEgress, false},
-		{"POST /v1/sessions/{id}/pause", "session.pause", "session", s.handlePause, false},
-		{"POST /v1/sessions/{id}/resume", "session.resume", "session", s.handleResume, false},
-		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", s.handleSnapshot, false},
-		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", s.handleSessionFork, false},
+		{"GET /v1/info", "", "", hs.host.handleInfo, false},
+		{"POST /v1/sessions", "session.create", "", hs.sessions.handleCreate, false},
+		{"GET /v1/sessions", "", "", hs.sessions.handleList, false},
+		{"GET /v1/sessions/{id}", "", "", hs.sessions.handleGet, false},
+		{"DELETE /v1/sessions/{id}", "session.destroy", "session", hs.sessions.handleDelete, false},
+		{"POST /v1/sessions/{id}/timeout", "session.timeout", "session", hs.sessions.handleTimeout, false},
+		{"GET /v1/sessions/{id}/usage", "", "", hs.sessions.handleUsage, false},
+		{"GET /v1/sessions/{id}/egress", "", "", hs.sessions.handleEgress, false},
+		{"POST /v1/sessions/{id}/pause", "session.pause", "session", hs.sessions.handlePause, false},
+		{"POST /v1/sessions/{id}/resume", "session.resume", "session", hs.sessions.handleResume, false},
+		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", hs.snapshots.handleSnapshot, false},
+		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", hs.snapshots.handleSessionFork, false},
 
-		{"GET /v1/snapshots", "", "", s.handleSnapshots, false},
-		{"GET /v1/snapshots/{id}", "", "", s.handleGetSnapshot, false},
-		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", s.handleDeleteSnapshot, false},
-		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", s.handleSnapshotFork, false},
+		{"GET /v1/snapshots", "", "", hs.snapshots.handleSnapshots, false},
+		{"GET /v1/snapshots/{id}", "", "", hs.snapshots.handleGetSnapshot, false},
+		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", hs.snapshots.handleDeleteSnapshot, false},
+		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", hs.snapshots.handleSnapshotFork, false},
 
-		{"GET /v1/pools", "", "", s.handlePools, false},
+		{"GET /v1/pools", "", "", hs.snapshots.handlePools, false},
 
-		{"POST /v1/sessions/{id}/exec", "exec", "session", s.handleExec, false},
-		{"GET /v1/sessions/{id}/processes", "", "", s.handleProcesses, false},
-		{"GET /v1/sessions/{id}/processes/{pid}/stream", "", "", s.handleAttach, false},
-		{"POST /v1/sessions/{id}/processes/{pid}/signal", "process.signal", "session", s.handleSignal, false},
-		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", s.handleKill, false},
-		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", s.handleStdin, false},
+		{"POST /v1/sessions/{id}/exec", "exec", "session", hs.exec.handleExec, false},
+		{"GET /v1/sessions/{id}/processes", "", "", hs.exec.handleProcesses, false},
+		{"GET /v1/sessions/{id}/processes/{pid}/stream", "", "", hs.exec.handleAttach, false},
+		{"POST /v1/sessions/{id}/processes/{pid}/signal", "process.signal", "session", hs.exec.handleSignal, false},
+		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", hs.exec.handleKill, false},
+		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", hs.exec.handleStdin, false},
 
-		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", s.handleUpload, false},
-		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", s.handleDownload, false},
-		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", s.handleRemove, false},
-		{"GET /v1/sessions/{id}/fs/stat", "file.stat", "session", s.handleStat, false},
-		{"GET /v1/sessions/{id}/fs/list", "file.list", "session", s.handleListDir, false},
-		{"POST /v1/sessions/{id}/fs/mkdir", "file.mkdir", "session", s.handleMkdir, false},
-		{"POST /v1/sessions/{id}/fs/move", "file.move", "session", s.handleMove, false},
+		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", hs.files.handleUpload, false},
+		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", hs.files.handleDownload, false},
+		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", hs.files.handleRemove, false},
+		{"GET /v1/sessions/{id}/fs/stat", "file.stat", "session", hs.files.handleStat, false},
+		{"GET /v1/sessions/{id}/fs/list", "file.list", "session", hs.files.handleListDir, false},
+		{"POST /v1/sessions/{id}/fs/mkdir", "file.mkdir", "session", hs.files.handleMkdir, false},
+		{"POST /v1/sessions/{id}/fs/move", "file.move", "session", hs.files.handleMove, false},
 
-		{"GET /v1/templates", "", "", s.handleTemplates, false},
-		{"GET /v1/templates/{name}", "", "", s.handleTemplate, false},
-		{"PUT /v1/templates/{name}", "template.import", "", s.handleTemplateImport, false},
-		{"DELETE /v1/templates/{name}", "template.delete", "", s.handleTemplateDelete, false},
+		{"GET /v1/templates", "", "", hs.templates.handleTemplates, false},
+		{"GET /v1/templates/{name}", "", "", hs.templates.handleTemplate, false},
+		{"PUT /v1/templates/{name}", "template.import", "", hs.templates.handleTemplateImport, false},
+		{"DELETE /v1/templates/{name}", "template.delete", "", hs.templates.handleTemplateDelete, false},
 
-		{"GET /v1/audit", "", "", s.handleAudit, false},
+		{"GET /v1/audit", "", "", hs.audit.handleAudit, false},
 
 		// Admin: tenants, keys, warm pools (host-wide), metrics.
-		{"PUT /v1/pools/{template}", "pool.set", "", s.handleSetPool, true},
-		{"POST /v1/tenants", "tenant.create", "", s.handleCreateTenant, true},
-		{"GET /v1/tenants", "", "", s.handleTenants, true},
-		{"GET /v1/tenants/{name}", "", "", s.handleTenant, true},
-		{"PUT /v1/tenants/{name}", "tenant.update", "", s.handleUpdateTenant, true},
-		{"DELETE /v1/tenants/{name}", "tenant.delete", "", s.handleDeleteTenant, true},
-		{"POST /v1/tenants/{name}/keys", "key.create", "", s.handleCreateKey, true},
-		{"GET /v1/keys", "", "", s.handleKeys, true},
-		{"DELETE /v1/keys/{id}", "key.revoke", "", s.handleRevokeKey, true},
-		{"GET /metrics", "", "", s.handleMetrics, true},
+		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},
+		{"POST /v1/tenants", "tenant.create", "", hs.tenants.handleCreateTenant, true},
+		{"GET /v1/tenants", "", "", hs.tenants.handleTenants, true},
+		{"GET /v1/tenants/{name}", "", "", hs.tenants.handleTenant, true},
+		{"PUT /v1/tenants/{name}", "tenant.update", "", hs.tenants.handleUpdateTenant, true},
+		{"DELETE /v1/tenants/{name}", "tenant.delete", "", hs.tenants.handleDeleteTenant, true},
+		{"POST /v1/tenants/{name}/keys", "key.create", "", hs.tenants.handleCreateKey, true},
+		{"GET /v1/keys", "", "", hs.tenants.handleKeys, true},
+		{"DELETE /v1/keys/{id}", "key.revoke", "", hs.tenants.handleRevokeKey, true},
+		{"GET /metrics", "", "", hs.host.handleMetrics, true},
 	} {
 		var h http.Handler = rt.h
 		if rt.kind != "" {
@@ -294,13 +295,4 @@ func newRequestID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
-	n := s.mgr.Info()
-	drivers, limits := info(n)
-	writeJSON(w, http.StatusOK, v1.Info{
-		Version: version.String(), EnvdVersion: version.EnvdVersion,
-		Drivers: drivers, DefaultDriver: n.DefaultDriver, Limits: limits,
-	})
 }

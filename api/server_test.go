@@ -19,8 +19,8 @@ import (
 // store or catalog: enough for everything that fails before a handler
 // needs them.
 func newTestServer() *Server {
-	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
-	s.routes()
+	s := &Server{edge: edge{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, mux: http.NewServeMux()}
+	s.routes(newHandlers(s.edge, nil, nil, nil, "", nil, nil))
 	return s
 }
 
@@ -177,7 +177,7 @@ func TestMissingAPIKeyIsProblem(t *testing.T) {
 // TestPanicIsInternalProblem proves a panicking handler yields a 500
 // internal problem without the panic text, and the server keeps serving.
 func TestPanicIsInternalProblem(t *testing.T) {
-	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil)), mux: http.NewServeMux()}
+	s := &Server{edge: edge{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /boom", func(http.ResponseWriter, *http.Request) { panic("secret detail") })
 	s.mux.HandleFunc("GET /ok", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	w := serve(s, "GET", "/boom")
@@ -218,8 +218,8 @@ func TestProblemDocs(t *testing.T) {
 // full.
 func TestProblemDetailHidesHostPaths(t *testing.T) {
 	var logged strings.Builder
-	s := &Server{log: slog.New(slog.NewTextHandler(&logged, nil)), mux: http.NewServeMux(),
-		hide: hostpath.New("/var/lib/forkbox-x")}
+	s := &Server{edge: edge{log: slog.New(slog.NewTextHandler(&logged, nil)), hide: hostpath.New("/var/lib/forkbox-x")},
+		mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /full", func(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, fmt.Errorf("writable layer: write /var/lib/forkbox-x/storage/overlay/layers/a/upper/f: no space left: %w",
 			errdefs.ErrInsufficientStorage))

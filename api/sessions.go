@@ -60,15 +60,15 @@ const maxIdempotencyKey = 255
 // handleCreate: POST /v1/sessions. 201 with the session; 200 with the
 // original session (and Idempotent-Replayed: true) for a retry carrying the
 // same Idempotency-Key and body.
-func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
+func (h *sessionAPI) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req v1.CreateRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > maxIdempotencyKey {
-		s.writeError(w, r, errdefs.InvalidField("Idempotency-Key", "longer than %d bytes", maxIdempotencyKey))
+		h.writeError(w, r, errdefs.InvalidField("Idempotency-Key", "longer than %d bytes", maxIdempotencyKey))
 		return
 	}
 	note := access.NoteFrom(r.Context())
@@ -76,9 +76,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if req.Snapshot != "" {
 		note.Set("snapshot", req.Snapshot)
 	}
-	rec, created, err := s.mgr.Create(r.Context(), createSpec(req), key)
+	rec, created, err := h.mgr.Create(r.Context(), createSpec(req), key)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	note.Session(rec.ID)
@@ -96,7 +96,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 // handleList: GET /v1/sessions[?state=running,paused,terminated|all][&limit=N][&metadata.KEY=VALUE...].
 // Without state, sessions that have not ended are listed. Warm-pool
 // members are never listed.
-func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+func (h *sessionAPI) handleList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := node.SessionFilter{Metadata: map[string]string{}}
 	switch st := q.Get("state"); st {
@@ -110,7 +110,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 			case node.StateCreating, node.StateRunning, node.StatePaused, node.StateTerminating, node.StateTerminated:
 				f.States = append(f.States, state)
 			default:
-				s.writeError(w, r, errdefs.InvalidField("state", "unknown state %q", v))
+				h.writeError(w, r, errdefs.InvalidField("state", "unknown state %q", v))
 				return
 			}
 		}
@@ -118,7 +118,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 10000 {
-			s.writeError(w, r, errdefs.InvalidField("limit", "must be an integer between 1 and 10000"))
+			h.writeError(w, r, errdefs.InvalidField("limit", "must be an integer between 1 and 10000"))
 			return
 		}
 		f.Limit = n
@@ -128,9 +128,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 			f.Metadata[mk] = vs[0]
 		}
 	}
-	recs, err := s.mgr.List(r.Context(), f)
+	recs, err := h.mgr.List(r.Context(), f)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := make([]v1.Session, 0, len(recs))
@@ -140,10 +140,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v1.SessionList{Sessions: out})
 }
 
-func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.mgr.Get(r.Context(), r.PathValue("id"))
+func (h *sessionAPI) handleGet(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.mgr.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sessionView(rec))
@@ -151,9 +151,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) {
 
 // handleDelete: DELETE /v1/sessions/{id}: 204 once it is gone (also when
 // it had ended already).
-func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
-	if err := s.mgr.Destroy(r.Context(), r.PathValue("id")); err != nil {
-		s.writeError(w, r, err)
+func (h *sessionAPI) handleDelete(w http.ResponseWriter, r *http.Request) {
+	if err := h.mgr.Destroy(r.Context(), r.PathValue("id")); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -161,24 +161,24 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) {
 
 // handleTimeout: POST /v1/sessions/{id}/timeout {"timeout_s": N}: the
 // session now ends N seconds from now.
-func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
+func (h *sessionAPI) handleTimeout(w http.ResponseWriter, r *http.Request) {
 	var req v1.TimeoutRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	rec, err := s.mgr.SetTimeout(r.Context(), r.PathValue("id"), req.TimeoutS)
+	rec, err := h.mgr.SetTimeout(r.Context(), r.PathValue("id"), req.TimeoutS)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sessionView(rec))
 }
 
-func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	u, err := s.mgr.Usage(r.Context(), r.PathValue("id"))
+func (h *sessionAPI) handleUsage(w http.ResponseWriter, r *http.Request) {
+	u, err := h.mgr.Usage(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v1.Usage(*u))
@@ -186,21 +186,21 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 
 // handleEgress: GET /v1/sessions/{id}/egress[?skip=N][&limit=N] → the
 // session's egress records, oldest first (limit 1-1000, default 100).
-func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request) {
+func (h *sessionAPI) handleEgress(w http.ResponseWriter, r *http.Request) {
 	skip, limit := 0, 100
 	for name, dst := range map[string]*int{"skip": &skip, "limit": &limit} {
 		if v := r.URL.Query().Get(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				s.writeError(w, r, errdefs.InvalidField(name, "must be an integer"))
+				h.writeError(w, r, errdefs.InvalidField(name, "must be an integer"))
 				return
 			}
 			*dst = n
 		}
 	}
-	recs, err := s.mgr.Egress(r.Context(), r.PathValue("id"), skip, limit)
+	recs, err := h.mgr.Egress(r.Context(), r.PathValue("id"), skip, limit)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := v1.EgressList{Records: make([]v1.EgressRecord, 0, len(recs))}
@@ -209,4 +209,24 @@ func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request) {
 			Port: e.Port, BytesUp: e.BytesUp, BytesDown: e.BytesDown, Decision: e.Decision, Reason: e.Reason})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handlePause: POST /v1/sessions/{id}/pause → 200 with the session (paused).
+func (h *sessionAPI) handlePause(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.mgr.Pause(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+// handleResume: POST /v1/sessions/{id}/resume → 200 with the session (running).
+func (h *sessionAPI) handleResume(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.mgr.Resume(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sessionView(rec))
 }

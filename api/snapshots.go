@@ -18,31 +18,31 @@ const maxSnapshotExpiryS = math.MaxInt64 / int64(time.Second)
 // handleSnapshot: POST /v1/sessions/{id}/snapshot [{"expires_in_s": N} or
 // {"expires_at": RFC 3339}] →
 // 201 with the snapshot. The session keeps running.
-func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+func (h *snapshotAPI) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 	var req v1.SnapshotRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.ExpiresInS > maxSnapshotExpiryS {
 		// In nanoseconds it would wrap around, to a past or near expiry.
-		s.writeError(w, r, errdefs.InvalidField("expires_in_s", "must be at most %d", maxSnapshotExpiryS))
+		h.writeError(w, r, errdefs.InvalidField("expires_in_s", "must be at most %d", maxSnapshotExpiryS))
 		return
 	}
 	expiresIn := time.Duration(req.ExpiresInS) * time.Second
 	if req.ExpiresAt != nil {
 		if req.ExpiresInS != 0 {
-			s.writeError(w, r, errdefs.InvalidField("expires_at", "give expires_at or expires_in_s, not both"))
+			h.writeError(w, r, errdefs.InvalidField("expires_at", "give expires_at or expires_in_s, not both"))
 			return
 		}
 		if expiresIn = time.Until(*req.ExpiresAt); expiresIn <= 0 {
-			s.writeError(w, r, errdefs.InvalidField("expires_at", "is in the past"))
+			h.writeError(w, r, errdefs.InvalidField("expires_at", "is in the past"))
 			return
 		}
 	}
-	sn, err := s.mgr.Snapshot(r.Context(), r.PathValue("id"), node.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name, Memory: req.Memory})
+	sn, err := h.mgr.Snapshot(r.Context(), r.PathValue("id"), node.SnapshotOptions{ExpiresIn: expiresIn, Name: req.Name, Memory: req.Memory})
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	noteSnapshot(r, sn)
@@ -52,15 +52,15 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 
 // handleSessionFork: POST /v1/sessions/{id}/fork {"count": N, ...overrides}:
 // snapshot the session, then start N sessions from the snapshot. 201.
-func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
+func (h *snapshotAPI) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 	var req v1.ForkRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	sn, sessions, err := s.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, createSpec(req.CreateRequest), node.SnapshotOptions{Memory: req.Memory})
+	sn, sessions, err := h.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, createSpec(req.CreateRequest), node.SnapshotOptions{Memory: req.Memory})
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	noteSnapshot(r, sn)
@@ -70,22 +70,22 @@ func (s *Server) handleSessionFork(w http.ResponseWriter, r *http.Request) {
 
 // handleSnapshotFork: POST /v1/snapshots/{id}/fork {"count": N, ...overrides}
 // starts N sessions from the snapshot. 201.
-func (s *Server) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
+func (h *snapshotAPI) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 	var req v1.ForkRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	id := r.PathValue("id")
-	sessions, err := s.mgr.Fork(r.Context(), id, req.Count, createSpec(req.CreateRequest))
+	sessions, err := h.mgr.Fork(r.Context(), id, req.Count, createSpec(req.CreateRequest))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	noteForks(r, sessions)
-	sn, err := s.mgr.GetSnapshot(r.Context(), id)
+	sn, err := h.mgr.GetSnapshot(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, forkView(sn, sessions))
@@ -118,10 +118,10 @@ func forkView(sn *node.Snapshot, sessions []*node.Session) v1.ForkResult {
 	return out
 }
 
-func (s *Server) handleSnapshots(w http.ResponseWriter, r *http.Request) {
-	snaps, err := s.mgr.ListSnapshots(r.Context())
+func (h *snapshotAPI) handleSnapshots(w http.ResponseWriter, r *http.Request) {
+	snaps, err := h.mgr.ListSnapshots(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := v1.SnapshotList{Snapshots: make([]v1.Snapshot, 0, len(snaps))}
@@ -131,10 +131,10 @@ func (s *Server) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
-	sn, err := s.mgr.GetSnapshot(r.Context(), r.PathValue("id"))
+func (h *snapshotAPI) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
+	sn, err := h.mgr.GetSnapshot(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, snapshotView(sn))
@@ -143,60 +143,40 @@ func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request) {
 // handleDeleteSnapshot: DELETE /v1/snapshots/{id}[?force=true]: 204; 409
 // while sessions or child snapshots use it (force destroys and deletes
 // them first).
-func (s *Server) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
+func (h *snapshotAPI) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	force, err := boolParam(r, "force")
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if err := s.mgr.DeleteSnapshot(r.Context(), r.PathValue("id"), force); err != nil {
-		s.writeError(w, r, err)
+	if err := h.mgr.DeleteSnapshot(r.Context(), r.PathValue("id"), force); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handlePause: POST /v1/sessions/{id}/pause → 200 with the session (paused).
-func (s *Server) handlePause(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.mgr.Pause(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sessionView(rec))
-}
-
-// handleResume: POST /v1/sessions/{id}/resume → 200 with the session (running).
-func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.mgr.Resume(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, sessionView(rec))
-}
-
-func (s *Server) handlePools(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, v1.PoolList{Pools: pools(s.mgr.PoolList())})
+func (h *snapshotAPI) handlePools(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, v1.PoolList{Pools: pools(h.mgr.PoolList())})
 }
 
 // handleSetPool: PUT /v1/pools/{template} {"size": N, "cpu"?, "memory_mb"?,
 // "pids"?, "disk_mb"?} → 200 with the pool.
-func (s *Server) handleSetPool(w http.ResponseWriter, r *http.Request) {
+func (h *snapshotAPI) handleSetPool(w http.ResponseWriter, r *http.Request) {
 	var req v1.Pool
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.Template != "" && req.Template != r.PathValue("template") {
-		s.writeError(w, r, errdefs.InvalidField("template", "differs from the path"))
+		h.writeError(w, r, errdefs.InvalidField("template", "differs from the path"))
 		return
 	}
 	req.Template = r.PathValue("template")
-	p, err := s.mgr.SetPool(r.Context(), node.Pool{Template: req.Template, Size: req.Size, CPU: req.CPU,
+	p, err := h.mgr.SetPool(r.Context(), node.Pool{Template: req.Template, Size: req.Size, CPU: req.CPU,
 		MemoryMB: req.MemoryMB, Pids: req.Pids, DiskMB: req.DiskMB})
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, poolView(p))

@@ -33,10 +33,10 @@ func templateView(t *storage.Template) v1.Template {
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
 }
 
-func (s *Server) handleTemplates(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.catalog.List(r.Context())
+func (h *templateAPI) handleTemplates(w http.ResponseWriter, r *http.Request) {
+	ts, err := h.catalog.List(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := make([]v1.Template, 0, len(ts))
@@ -46,10 +46,10 @@ func (s *Server) handleTemplates(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v1.TemplateList{Templates: out})
 }
 
-func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
-	t, err := s.catalog.Get(r.Context(), r.PathValue("name"))
+func (h *templateAPI) handleTemplate(w http.ResponseWriter, r *http.Request) {
+	t, err := h.catalog.Get(r.Context(), r.PathValue("name"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, templateView(t))
@@ -58,65 +58,65 @@ func (s *Server) handleTemplate(w http.ResponseWriter, r *http.Request) {
 // handleTemplateImport: PUT /v1/templates/{name}[?ref=REF] with a tarball
 // body (`docker save` output, or an OCI image layout packed as a tar). The
 // body is spooled to the data directory, then unpacked safely. 201.
-func (s *Server) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
+func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	access.NoteFrom(r.Context()).Set("template", name)
 	shared, err := boolParam(r, "shared")
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if caller, _ := tenancy.From(r.Context()); shared && !caller.Admin {
-		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
+		h.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "only an admin key can import a shared template"))
 		return
 	}
 	// The tenant's template quota: a place is held until the import is in.
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
-		release, err := s.mgr.ReserveQuota(r.Context(), caller.Tenant, "templates", func() (int, error) {
-			own, err := s.tenantTemplates(r.Context(), caller.Tenant)
+		release, err := h.mgr.ReserveQuota(r.Context(), caller.Tenant, "templates", func() (int, error) {
+			own, err := tenantTemplates(r.Context(), h.store, caller.Tenant)
 			return len(own), err
 		})
 		if err != nil {
-			s.writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 		defer release()
 	}
 	// Refuse before receiving what may be gigabytes.
-	if err := s.catalog.CheckImportName(name); err != nil {
-		s.writeError(w, r, err)
+	if err := h.catalog.CheckImportName(name); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
-	spool, err := os.CreateTemp(s.spoolDir, template.UploadPattern)
+	spool, err := os.CreateTemp(h.spoolDir, template.UploadPattern)
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("spool the upload: %w", err)) // (internal: the detail is not shown)
+		h.writeError(w, r, fmt.Errorf("spool the upload: %w", err)) // (internal: the detail is not shown)
 		return
 	}
 	defer os.Remove(spool.Name())
-	if err := s.spoolUpload(spool, http.MaxBytesReader(w, r.Body, maxTemplateUpload)); err != nil {
-		s.writeError(w, r, err)
+	if err := h.spoolUpload(spool, http.MaxBytesReader(w, r.Body, maxTemplateUpload)); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
-	t, err := s.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), "upload", shared)
+	t, err := h.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), "upload", shared)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	// An import that outlived its tenant's deletion is not kept.
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
-		if _, err := s.store.GetTenant(r.Context(), caller.Tenant); errors.Is(err, errdefs.ErrNotFound) {
-			_ = s.catalog.Delete(r.Context(), name)
-			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s was deleted", caller.Tenant))
+		if _, err := h.store.GetTenant(r.Context(), caller.Tenant); errors.Is(err, errdefs.ErrNotFound) {
+			_ = h.catalog.Delete(r.Context(), name)
+			h.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s was deleted", caller.Tenant))
 			return
 		}
 	}
 	writeJSON(w, http.StatusCreated, templateView(t))
 }
 
-func (s *Server) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
+func (h *templateAPI) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
 	access.NoteFrom(r.Context()).Set("template", r.PathValue("name"))
-	if err := s.catalog.Delete(r.Context(), r.PathValue("name")); err != nil {
-		s.writeError(w, r, err)
+	if err := h.catalog.Delete(r.Context(), r.PathValue("name")); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -127,7 +127,7 @@ func (s *Server) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
 // is content-too-large (413), a body cut short a "body" field error, a
 // full disk under the data directory insufficient storage, other write
 // errors internal (the spool's path goes to the log only).
-func (s *Server) spoolUpload(f *os.File, body io.Reader) error {
+func (h *templateAPI) spoolUpload(f *os.File, body io.Reader) error {
 	var readErr error
 	_, err := io.Copy(f, readerFunc(func(p []byte) (int, error) {
 		n, err := body.Read(p)
@@ -148,7 +148,7 @@ func (s *Server) spoolUpload(f *os.File, body io.Reader) error {
 	case readErr != nil:
 		return errdefs.InvalidField("body", "upload cut short: %v", readErr)
 	}
-	s.log.Error("spool a template upload", "file", f.Name(), "err", err)
+	h.log.Error("spool a template upload", "file", f.Name(), "err", err)
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return errdefs.Newf(errdefs.ErrInsufficientStorage, "no room on the forkbox host for the upload")
 	}

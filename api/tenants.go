@@ -19,42 +19,42 @@ import (
 )
 
 // tenantView is the API view of tenant t.
-func (s *Server) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, error) {
+func (h *tenantAPI) tenantView(ctx context.Context, t *store.Tenant) (v1.Tenant, error) {
 	p, err := admission.PolicyOf(t)
 	if err != nil {
 		return v1.Tenant{}, err
 	}
-	used, err := s.store.TenantCPU(ctx, t.Name, time.Now())
+	used, err := h.store.TenantCPU(ctx, t.Name, time.Now())
 	if err != nil {
 		return v1.Tenant{}, err
 	}
 	return v1.Tenant{Name: t.Name, Policy: v1.TenantPolicy(p), CreatedAt: t.CreatedAt, FlaggedAt: timePtr(t.FlaggedAt),
-		FlagReason: t.FlagReason, Sessions: s.mgr.TenantSessions(t.Name), CPUSecondsToday: float64(used) / 1000}, nil
+		FlagReason: t.FlagReason, Sessions: h.mgr.TenantSessions(t.Name), CPUSecondsToday: float64(used) / 1000}, nil
 }
 
 // handleCreateTenant: POST /v1/tenants {name, policy} (admin). 201.
-func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
+func (h *tenantAPI) handleCreateTenant(w http.ResponseWriter, r *http.Request) {
 	var req v1.TenantRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	access.NoteFrom(r.Context()).Set("tenant", req.Name)
 	if err := tenancy.ValidateName("name", req.Name); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	policy, err := policyJSON(&req.Policy)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	t := &store.Tenant{Name: req.Name, Policy: policy, CreatedAt: time.Now().UTC()}
-	if err := s.store.CreateTenant(r.Context(), t); err != nil {
-		s.writeError(w, r, err)
+	if err := h.store.CreateTenant(r.Context(), t); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
-	s.writeTenant(w, r, http.StatusCreated, t)
+	h.writeTenant(w, r, http.StatusCreated, t)
 }
 
 // policyJSON validates p and returns it as stored.
@@ -67,27 +67,27 @@ func policyJSON(p *v1.TenantPolicy) (string, error) {
 	return string(b), err
 }
 
-func (s *Server) writeTenant(w http.ResponseWriter, r *http.Request, status int, t *store.Tenant) {
-	view, err := s.tenantView(r.Context(), t)
+func (h *tenantAPI) writeTenant(w http.ResponseWriter, r *http.Request, status int, t *store.Tenant) {
+	view, err := h.tenantView(r.Context(), t)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, status, view)
 }
 
 // handleTenants: GET /v1/tenants (admin).
-func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
-	ts, err := s.store.ListTenants(r.Context())
+func (h *tenantAPI) handleTenants(w http.ResponseWriter, r *http.Request) {
+	ts, err := h.store.ListTenants(r.Context())
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := v1.TenantList{Tenants: make([]v1.Tenant, 0, len(ts))}
 	for _, t := range ts {
-		view, err := s.tenantView(r.Context(), t)
+		view, err := h.tenantView(r.Context(), t)
 		if err != nil {
-			s.writeError(w, r, err)
+			h.writeError(w, r, err)
 			return
 		}
 		out.Tenants = append(out.Tenants, view)
@@ -96,52 +96,52 @@ func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleTenant: GET /v1/tenants/{name} (admin).
-func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
-	t, err := s.store.GetTenant(r.Context(), r.PathValue("name"))
+func (h *tenantAPI) handleTenant(w http.ResponseWriter, r *http.Request) {
+	t, err := h.store.GetTenant(r.Context(), r.PathValue("name"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	s.writeTenant(w, r, http.StatusOK, t)
+	h.writeTenant(w, r, http.StatusOK, t)
 }
 
 // handleUpdateTenant: PUT /v1/tenants/{name} {policy, clear_flag}
 // (admin): replaces the policy. Sessions already running keep the sizes
 // and network they were created with; new creates, the concurrency limit
 // and the CPU budget follow the new policy at once.
-func (s *Server) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
+func (h *tenantAPI) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	access.NoteFrom(r.Context()).Set("tenant", name)
 	var req v1.TenantRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if req.Name != "" && req.Name != name {
-		s.writeError(w, r, errdefs.InvalidField("name", "a tenant cannot be renamed"))
+		h.writeError(w, r, errdefs.InvalidField("name", "a tenant cannot be renamed"))
 		return
 	}
 	policy, err := policyJSON(&req.Policy)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if err := s.store.SetTenantPolicy(r.Context(), name, policy); err != nil {
-		s.writeError(w, r, err)
+	if err := h.store.SetTenantPolicy(r.Context(), name, policy); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	if req.ClearFlag {
-		if err := s.store.FlagTenant(r.Context(), name, "", time.Time{}); err != nil {
-			s.writeError(w, r, err)
+		if err := h.store.FlagTenant(r.Context(), name, "", time.Time{}); err != nil {
+			h.writeError(w, r, err)
 			return
 		}
 	}
-	t, err := s.store.GetTenant(r.Context(), name)
+	t, err := h.store.GetTenant(r.Context(), name)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	s.writeTenant(w, r, http.StatusOK, t)
+	h.writeTenant(w, r, http.StatusOK, t)
 }
 
 // handleDeleteTenant: DELETE /v1/tenants/{name}[?force=true] (admin).
@@ -151,58 +151,58 @@ func (s *Server) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 // destroyed, including creates still under way, and its snapshots and
 // templates deleted. Its records stay and its name is never reused. The
 // default tenant cannot be deleted. 204.
-func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
+func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ctx := r.Context()
 	access.NoteFrom(ctx).Set("tenant", name)
 	if name == store.DefaultTenant {
-		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "the default tenant cannot be deleted"))
+		h.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "the default tenant cannot be deleted"))
 		return
 	}
 	force, err := boolParam(r, "force")
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if _, err := s.store.GetTenant(ctx, name); err != nil {
-		s.writeError(w, r, err)
+	if _, err := h.store.GetTenant(ctx, name); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	// Act as the tenant, so that its own snapshots and templates are visible.
 	asTenant := tenancy.With(ctx, tenancy.Caller{Tenant: name, KeyID: callerKey(ctx), Admin: true,
 		RequestID: w.Header().Get(requestIDHeader)})
-	snaps, own, err := s.tenantLeftovers(asTenant, name)
+	snaps, own, err := h.tenantLeftovers(asTenant, name)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
-	if n := s.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
-		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
+	if n := h.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
+		h.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
 			"tenant %s has %d sessions, %d snapshots and %d templates; remove them first or force", name, n, len(snaps), len(own)))
 		return
 	}
-	if err := s.store.DeleteTenant(ctx, name); err != nil {
-		s.writeError(w, r, err)
+	if err := h.store.DeleteTenant(ctx, name); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
-	if err := s.mgr.EndTenant(ctx, name); err != nil {
-		s.writeError(w, r, err)
+	if err := h.mgr.EndTenant(ctx, name); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	// No session of it is left, so no snapshot of it can be made any more.
-	if snaps, own, err = s.tenantLeftovers(asTenant, name); err != nil {
-		s.writeError(w, r, err)
+	if snaps, own, err = h.tenantLeftovers(asTenant, name); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	for _, sn := range snaps {
-		if err := s.mgr.DeleteSnapshot(asTenant, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.writeError(w, r, fmt.Errorf("delete snapshot %s: %w", sn.ID, err))
+		if err := h.mgr.DeleteSnapshot(asTenant, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			h.writeError(w, r, fmt.Errorf("delete snapshot %s: %w", sn.ID, err))
 			return
 		}
 	}
 	for _, tpl := range own {
-		if err := s.catalog.Delete(asTenant, tpl); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.writeError(w, r, fmt.Errorf("delete template %s: %w", tpl, err))
+		if err := h.catalog.Delete(asTenant, tpl); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			h.writeError(w, r, fmt.Errorf("delete template %s: %w", tpl, err))
 			return
 		}
 	}
@@ -211,18 +211,19 @@ func (s *Server) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 
 // tenantLeftovers lists tenant's snapshots and the names of its templates
 // (ctx acts as the tenant).
-func (s *Server) tenantLeftovers(ctx context.Context, tenant string) ([]*node.Snapshot, []string, error) {
-	snaps, err := s.mgr.ListSnapshots(ctx)
+func (h *tenantAPI) tenantLeftovers(ctx context.Context, tenant string) ([]*node.Snapshot, []string, error) {
+	snaps, err := h.mgr.ListSnapshots(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	own, err := s.tenantTemplates(ctx, tenant)
+	own, err := tenantTemplates(ctx, h.store, tenant)
 	return snaps, own, err
 }
 
-// tenantTemplates lists the names of the templates tenant imported.
-func (s *Server) tenantTemplates(ctx context.Context, tenant string) ([]string, error) {
-	tpls, err := s.store.ListTemplates(ctx)
+// tenantTemplates lists the names of the templates tenant imported, from
+// the store's template records; the error is the store's.
+func tenantTemplates(ctx context.Context, st *store.Store, tenant string) ([]string, error) {
+	tpls, err := st.ListTemplates(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -248,43 +249,43 @@ func keyView(k *store.APIKey) v1.APIKey {
 
 // handleCreateKey: POST /v1/tenants/{name}/keys {name, admin} (admin).
 // 201 with the secret, shown once.
-func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request) {
+func (h *tenantAPI) handleCreateKey(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("name")
 	note := access.NoteFrom(r.Context())
 	note.Set("tenant", tenant)
 	var req v1.KeyRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	if len(req.Name) > 128 || strings.ContainsFunc(req.Name, func(c rune) bool { return c < ' ' }) {
-		s.writeError(w, r, errdefs.InvalidField("name", "must be at most 128 printable characters"))
+		h.writeError(w, r, errdefs.InvalidField("name", "must be at most 128 printable characters"))
 		return
 	}
-	if _, err := s.store.GetTenant(r.Context(), tenant); err != nil {
-		s.writeError(w, r, err)
+	if _, err := h.store.GetTenant(r.Context(), tenant); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	id, secret := tenancy.NewKey()
 	k := store.APIKey{ID: id, Name: req.Name, Tenant: tenant, Admin: req.Admin}
-	if err := s.store.AddAPIKey(r.Context(), k, secret); err != nil {
-		s.writeError(w, r, err)
+	if err := h.store.AddAPIKey(r.Context(), k, secret); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	note.Set("key", id)
-	stored, err := s.store.GetAPIKey(r.Context(), id)
+	stored, err := h.store.GetAPIKey(r.Context(), id)
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, v1.NewKey{APIKey: keyView(stored), Secret: secret})
 }
 
 // handleKeys: GET /v1/keys[?tenant=NAME] (admin).
-func (s *Server) handleKeys(w http.ResponseWriter, r *http.Request) {
-	keys, err := s.store.ListAPIKeys(r.Context(), r.URL.Query().Get("tenant"))
+func (h *tenantAPI) handleKeys(w http.ResponseWriter, r *http.Request) {
+	keys, err := h.store.ListAPIKeys(r.Context(), r.URL.Query().Get("tenant"))
 	if err != nil {
-		s.writeError(w, r, err)
+		h.writeError(w, r, err)
 		return
 	}
 	out := v1.KeyList{Keys: make([]v1.APIKey, 0, len(keys))}
@@ -296,25 +297,16 @@ func (s *Server) handleKeys(w http.ResponseWriter, r *http.Request) {
 
 // handleRevokeKey: DELETE /v1/keys/{id} (admin). A key cannot revoke
 // itself (an install would lock itself out). 204.
-func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
+func (h *tenantAPI) handleRevokeKey(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	access.NoteFrom(r.Context()).Set("key", id)
 	if id == callerKey(r.Context()) {
-		s.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "a key cannot revoke itself; use another admin key"))
+		h.writeError(w, r, errdefs.Newf(errdefs.ErrConflict, "a key cannot revoke itself; use another admin key"))
 		return
 	}
-	if err := s.store.RevokeAPIKey(r.Context(), id); err != nil {
-		s.writeError(w, r, err)
+	if err := h.store.RevokeAPIKey(r.Context(), id); err != nil {
+		h.writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// handleMetrics: GET /metrics (admin), the Prometheus exposition format.
-func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	if s.metrics == nil {
-		s.writeError(w, r, errdefs.Newf(errdefs.ErrUnavailable, "metrics are off"))
-		return
-	}
-	s.metrics.Handler().ServeHTTP(w, r)
 }
