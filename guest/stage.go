@@ -58,7 +58,7 @@ func (c *Client) Stage(ctx context.Context, r io.Reader) (node.Staged, error) {
 		}
 		_ = json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&e)
 		if resp.StatusCode == http.StatusInsufficientStorage || resp.StatusCode == http.StatusTooManyRequests {
-			return node.Staged{}, &Error{Kind: Refused, Err: fmt.Errorf("the sandbox cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
+			return node.Staged{}, &Error{Kind: Refused, Err: fmt.Errorf("cannot hold the input (larger inputs wait in the sandbox's memory until the command starts): %s: %w",
 				e.Message, errdefs.ErrResourceExhausted)}
 		}
 		return node.Staged{}, &Error{Kind: Refused, Err: fmt.Errorf("agent: staging an input: HTTP %d: %s: %w", resp.StatusCode, e.Message, errdefs.ErrUnavailable)}

@@ -40,10 +40,13 @@ func New(opts sandbox.Options) *Node {
 	return &Node{Manager: m, Pools: p, Service: s}
 }
 
-// Close stops the concerns first (the warm pools' refiller and the members
-// being made, which use the core), then the core. Safe to call more than
-// once.
+// Close quiesces the core first (no session timer fires and its
+// background work stops, so a stopping daemon ends no session the next one
+// adopts), then waits for the warm pools (their refiller and the members
+// being made, which use the core), then closes the core. Safe to call more
+// than once.
 func (n *Node) Close() {
+	n.Manager.Quiesce()
 	n.Pools.Close()
 	n.Manager.Close()
 }

@@ -109,10 +109,11 @@ type Manager struct {
 	// is never removed from under a sandbox that is starting on it.
 	tplMu sync.RWMutex
 	// warm are the warm pools (package pool, through members.go).
-	warm      WarmPools
-	closing   chan struct{}
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	warm        WarmPools
+	closing     chan struct{}
+	closeOnce   sync.Once
+	quiesceOnce sync.Once // Quiesce
+	wg          sync.WaitGroup
 	// egressQueue feeds recordEgress; egressDropped counts records lost
 	// because it was full.
 	egressQueue   chan node.EgressRecord
@@ -289,6 +290,11 @@ func (m *Manager) arm(sb *Sandbox) {
 	}
 	if sb.timer != nil {
 		sb.timer.Stop()
+	}
+	select {
+	case <-m.closing:
+		return // a stopping daemon arms nothing (Quiesce)
+	default:
 	}
 	detail := "session timeout reached"
 	if sb.rec.State == node.StatePaused {

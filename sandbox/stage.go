@@ -84,7 +84,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) 
 		k, ok := guest.KindOf(err)
 		err = p.m.hostCheck(ctx, p.sb.id, err)
 		if ok && k == guest.Refused && errors.Is(err, errdefs.ErrResourceExhausted) {
-			err = fmt.Errorf("session %s: %w", p.sb.id, err)
+			err = fmt.Errorf("session %s %w", p.sb.id, err) // "session X cannot hold the input ..."
 		}
 		return node.Staged{}, err
 	}

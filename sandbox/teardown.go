@@ -207,21 +207,37 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 // Close stops timers and background work. Sandboxes keep running; the next
 // daemon adopts them in Recover. Calls after the first do nothing.
 func (m *Manager) Close() {
+	m.Quiesce()
 	m.closeOnce.Do(m.close)
 }
 
+// Quiesce is the first half of Close: background work (the monitor, the
+// janitor, egress records) is told to stop and no session timer or exec
+// killer fires any more, so a stopping daemon ends no session that the
+// next one would adopt. What the concerns still finish (a warm-pool member
+// being made) keeps working; Close then waits for the core's own work.
+// Calls after the first do nothing.
+func (m *Manager) Quiesce() {
+	m.quiesceOnce.Do(func() {
+		close(m.closing)
+		m.mu.Lock()
+		for _, sb := range m.live {
+			sb.mu.Lock()
+			if sb.timer != nil {
+				sb.timer.Stop()
+			}
+			for _, t := range sb.killers {
+				t.Stop()
+			}
+			sb.mu.Unlock()
+		}
+		m.mu.Unlock()
+	})
+}
+
 func (m *Manager) close() {
-	close(m.closing)
 	m.mu.Lock()
 	for _, sb := range m.live {
-		sb.mu.Lock()
-		if sb.timer != nil {
-			sb.timer.Stop()
-		}
-		for _, t := range sb.killers {
-			t.Stop()
-		}
-		sb.mu.Unlock()
 		if sb.agent != nil {
 			sb.agent.Close()
 		}

@@ -15,9 +15,11 @@ import (
 )
 
 // volumeIO is how the volume image and the layer disks are attached:
-// with direct I/O where the host's filesystem allows it, since the
-// filesystem on the device caches their blocks already.
-var volumeIO = loop.Options{DirectIO: true}
+// buffered, as overlay volumes always were. (btrfs's volume uses direct
+// I/O; for XFS and ext4 images made with 512-byte sectors a host disk of
+// 4 KiB logical sectors would refuse the mount under direct I/O, so
+// overlay keeps the page cache until that is handled.)
+var volumeIO = loop.Options{}
 
 // xfsMagic is statfs's f_type of XFS.
 const xfsMagic = 0x58465342
