@@ -22,6 +22,14 @@ import (
 // safe for concurrent use.
 type Node struct {
 	*sandbox.Manager
+	// The core's concerns (sandbox.Concerns): files, commands, metering,
+	// templates, tenants and start-up recovery.
+	*sandbox.Files
+	*sandbox.Commands
+	*sandbox.Meter
+	*sandbox.Templates
+	*sandbox.Tenants
+	*sandbox.Recovery
 	*pool.Pools
 	*snapshot.Service
 }
@@ -37,7 +45,9 @@ func New(opts sandbox.Options) *Node {
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
-	return &Node{Manager: m, Pools: p, Service: s}
+	c := m.Concerns()
+	return &Node{Manager: m, Files: c.Files, Commands: c.Commands, Meter: c.Meter, Templates: c.Templates,
+		Tenants: c.Tenants, Recovery: c.Recovery, Pools: p, Service: s}
 }
 
 // Close stops the concerns first (the warm pools' refiller and the members

@@ -20,7 +20,6 @@ import (
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/tenancy"
 )
 
 // Create starts a new sandbox for req. With a non-empty idempotencyKey, a
@@ -105,7 +104,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 				snap.ID, need)
 		}
 	}
-	if !m.templateVisible(ctx, req.Template) {
+	if !m.tpls.templateVisible(ctx, req.Template) {
 		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 	}
 	if err := m.adm.Check(ctx, tenant, policy, &req); err != nil {
@@ -159,25 +158,6 @@ func (m *Manager) started(ctx context.Context, rec *node.Session, path string, b
 	}
 	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: rec.ID, Kind: "session.start", Detail: detail})
 	m.log.Info("session started", "session", rec.ID, "tenant", rec.Tenant, "path", path, "ms", d.Milliseconds())
-}
-
-// TemplateUsable reports whether template name exists and ctx's caller
-// may use it (its tenant's own, or shared).
-func (m *Manager) TemplateUsable(ctx context.Context, name string) bool {
-	return m.TemplateExists(name) && m.templateVisible(ctx, name)
-}
-
-// templateVisible reports whether ctx's caller may use template name: a
-// built-in or shared one, or its tenant's own. A template without a
-// record (an import that failed half-way) is forkbox's own only; one
-// that does not exist at all is reported by launch.
-func (m *Manager) templateVisible(ctx context.Context, name string) bool {
-	rec, err := m.opts.Store.GetTemplate(ctx, name)
-	if err != nil {
-		_, caller := tenancy.From(ctx)
-		return !caller || (errors.Is(err, errdefs.ErrNotFound) && !m.TemplateExists(name))
-	}
-	return tenancy.Visible(ctx, rec.Tenant)
 }
 
 // pickDriver sets req.Isolation to the server's default when empty and

@@ -123,6 +123,33 @@ type Manager struct {
 	idmapOnce sync.Once
 	// inflight is the budget of exec bytes in flight (stage.go).
 	inflight *inflight.Budget
+
+	// The concerns around the lifecycle core, each on a type of its own
+	// that calls back into the core (see Concerns).
+	files    *Files
+	cmds     *Commands
+	meter    *Meter
+	tpls     *Templates
+	tenants  *Tenants
+	recovery *Recovery
+}
+
+// Concerns are the types that own what a Manager offers beyond the
+// lifecycle core; host.Node embeds them beside the Manager. Each is bound
+// to the Manager that returned it.
+type Concerns struct {
+	Files     *Files
+	Commands  *Commands
+	Meter     *Meter
+	Templates *Templates
+	Tenants   *Tenants
+	Recovery  *Recovery
+}
+
+// Concerns returns m's concern types (the same values on every call).
+func (m *Manager) Concerns() Concerns {
+	return Concerns{Files: m.files, Commands: m.cmds, Meter: m.meter, Templates: m.tpls,
+		Tenants: m.tenants, Recovery: m.recovery}
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -211,6 +238,8 @@ func NewManager(opts Options) *Manager {
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		warm: noPools{}, snaps: noSnapshots{}, egressQueue: make(chan node.EgressRecord, 4096)}
+	m.files, m.cmds, m.meter = &Files{agentCalls{m}}, &Commands{agentCalls{m}}, &Meter{agentCalls{m}}
+	m.tpls, m.tenants, m.recovery = &Templates{m}, &Tenants{m}, &Recovery{m}
 	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
 	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
 		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
@@ -218,7 +247,7 @@ func NewManager(opts Options) *Manager {
 		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)
 	}
 	m.wg.Add(2)
-	go m.recordEgress()
+	go m.meter.recordEgress()
 	go func() {
 		defer m.wg.Done()
 		m.mon.Run(m.closing)
@@ -495,73 +524,6 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*no
 		m.arm(sb)
 	}
 	return &rec, nil
-}
-
-// RemoveTemplateIfUnused runs remove (which takes template name's files
-// away) only if no live session uses name, and keeps creates from starting
-// on name while it runs. ErrConflict when a session uses it.
-func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error {
-	m.tplMu.Lock()
-	defer m.tplMu.Unlock()
-	if m.TemplateInUse(name) {
-		return errdefs.Newf(errdefs.ErrConflict, "template %q is used by running sessions", name)
-	}
-	snaps, err := m.opts.Store.ListSnapshots(context.Background())
-	if err != nil {
-		return err
-	}
-	for _, sn := range snaps {
-		if sn.Template == name {
-			return errdefs.Newf(errdefs.ErrConflict, "template %q is the base of snapshot %s; delete the snapshot first", name, sn.ID)
-		}
-	}
-	m.warm.Drop(name)
-	if err := remove(); err != nil {
-		return err
-	}
-	return m.opts.Storage.RemoveTemplate(context.Background(), name)
-}
-
-// TemplateExists reports whether template name is installed (false for an
-// invalid name).
-func (m *Manager) TemplateExists(name string) bool {
-	if !storage.ValidTemplateName(name) {
-		return false
-	}
-	_, err := storage.LoadTemplate(m.opts.Layout.Template(name))
-	return err == nil
-}
-
-// TemplateInUse reports whether a live session (not counting warm-pool
-// members) runs on template name.
-func (m *Manager) TemplateInUse(name string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, sb := range m.live {
-		if r := sb.Record(); r.Template == name && r.State != node.StatePooled {
-			return true
-		}
-	}
-	return false
-}
-
-// TemplateReferenced reports whether a live session runs on template name
-// or a snapshot is built on it (the overlay storage driver reads a
-// snapshot's template files in place, so they must stay).
-func (m *Manager) TemplateReferenced(ctx context.Context, name string) bool {
-	if m.TemplateInUse(name) {
-		return true
-	}
-	snaps, err := m.opts.Store.ListSnapshots(ctx)
-	if err != nil {
-		return true // when in doubt, keep the template
-	}
-	for _, sn := range snaps {
-		if sn.Template == name {
-			return true
-		}
-	}
-	return false
 }
 
 // isLive reports whether a session in state st has a sandbox on the host

@@ -33,7 +33,7 @@ func (c monitorCore) Running() []monitor.Sandbox {
 
 // Live lists tenant's running or paused sandboxes.
 func (c monitorCore) Live(tenant string) []monitor.Sandbox {
-	sbs := c.m.sandboxesOf(tenant, isLive)
+	sbs := c.m.tenants.sandboxesOf(tenant, isLive)
 	out := make([]monitor.Sandbox, len(sbs))
 	for i, sb := range sbs {
 		out[i] = sb
@@ -50,7 +50,9 @@ func (c monitorCore) End(ctx context.Context, sb monitor.Sandbox, reason, detail
 }
 
 // CheckDead ends sandbox id if it stopped by itself.
-func (c monitorCore) CheckDead(ctx context.Context, id string) error { return c.m.checkDead(ctx, id) }
+func (c monitorCore) CheckDead(ctx context.Context, id string) error {
+	return c.m.cmds.checkDead(ctx, id)
+}
 
 // ID returns the sandbox's session id.
 func (s *Sandbox) ID() string { return s.id }

@@ -92,12 +92,12 @@ func (c *SnapshotCore) CheckCreate(spec *node.CreateSpec) error {
 
 // TemplateUsable reports whether template name exists for ctx's caller.
 func (c *SnapshotCore) TemplateUsable(ctx context.Context, name string) bool {
-	return c.m.TemplateUsable(ctx, name)
+	return c.m.tpls.TemplateUsable(ctx, name)
 }
 
 // ReserveQuota admits one more of what for tenant (Manager.ReserveQuota).
 func (c *SnapshotCore) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (func(), error) {
-	return c.m.ReserveQuota(ctx, tenant, what, count)
+	return c.m.tenants.ReserveQuota(ctx, tenant, what, count)
 }
 
 // Find returns live session id (running or paused) of ctx's caller for a
