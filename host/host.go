@@ -23,13 +23,14 @@ import (
 type Node struct {
 	*sandbox.Manager
 	// The core's concerns (sandbox.Concerns): files, commands, metering,
-	// templates, tenants and start-up recovery.
+	// templates, tenants, start-up recovery and the isolation drivers.
 	*sandbox.Files
 	*sandbox.Commands
 	*sandbox.Meter
 	*sandbox.Templates
 	*sandbox.Tenants
 	*sandbox.Recovery
+	*sandbox.Runtimes
 	*pool.Pools
 	*snapshot.Service
 }
@@ -47,7 +48,7 @@ func New(opts sandbox.Options) *Node {
 	m.UseSnapshots(s)
 	c := m.Concerns()
 	return &Node{Manager: m, Files: c.Files, Commands: c.Commands, Meter: c.Meter, Templates: c.Templates,
-		Tenants: c.Tenants, Recovery: c.Recovery, Pools: p, Service: s}
+		Tenants: c.Tenants, Recovery: c.Recovery, Runtimes: c.Runtimes, Pools: p, Service: s}
 }
 
 // Close stops the concerns first (the warm pools' refiller and the members

@@ -60,7 +60,7 @@ func (a agentCalls) checkDead(ctx context.Context, id string) error {
 	if sb == nil {
 		return nil
 	}
-	st, err := a.m.driverOf(sb).Status(context.WithoutCancel(ctx), id)
+	st, err := a.m.runtimes.driverOf(sb).Status(context.WithoutCancel(ctx), id)
 	if err != nil || st == runtime.StatusRunning || st == runtime.StatusPaused {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (a agentCalls) checkDead(ctx context.Context, id string) error {
 	defer cancel()
 	// Why, while the host still has its cgroups (teardown removes them).
 	cause := runtime.StopUnknown
-	if se, ok := a.m.driverOf(sb).(runtime.StopExplainer); ok {
+	if se, ok := a.m.runtimes.driverOf(sb).(runtime.StopExplainer); ok {
 		cause = se.StopCause(tctx, id)
 	}
 	switch cause {

@@ -62,7 +62,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 			req.Isolation = snap.MemoryDriver
 		}
 	}
-	if err := m.pickDriver(&req); err != nil {
+	if err := m.runtimes.pickDriver(&req); err != nil {
 		return nil, false, err
 	}
 	hash := requestHash(&req)
@@ -158,25 +158,6 @@ func (m *Manager) started(ctx context.Context, rec *node.Session, path string, b
 	}
 	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: rec.ID, Kind: "session.start", Detail: detail})
 	m.log.Info("session started", "session", rec.ID, "tenant", rec.Tenant, "path", path, "ms", d.Milliseconds())
-}
-
-// pickDriver sets req.Isolation to the server's default when empty and
-// refuses a driver this host does not have.
-func (m *Manager) pickDriver(req *node.CreateSpec) error {
-	if req.Isolation == "" {
-		req.Isolation = m.DefaultDriver().Name()
-	}
-	if m.driver(req.Isolation) == nil {
-		names := make([]string, 0, len(m.opts.Drivers))
-		for _, d := range m.opts.Drivers {
-			names = append(names, d.Name())
-		}
-		return errdefs.InvalidField("isolation", "must be one of %s (the drivers this host has)", strings.Join(names, ", "))
-	}
-	if req.Network != nil && !m.driver(req.Isolation).Capabilities().Network {
-		return errdefs.InvalidField("network", "isolation %q cannot have a network yet", req.Isolation)
-	}
-	return nil
 }
 
 // launch makes a new sandbox for the normalized req: record (in state
@@ -295,7 +276,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	if err := checkMountTargets(rootfs, tpl); err != nil {
 		return err
 	}
-	ident, err := m.newIdentity(sb, rootfs)
+	ident, err := m.hostRes.newIdentity(sb, rootfs)
 	if err != nil {
 		return err
 	}
@@ -342,7 +323,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 			return err
 		}
 	}
-	att, err := m.attachNetwork(sb, false, makeNetns)
+	att, err := m.hostRes.attachNetwork(sb, false, makeNetns)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -410,22 +391,22 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{wire.ConfigEnv + "=" + string(acfgJSON)},
 		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath, ControlDir: ctlDir,
-		Rlimits: m.rlimits(),
+		Rlimits: m.runtimes.rlimits(),
 	}
 	if ident != nil {
 		ident.apply(&rcfg, rootfs)
 	}
 	if image != "" {
-		err = m.driverOf(sb).Restore(ctx, rcfg, image)
+		err = m.runtimes.driverOf(sb).Restore(ctx, rcfg, image)
 	} else {
-		err = m.driverOf(sb).Create(ctx, rcfg)
+		err = m.runtimes.driverOf(sb).Create(ctx, rcfg)
 	}
 	if err != nil {
 		return templateMountError(err, tpl)
 	}
 	launched := time.Now()
 	sb.agent = guest.New(socket)
-	if err := m.awaitAgent(ctx, sb, m.readyWait(m.driverOf(sb))); err != nil {
+	if err := m.awaitAgent(ctx, sb, m.runtimes.readyWait(m.runtimes.driverOf(sb))); err != nil {
 		return err
 	}
 	if image != "" {

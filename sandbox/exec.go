@@ -128,7 +128,7 @@ func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, st
 	// for memory; where going over the limit stops the whole sandbox
 	// (gVisor), there is no such process, and reading it costs a runtime
 	// call per exec.
-	drv := cs.m.driverOf(sb)
+	drv := cs.m.runtimes.driverOf(sb)
 	processOOM := !drv.Capabilities().SandboxOOM
 	var before runtime.Stats
 	if processOOM {
@@ -278,7 +278,7 @@ func (cs *Commands) killGroup(sb *Sandbox, pid int) {
 	defer sb.lifeMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := cs.m.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
+	n, err := cs.m.runtimes.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
 	if err != nil {
 		cs.m.log.Warn("kill process group", "session", sb.id, "pgid", pid, "err", err)
 	} else {

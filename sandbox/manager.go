@@ -132,6 +132,10 @@ type Manager struct {
 	tpls     *Templates
 	tenants  *Tenants
 	recovery *Recovery
+	runtimes *Runtimes
+	// hostRes hands sandboxes their host ids and networks (not a
+	// concern of its own outside the core, so not in Concerns).
+	hostRes *hostResources
 }
 
 // Concerns are the types that own what a Manager offers beyond the
@@ -144,12 +148,13 @@ type Concerns struct {
 	Templates *Templates
 	Tenants   *Tenants
 	Recovery  *Recovery
+	Runtimes  *Runtimes
 }
 
 // Concerns returns m's concern types (the same values on every call).
 func (m *Manager) Concerns() Concerns {
 	return Concerns{Files: m.files, Commands: m.cmds, Meter: m.meter, Templates: m.tpls,
-		Tenants: m.tenants, Recovery: m.recovery}
+		Tenants: m.tenants, Recovery: m.recovery, Runtimes: m.runtimes}
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -240,6 +245,7 @@ func NewManager(opts Options) *Manager {
 		warm: noPools{}, snaps: noSnapshots{}, egressQueue: make(chan node.EgressRecord, 4096)}
 	m.files, m.cmds, m.meter = &Files{agentCalls{m}}, &Commands{agentCalls{m}}, &Meter{agentCalls{m}}
 	m.tpls, m.tenants, m.recovery = &Templates{m}, &Tenants{m}, &Recovery{m}
+	m.runtimes, m.hostRes = &Runtimes{m}, &hostResources{m}
 	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
 	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
 		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
@@ -253,57 +259,6 @@ func NewManager(opts Options) *Manager {
 		m.mon.Run(m.closing)
 	}()
 	return m
-}
-
-// Drivers returns the isolation drivers this host has.
-func (m *Manager) Drivers() []runtime.Driver { return m.opts.Drivers }
-
-// DefaultDriver returns the driver of sessions that pick none.
-func (m *Manager) DefaultDriver() runtime.Driver {
-	if d := m.driver(m.opts.DefaultDriver); d != nil {
-		return d
-	}
-	return m.opts.Drivers[0]
-}
-
-// driver returns the driver named name, or nil.
-func (m *Manager) driver(name string) runtime.Driver {
-	for _, d := range m.opts.Drivers {
-		if d.Name() == name {
-			return d
-		}
-	}
-	return nil
-}
-
-// driverOf returns the driver sb runs on (the default one for a record
-// that names a driver this host no longer has: its calls then fail with
-// not-found, which ends the session).
-func (m *Manager) driverOf(sb *Sandbox) runtime.Driver {
-	sb.mu.Lock()
-	name := sb.rec.Driver
-	sb.mu.Unlock()
-	if d := m.driver(name); d != nil {
-		return d
-	}
-	return m.DefaultDriver()
-}
-
-// Limits returns the bounds applied to create requests.
-func (m *Manager) Limits() node.Limits { return m.opts.Limits }
-
-// Info says which drivers this host has (with their capabilities by the
-// REST API's names), the default one and the create limits.
-func (m *Manager) Info() node.Info {
-	info := node.Info{DefaultDriver: m.DefaultDriver().Name(), Limits: m.opts.Limits}
-	for _, d := range m.opts.Drivers {
-		c := d.Capabilities()
-		info.Drivers = append(info.Drivers, node.DriverInfo{Name: d.Name(), Capabilities: map[string]bool{
-			"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
-			"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
-		}})
-	}
-	return info
 }
 
 // arm (re)starts the session timer at the record's expiry, unless the

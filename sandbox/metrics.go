@@ -52,7 +52,7 @@ func (mt *Meter) Usage(ctx context.Context, id string) (*node.Usage, error) {
 		_, _, err := mt.m.use(ctx, id) // the right error for an ended or unknown session
 		return nil, err
 	}
-	st, err := mt.m.driverOf(sb).Stats(ctx, id)
+	st, err := mt.m.runtimes.driverOf(sb).Stats(ctx, id)
 	if err != nil {
 		if derr := mt.checkDead(ctx, id); derr != nil {
 			return nil, derr // it died by itself: 410 with the reason

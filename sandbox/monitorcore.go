@@ -42,7 +42,9 @@ func (c monitorCore) Live(tenant string) []monitor.Sandbox {
 }
 
 // Driver returns the driver sb runs on.
-func (c monitorCore) Driver(sb monitor.Sandbox) runtime.Driver { return c.m.driverOf(sb.(*Sandbox)) }
+func (c monitorCore) Driver(sb monitor.Sandbox) runtime.Driver {
+	return c.m.runtimes.driverOf(sb.(*Sandbox))
+}
 
 // End tears sb down with reason and detail.
 func (c monitorCore) End(ctx context.Context, sb monitor.Sandbox, reason, detail string) error {

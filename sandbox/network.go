@@ -70,27 +70,27 @@ func policyOf(n *node.Network) (*netpolicy.Policy, error) {
 // attachNetwork gives sb its network (adopt: the one it had before a
 // daemon restart). nil when sb has no network. makeNetns, when not nil,
 // makes the network namespace file (see netpolicy.Service.Attach).
-func (m *Manager) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(path string) error) (*netpolicy.Attachment, error) {
+func (hr *hostResources) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(path string) error) (*netpolicy.Attachment, error) {
 	n := sb.Record().Network
 	if n == nil {
 		return nil, nil
 	}
-	if m.opts.Net == nil {
+	if hr.m.opts.Net == nil {
 		return nil, errdefs.Newf(errdefs.ErrUnavailable, "session %s has a network, but this daemon has no egress service", sb.id)
 	}
 	p, err := policyOf(n)
 	if err != nil {
 		return nil, err
 	}
-	sink := m.meter.egressSink(sb.id, sb.Record().Tenant)
+	sink := hr.m.meter.egressSink(sb.id, sb.Record().Tenant)
 	if adopt {
-		used, err := m.opts.Store.EgressBytes(context.Background(), sb.id)
+		used, err := hr.m.opts.Store.EgressBytes(context.Background(), sb.id)
 		if err != nil {
 			return nil, err
 		}
-		return m.opts.Net.Adopt(sb.id, p, sink, used)
+		return hr.m.opts.Net.Adopt(sb.id, p, sink, used)
 	}
-	return m.opts.Net.Attach(sb.id, p, sink, makeNetns)
+	return hr.m.opts.Net.Attach(sb.id, p, sink, makeNetns)
 }
 
 // EgressRetention is how long egress records are kept (the janitor
@@ -105,19 +105,19 @@ const MaxEgressRecords = 100_000
 // retryNetwork starts an adopted sandbox's egress service once it can
 // (its ports were still held by the previous daemon), trying every second
 // until it succeeds, the sandbox ends or the manager closes.
-func (m *Manager) retryNetwork(sb *Sandbox) {
-	defer m.wg.Done()
+func (hr *hostResources) retryNetwork(sb *Sandbox) {
+	defer hr.m.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for attempt := 1; ; attempt++ {
 		select {
-		case <-m.closing:
+		case <-hr.m.closing:
 			return
 		case <-sb.done:
 			return
 		case <-t.C:
 		}
-		att, err := m.attachNetwork(sb, true, nil)
+		att, err := hr.attachNetwork(sb, true, nil)
 		if err == nil {
 			sb.mu.Lock()
 			ending := sb.tearing
@@ -126,13 +126,13 @@ func (m *Manager) retryNetwork(sb *Sandbox) {
 			}
 			sb.mu.Unlock()
 			if ending {
-				_ = m.opts.Net.Detach(sb.id)
+				_ = hr.m.opts.Net.Detach(sb.id)
 			}
-			m.log.Info("egress service started", "session", sb.id, "attempts", attempt)
+			hr.m.log.Info("egress service started", "session", sb.id, "attempts", attempt)
 			return
 		}
 		if attempt%30 == 0 {
-			m.log.Warn("egress service still not started", "session", sb.id, "err", err)
+			hr.m.log.Warn("egress service still not started", "session", sb.id, "err", err)
 		}
 	}
 }

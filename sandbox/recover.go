@@ -106,7 +106,7 @@ func (rv *Recovery) adopt(ctx context.Context, sb *Sandbox) bool {
 			rv.m.log.Warn("restrict the directory of an adopted sandbox", "session", sb.id, "err", err)
 		}
 	}
-	drv := rv.m.driverOf(sb)
+	drv := rv.m.runtimes.driverOf(sb)
 	st, err := drv.Status(ctx, sb.id)
 	paused := sb.rec.State == node.StatePaused
 	if err == nil && st == runtime.StatusPaused && paused {
@@ -159,11 +159,11 @@ func (rv *Recovery) adopt(ctx context.Context, sb *Sandbox) bool {
 		// namespace's rules stay): it loses its network for a while, not
 		// its files and processes, so it is adopted either way and the
 		// egress service is retried in the background.
-		att, err := rv.m.attachNetwork(sb, true, nil)
+		att, err := rv.m.hostRes.attachNetwork(sb, true, nil)
 		if err != nil {
 			rv.m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
 			rv.m.wg.Add(1)
-			go rv.m.retryNetwork(sb)
+			go rv.m.hostRes.retryNetwork(sb)
 		}
 		sb.net = att
 	}

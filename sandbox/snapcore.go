@@ -87,7 +87,7 @@ func (c *SnapshotCore) CheckCreate(spec *node.CreateSpec) error {
 	if err := normalizeCreate(spec, c.m.opts.Limits); err != nil {
 		return err
 	}
-	return c.m.pickDriver(spec)
+	return c.m.runtimes.pickDriver(spec)
 }
 
 // TemplateUsable reports whether template name exists for ctx's caller.
@@ -128,7 +128,7 @@ func (h *HeldSandbox) Unlock() { h.sb.lifeMu.Unlock() }
 func (h *HeldSandbox) Record() node.Session { return h.sb.Record() }
 
 // Driver returns the isolation driver the sandbox runs on.
-func (h *HeldSandbox) Driver() runtime.Driver { return h.m.driverOf(h.sb) }
+func (h *HeldSandbox) Driver() runtime.Driver { return h.m.runtimes.driverOf(h.sb) }
 
 // PrepareCheckpoint asks the sandbox's agent to close its socket and its
 // connections for a checkpoint of handshake generation gen, and waits
