@@ -86,7 +86,10 @@ type Options struct {
 	Log          *slog.Logger
 }
 
-// Manager owns every sandbox of this host. It is safe for concurrent use.
+// Manager owns every sandbox of this host: the lifecycle core (create,
+// start, stop, teardown, pause and resume, timers, lookup, use and save).
+// What it offers beyond that is on the types Concerns returns. It is safe
+// for concurrent use.
 type Manager struct {
 	opts Options
 	log  *slog.Logger
@@ -232,7 +235,7 @@ func (s *Sandbox) Record() node.Session {
 	return s.rec
 }
 
-// NewManager returns a manager. Call Recover before serving requests.
+// NewManager returns a manager. Call Recovery.Recover (its Concerns) before serving requests.
 func NewManager(opts Options) *Manager {
 	log := opts.Log
 	if log == nil {

@@ -95,7 +95,7 @@ func (c *SnapshotCore) TemplateUsable(ctx context.Context, name string) bool {
 	return c.m.tpls.TemplateUsable(ctx, name)
 }
 
-// ReserveQuota admits one more of what for tenant (Manager.ReserveQuota).
+// ReserveQuota admits one more of what for tenant (Tenants.ReserveQuota).
 func (c *SnapshotCore) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (func(), error) {
 	return c.m.tenants.ReserveQuota(ctx, tenant, what, count)
 }

@@ -110,14 +110,14 @@ func (p *ExecPrep) taken(in ...*node.Staged) {
 	}
 }
 
-// Exec runs req (Manager.Exec) with the inputs in staged instead of
+// Exec runs req (Commands.Exec) with the inputs in staged instead of
 // req.Cmd or req.Stdin.
 func (p *ExecPrep) Exec(ctx context.Context, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
 	return p.c.exec(ctx, p, req, staged, out)
 }
 
 // SendStdin writes data and then staged (either may be empty) to command
-// pid's stdin and, with closeAfter, closes it (Manager.SendStdin).
+// pid's stdin and, with closeAfter, closes it (Commands.SendStdin).
 func (p *ExecPrep) SendStdin(ctx context.Context, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
 	return p.c.sendStdin(ctx, p, pid, data, staged, closeAfter)
 }
