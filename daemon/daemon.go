@@ -409,8 +409,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return errors.Join(stopErr, err)
 }
 
-// Manager returns the sandbox manager (for tests and benchmarks in-process).
-func (d *Daemon) Manager() *sandbox.Manager { return d.mgr.Manager }
+// Manager returns this host's node: the sandbox manager with the concerns
+// composed around it (for tests and benchmarks in-process).
+func (d *Daemon) Manager() *host.Node { return d.mgr }
 
 // ensureAPIKey makes sure an API key file exists and its key is accepted.
 // On first start it generates "e2b_" + 40 hex digits and writes it (0600):

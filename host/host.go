@@ -22,6 +22,15 @@ import (
 // safe for concurrent use.
 type Node struct {
 	*sandbox.Manager
+	// The core's concerns (sandbox.Concerns): files, commands, metering,
+	// templates, tenants, start-up recovery and the isolation drivers.
+	*sandbox.Files
+	*sandbox.Commands
+	*sandbox.Meter
+	*sandbox.Templates
+	*sandbox.Tenants
+	*sandbox.Recovery
+	*sandbox.Runtimes
 	*pool.Pools
 	*snapshot.Service
 }
@@ -37,7 +46,9 @@ func New(opts sandbox.Options) *Node {
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
-	return &Node{Manager: m, Pools: p, Service: s}
+	c := m.Concerns()
+	return &Node{Manager: m, Files: c.Files, Commands: c.Commands, Meter: c.Meter, Templates: c.Templates,
+		Tenants: c.Tenants, Recovery: c.Recovery, Runtimes: c.Runtimes, Pools: p, Service: s}
 }
 
 // Close quiesces the core first (no session timer fires and its

@@ -14,8 +14,8 @@ import (
 // unknown id; ErrTerminated for an ended session; ErrUnauthenticated for a
 // wrong or missing token. It changes nothing (a paused session stays
 // paused), so it is safe to call for a request that is not yet trusted.
-func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*node.Session, error) {
-	rec, err := m.Get(ctx, id)
+func (cs *Commands) CheckEnvdToken(ctx context.Context, id, token string) (*node.Session, error) {
+	rec, err := cs.m.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -35,8 +35,8 @@ func (m *Manager) CheckEnvdToken(ctx context.Context, id, token string) (*node.S
 // paused, and it keeps the session from idling while held. Errors as for
 // Exec: ErrNotFound, ErrTerminated, or ErrConflict for a session paused on
 // request or still being created.
-func (m *Manager) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, error) {
-	sb, release, err := m.use(ctx, id)
+func (cs *Commands) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, error) {
+	sb, release, err := cs.m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -48,10 +48,10 @@ func (m *Manager) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, erro
 // AgentHealthy reports (nil) whether running session id's agent answers its
 // health check, without resuming or otherwise touching the session.
 // ErrConflict when the session is not running (paused, for one).
-func (m *Manager) AgentHealthy(ctx context.Context, id string) error {
-	sb := m.find(ctx, id)
+func (cs *Commands) AgentHealthy(ctx context.Context, id string) error {
+	sb := cs.m.find(ctx, id)
 	if sb == nil {
-		rec, err := m.Get(ctx, id)
+		rec, err := cs.m.Get(ctx, id)
 		if err != nil {
 			return err
 		}

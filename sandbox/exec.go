@@ -15,6 +15,12 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 )
 
+// Commands owns what runs in a session: exec (with its staged inputs and
+// its timeout, enforced from the host), attach, the process list,
+// signals and stdin, and the envd proxy's hold on the agent (token check,
+// connection, health). It is safe for concurrent use.
+type Commands struct{ agentCalls }
+
 // agentGrace is added to the agent-side deadline so that the daemon's
 // own kill (from outside the sandbox) always comes first.
 const agentGrace = 2 * time.Second
@@ -78,8 +84,8 @@ func normalizeExec(r *node.ExecSpec, maxTimeoutS int64, defaultUser string, scri
 // ends timed out at once. A memory snapshot that cuts the output stream
 // ends it with a typed ErrUnavailable (node.ProblemExecStreamCut) naming the
 // pid to re-attach to.
-func (m *Manager) Exec(ctx context.Context, id string, req node.ExecSpec, out node.Output) (*node.ExecResult, error) {
-	p, err := m.prepareExec(ctx, id, 0)
+func (cs *Commands) Exec(ctx context.Context, id string, req node.ExecSpec, out node.Output) (*node.ExecResult, error) {
+	p, err := cs.prepareExec(ctx, id, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +101,10 @@ func streamCut(id string, pid int) error {
 			"GET /v1/sessions/%s/processes/%d/stream re-attaches to its output from now on and its exit", id, pid, id, pid)
 }
 
-func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
+func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
 	sb, id := p.sb, p.sb.id
 	rec := sb.Record()
-	if err := normalizeExec(&req, m.opts.Limits.MaxTimeoutS, rec.DefaultUser, staged.Script != nil); err != nil {
+	if err := normalizeExec(&req, cs.m.opts.Limits.MaxTimeoutS, rec.DefaultUser, staged.Script != nil); err != nil {
 		return nil, err
 	}
 	o := guest.StartOpts{Env: req.Env, Cwd: req.Cwd, User: req.User, Tag: req.Tag,
@@ -122,7 +128,7 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	// for memory; where going over the limit stops the whole sandbox
 	// (gVisor), there is no such process, and reading it costs a runtime
 	// call per exec.
-	drv := m.driverOf(sb)
+	drv := cs.m.runtimes.driverOf(sb)
 	processOOM := !drv.Capabilities().SandboxOOM
 	var before runtime.Stats
 	if processOOM {
@@ -152,27 +158,27 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 	stream, err := sb.agent.Start(streamCtx, o)
 	p.taken(staged.Script, staged.Stdin)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, guest.StartField(err, commandField))
+		return nil, cs.agentError(ctx, id, err, guest.StartField(err, commandField))
 	}
 	defer stream.Close()
 	pid := stream.Pid()
 	res := &node.ExecResult{Pid: pid}
 	var timedOut atomic.Bool
 	if req.TimeoutS > 0 {
-		m.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
+		cs.armKiller(sb, pid, time.Duration(req.TimeoutS)*time.Second, &timedOut)
 	}
 	if !req.Background {
 		if ctx.Err() != nil {
 			// The caller left while the command started.
-			m.killGroup(sb, pid)
-			m.disarmKiller(sb, pid)
+			cs.killGroup(sb, pid)
+			cs.disarmKiller(sb, pid)
 			return nil, ctx.Err()
 		}
 		stop := context.AfterFunc(ctx, cancel)
 		defer stop()
 	}
 	if err := out.Started(pid); err != nil {
-		m.killGroup(sb, pid)
+		cs.killGroup(sb, pid)
 		return nil, err
 	}
 	if len(req.Stdin) > 0 {
@@ -192,24 +198,24 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 				sb.mu.Unlock()
 				close(fed)
 			}()
-			m.feedStdin(sb, pid, req.Stdin, !req.KeepStdin)
+			cs.feedStdin(sb, pid, req.Stdin, !req.KeepStdin)
 		}()
 	}
 	if req.Background {
 		return res, nil
 	}
-	defer m.disarmKiller(sb, pid)
+	defer cs.disarmKiller(sb, pid)
 
 	end, err := stream.Follow(out)
 	if err != nil {
 		switch {
 		case ctx.Err() != nil || errors.Is(err, guest.ErrOutput):
-			m.killGroup(sb, pid)
+			cs.killGroup(sb, pid)
 		case timedOut.Load() && errors.Is(streamCtx.Err(), context.DeadlineExceeded):
 			// The kill went out at the timeout but the agent reported no
 			// end within its grace: the sandbox is frozen (paused), and
 			// its processes die of the pending SIGKILL when they run again.
-			m.log.Info("exec timed out in a frozen sandbox", "session", id, "pid", pid)
+			cs.m.log.Info("exec timed out in a frozen sandbox", "session", id, "pid", pid)
 			res.TimedOut, res.Signal, res.ExitCode = true, int(syscall.SIGKILL), 128+int(syscall.SIGKILL)
 			res.DurationMS = time.Since(began).Milliseconds()
 			if collect {
@@ -219,7 +225,7 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 		case sb.streamCuts.Load() != cuts:
 			return nil, streamCut(id, pid)
 		}
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, cs.agentError(ctx, id, err, "")
 	}
 	res.DurationMS = time.Since(began).Milliseconds()
 	res.ExitCode, res.Signal = end.Code, end.Signal
@@ -240,11 +246,11 @@ func (m *Manager) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, stag
 }
 
 // armKiller kills pid's process group after d and sets flag.
-func (m *Manager) armKiller(sb *Sandbox, pid int, d time.Duration, flag *atomic.Bool) {
+func (cs *Commands) armKiller(sb *Sandbox, pid int, d time.Duration, flag *atomic.Bool) {
 	t := time.AfterFunc(d, func() {
 		flag.Store(true)
-		m.killGroup(sb, pid)
-		m.disarmKiller(sb, pid)
+		cs.killGroup(sb, pid)
+		cs.disarmKiller(sb, pid)
 	})
 	sb.mu.Lock()
 	if old := sb.killers[pid]; old != nil {
@@ -254,7 +260,7 @@ func (m *Manager) armKiller(sb *Sandbox, pid int, d time.Duration, flag *atomic.
 	sb.mu.Unlock()
 }
 
-func (m *Manager) disarmKiller(sb *Sandbox, pid int) {
+func (cs *Commands) disarmKiller(sb *Sandbox, pid int) {
 	sb.mu.Lock()
 	if t := sb.killers[pid]; t != nil {
 		t.Stop()
@@ -264,7 +270,7 @@ func (m *Manager) disarmKiller(sb *Sandbox, pid int) {
 }
 
 // killGroup SIGKILLs the process group pid from the host.
-func (m *Manager) killGroup(sb *Sandbox, pid int) {
+func (cs *Commands) killGroup(sb *Sandbox, pid int) {
 	// Not in the middle of a pause or a snapshot: a driver may have to
 	// thaw the sandbox for the kill (gVisor), which would let processes
 	// run while a snapshot captures them.
@@ -272,24 +278,24 @@ func (m *Manager) killGroup(sb *Sandbox, pid int) {
 	defer sb.lifeMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	n, err := m.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
+	n, err := cs.m.runtimes.driverOf(sb).KillProcessGroup(ctx, sb.id, pid, int(syscall.SIGKILL))
 	if err != nil {
-		m.log.Warn("kill process group", "session", sb.id, "pgid", pid, "err", err)
+		cs.m.log.Warn("kill process group", "session", sb.id, "pgid", pid, "err", err)
 	} else {
-		m.log.Debug("killed process group", "session", sb.id, "pgid", pid, "processes", n)
+		cs.m.log.Debug("killed process group", "session", sb.id, "pgid", pid, "processes", n)
 	}
 }
 
 // feedStdin writes data to pid's stdin in chunks and then, with
 // closeAfter, closes it (a KeepStdin command's stdin stays open).
-func (m *Manager) feedStdin(sb *Sandbox, pid int, data []byte, closeAfter bool) {
+func (cs *Commands) feedStdin(sb *Sandbox, pid int, data []byte, closeAfter bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
-		m.log.Debug("stdin", "session", sb.id, "pid", pid, "err", err)
+	if err := cs.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
+		cs.m.log.Debug("stdin", "session", sb.id, "pid", pid, "err", err)
 	}
 }
 
-func (m *Manager) writeStdin(ctx context.Context, sb *Sandbox, pid int, data []byte, closeAfter bool) error {
+func (cs *Commands) writeStdin(ctx context.Context, sb *Sandbox, pid int, data []byte, closeAfter bool) error {
 	return sb.agent.WriteStdin(ctx, pid, data, closeAfter)
 }

@@ -12,6 +12,12 @@ import (
 	"github.com/forkbox/forkbox/node"
 )
 
+// Files owns a session's file calls: upload, download, stat, list, make
+// directory, move and remove, each one envd filesystem call to the
+// session's agent as a call in flight (an auto-paused session is resumed
+// for it). It is safe for concurrent use.
+type Files struct{ agentCalls }
+
 // checkPath rejects paths no file can have, and paths that are not UTF-8:
 // the envd protocol carries paths as protobuf strings, which must be UTF-8
 // (only a download, over plain HTTP, can name such a file).
@@ -41,8 +47,8 @@ func checkPathBytes(field, p string) error {
 
 // fileCall prepares an agent filesystem call for session id as user; the
 // caller runs release when the call is over.
-func (m *Manager) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _ string, release func(), err error) {
-	sb, release, err = m.use(ctx, id)
+func (fs *Files) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _ string, release func(), err error) {
+	sb, release, err = fs.m.use(ctx, id)
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -60,36 +66,36 @@ func (m *Manager) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _
 // replaced atomically if it exists, owned by user). size is the body's
 // length in bytes or -1 when unknown. ErrInsufficientStorage when the
 // sandbox's disk is full.
-func (m *Manager) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*node.Entry, error) {
+func (fs *Files) Upload(ctx context.Context, id, path, user string, body io.Reader, size int64) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	written, err := sb.agent.Upload(ctx, path, user, body, size)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, fs.agentError(ctx, id, err, "")
 	}
-	return m.Stat(ctx, id, written, user)
+	return fs.Stat(ctx, id, written, user)
 }
 
 // Download opens path for reading. The caller closes the reader; size is
 // the file's length in bytes.
-func (m *Manager) Download(ctx context.Context, id, path, user string) (rc io.ReadCloser, size int64, err error) {
+func (fs *Files) Download(ctx context.Context, id, path, user string) (rc io.ReadCloser, size int64, err error) {
 	if err := checkPathBytes("path", path); err != nil {
 		return nil, 0, err
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, 0, err
 	}
 	body, size, err := sb.agent.Download(ctx, path, user)
 	if err != nil {
 		defer release()
-		return nil, 0, m.agentError(ctx, id, err, "")
+		return nil, 0, fs.agentError(ctx, id, err, "")
 	}
 	return &releasingReader{ReadCloser: body, release: release}, size, nil
 }
@@ -109,119 +115,95 @@ func (r *releasingReader) Close() error {
 }
 
 // Stat describes path.
-func (m *Manager) Stat(ctx context.Context, id, path, user string) (*node.Entry, error) {
+func (fs *Files) Stat(ctx context.Context, id, path, user string) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	e, err := sb.agent.Stat(ctx, path, user)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, fs.agentError(ctx, id, err, "")
 	}
 	return &e, nil
 }
 
 // ListDir lists directory path down to depth levels (1 = its entries).
-func (m *Manager) ListDir(ctx context.Context, id, path, user string, depth int) ([]node.Entry, error) {
+func (fs *Files) ListDir(ctx context.Context, id, path, user string, depth int) ([]node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
 	if depth < 1 || depth > 32 {
 		return nil, errdefs.InvalidField("depth", "must be between 1 and 32")
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	out, err := sb.agent.ListDir(ctx, path, user, depth)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "path")
+		return nil, fs.agentError(ctx, id, err, "path")
 	}
 	return out, nil
 }
 
 // MakeDir creates directory path and its parents, owned by user.
 // ErrConflict when it already exists.
-func (m *Manager) MakeDir(ctx context.Context, id, path, user string) (*node.Entry, error) {
+func (fs *Files) MakeDir(ctx context.Context, id, path, user string) (*node.Entry, error) {
 	if err := checkPath("path", path); err != nil {
 		return nil, err
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	e, err := sb.agent.MakeDir(ctx, path, user)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, fs.agentError(ctx, id, err, "")
 	}
 	return &e, nil
 }
 
 // Move renames source to destination (creating destination's parents).
-func (m *Manager) Move(ctx context.Context, id, source, destination, user string) (*node.Entry, error) {
+func (fs *Files) Move(ctx context.Context, id, source, destination, user string) (*node.Entry, error) {
 	if err := checkPath("source", source); err != nil {
 		return nil, err
 	}
 	if err := checkPath("destination", destination); err != nil {
 		return nil, err
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	e, err := sb.agent.Move(ctx, source, destination, user)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, fs.agentError(ctx, id, err, "")
 	}
 	return &e, nil
 }
 
 // Remove deletes path (a directory with everything in it).
-func (m *Manager) Remove(ctx context.Context, id, path, user string) error {
+func (fs *Files) Remove(ctx context.Context, id, path, user string) error {
 	if err := checkPath("path", path); err != nil {
 		return err
 	}
 	if filepath.Clean("/"+path) == "/" {
 		return errdefs.InvalidField("path", "refusing to remove /")
 	}
-	sb, user, release, err := m.fileCall(ctx, id, user)
+	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if err := sb.agent.Remove(ctx, path, user); err != nil {
-		return m.agentError(ctx, id, err, "")
+		return fs.agentError(ctx, id, err, "")
 	}
 	return nil
-}
-
-// Usage reads the session's CPU seconds, memory (now and peak, bytes),
-// tasks, OOM kills and the bytes its writable layer holds.
-func (m *Manager) Usage(ctx context.Context, id string) (*node.Usage, error) {
-	sb := m.find(ctx, id)
-	if sb == nil || !isLive(sb.Record().State) {
-		_, _, err := m.use(ctx, id) // the right error for an ended or unknown session
-		return nil, err
-	}
-	st, err := m.driverOf(sb).Stats(ctx, id)
-	if err != nil {
-		if derr := m.checkDead(ctx, id); derr != nil {
-			return nil, derr // it died by itself: 410 with the reason
-		}
-		return nil, err
-	}
-	u := &node.Usage{CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes, MemoryPeakBytes: st.MemoryPeakBytes,
-		Pids: st.Pids, OOMKills: st.OOMKills}
-	if u.DiskBytes, err = m.opts.Storage.Usage(ctx, id); err != nil {
-		return nil, err
-	}
-	u.EgressBytes = m.egressBytes(ctx, sb)
-	return u, nil
 }

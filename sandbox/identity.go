@@ -11,6 +11,12 @@ import (
 	"github.com/forkbox/forkbox/userns"
 )
 
+// hostResources owns what a sandbox takes from the host besides its
+// storage and runtime: its own host ids (package userns, identity.go) and
+// its network attachment through the egress proxy (network.go), each
+// given when the sandbox is made or adopted and given back when it ends.
+type hostResources struct{ m *Manager }
+
 // identity is a sandbox's host identity: the host ids it runs as and the
 // user namespace that maps them (package userns). Drivers that cannot join
 // a namespace the host made (gVisor, whose Sentry serves the sandbox's
@@ -40,11 +46,11 @@ const (
 // nil when sb's driver has no use for one. The namespaces are made by
 // identity.create; on error the caller's cleanup (releaseIdentity)
 // removes what was made.
-func (m *Manager) newIdentity(sb *Sandbox, storageRoot string) (*identity, error) {
-	if m.opts.IDs == nil || !m.driverOf(sb).Capabilities().JoinUserNamespace {
-		return nil, sandboxDirGroup(sb.dir, m.opts.Shift.GIDBase)
+func (hr *hostResources) newIdentity(sb *Sandbox, storageRoot string) (*identity, error) {
+	if hr.m.opts.IDs == nil || !hr.m.runtimes.driverOf(sb).Capabilities().JoinUserNamespace {
+		return nil, sandboxDirGroup(sb.dir, hr.m.opts.Shift.GIDBase)
 	}
-	s, err := m.opts.IDs.Claim(sb.id)
+	s, err := hr.m.opts.IDs.Claim(sb.id)
 	if err != nil {
 		return nil, fmt.Errorf("host ids: %w", err)
 	}
@@ -52,14 +58,14 @@ func (m *Manager) newIdentity(sb *Sandbox, storageRoot string) (*identity, error
 	if err := os.Mkdir(id.rootfs, 0o755); err != nil {
 		return nil, err
 	}
-	err = userns.MapMount(storageRoot, id.rootfs, m.opts.Shift.UIDBase, s.First, m.opts.Shift.Size)
+	err = userns.MapMount(storageRoot, id.rootfs, hr.m.opts.Shift.UIDBase, s.First, hr.m.opts.Shift.Size)
 	if errors.Is(err, userns.ErrIDMapUnsupported) {
-		m.idmapOnce.Do(func() {
-			m.log.Warn("the storage driver's filesystem cannot be id-mapped: sandboxes share the storage host ids "+
-				"(each still has a user namespace of its own)", "storage", m.opts.Storage.Name(), "err", err)
+		hr.m.idmapOnce.Do(func() {
+			hr.m.log.Warn("the storage driver's filesystem cannot be id-mapped: sandboxes share the storage host ids "+
+				"(each still has a user namespace of its own)", "storage", hr.m.opts.Storage.Name(), "err", err)
 		})
 		os.Remove(id.rootfs)
-		id.hostID, id.rootfs = m.opts.Shift.UIDBase, storageRoot
+		id.hostID, id.rootfs = hr.m.opts.Shift.UIDBase, storageRoot
 	} else if err != nil {
 		return nil, err
 	}
@@ -105,8 +111,8 @@ func (id *identity) apply(cfg *runtime.Config, storageRoot string) {
 // filesystem, the user namespace file and the slice claim. It is
 // idempotent and runs for sandboxes of every driver (those without an
 // identity have nothing to remove).
-func (m *Manager) releaseIdentity(id string) error {
-	dir := m.opts.Layout.Sandbox(id)
+func (hr *hostResources) releaseIdentity(id string) error {
+	dir := hr.m.opts.Layout.Sandbox(id)
 	var errs []error
 	for _, p := range []string{identityRootfs, identityUserns} {
 		errs = append(errs, userns.RemoveFile(filepath.Join(dir, p)))
@@ -114,8 +120,8 @@ func (m *Manager) releaseIdentity(id string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if m.opts.IDs != nil {
-		return m.opts.IDs.Release(id)
+	if hr.m.opts.IDs != nil {
+		return hr.m.opts.IDs.Release(id)
 	}
 	return nil
 }

@@ -34,7 +34,6 @@ import (
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
-	"github.com/forkbox/forkbox/tenancy"
 	"github.com/forkbox/forkbox/userns"
 )
 
@@ -87,7 +86,10 @@ type Options struct {
 	Log          *slog.Logger
 }
 
-// Manager owns every sandbox of this host. It is safe for concurrent use.
+// Manager owns every sandbox of this host: the lifecycle core (create,
+// start, stop, teardown, pause and resume, timers, lookup, use and save).
+// What it offers beyond that is on the types Concerns returns. It is safe
+// for concurrent use.
 type Manager struct {
 	opts Options
 	log  *slog.Logger
@@ -125,6 +127,38 @@ type Manager struct {
 	idmapOnce sync.Once
 	// inflight is the budget of exec bytes in flight (stage.go).
 	inflight *inflight.Budget
+
+	// The concerns around the lifecycle core, each on a type of its own
+	// that calls back into the core (see Concerns).
+	files    *Files
+	cmds     *Commands
+	meter    *Meter
+	tpls     *Templates
+	tenants  *Tenants
+	recovery *Recovery
+	runtimes *Runtimes
+	// hostRes hands sandboxes their host ids and networks (not a
+	// concern of its own outside the core, so not in Concerns).
+	hostRes *hostResources
+}
+
+// Concerns are the types that own what a Manager offers beyond the
+// lifecycle core; host.Node embeds them beside the Manager. Each is bound
+// to the Manager that returned it.
+type Concerns struct {
+	Files     *Files
+	Commands  *Commands
+	Meter     *Meter
+	Templates *Templates
+	Tenants   *Tenants
+	Recovery  *Recovery
+	Runtimes  *Runtimes
+}
+
+// Concerns returns m's concern types (the same values on every call).
+func (m *Manager) Concerns() Concerns {
+	return Concerns{Files: m.files, Commands: m.cmds, Meter: m.meter, Templates: m.tpls,
+		Tenants: m.tenants, Recovery: m.recovery, Runtimes: m.runtimes}
 }
 
 // Sandbox is a live sandbox: its record and its connection to the agent.
@@ -202,7 +236,7 @@ func (s *Sandbox) Record() node.Session {
 	return s.rec
 }
 
-// NewManager returns a manager. Call Recover before serving requests.
+// NewManager returns a manager. Call Recovery.Recover (its Concerns) before serving requests.
 func NewManager(opts Options) *Manager {
 	log := opts.Log
 	if log == nil {
@@ -213,6 +247,9 @@ func NewManager(opts Options) *Manager {
 	}
 	m := &Manager{opts: opts, log: log, live: map[string]*Sandbox{}, closing: make(chan struct{}),
 		warm: noPools{}, snaps: noSnapshots{}, egressQueue: make(chan node.EgressRecord, 4096)}
+	m.files, m.cmds, m.meter = &Files{agentCalls{m}}, &Commands{agentCalls{m}}, &Meter{agentCalls{m}}
+	m.tpls, m.tenants, m.recovery = &Templates{m}, &Tenants{m}, &Recovery{m}
+	m.runtimes, m.hostRes = &Runtimes{m}, &hostResources{m}
 	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
 	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
 		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
@@ -220,63 +257,12 @@ func NewManager(opts Options) *Manager {
 		m.inflight, _ = inflight.New(inflight.Limits{}, node.ExecOverhead+node.MaxExecBody)
 	}
 	m.wg.Add(2)
-	go m.recordEgress()
+	go m.meter.recordEgress()
 	go func() {
 		defer m.wg.Done()
 		m.mon.Run(m.closing)
 	}()
 	return m
-}
-
-// Drivers returns the isolation drivers this host has.
-func (m *Manager) Drivers() []runtime.Driver { return m.opts.Drivers }
-
-// DefaultDriver returns the driver of sessions that pick none.
-func (m *Manager) DefaultDriver() runtime.Driver {
-	if d := m.driver(m.opts.DefaultDriver); d != nil {
-		return d
-	}
-	return m.opts.Drivers[0]
-}
-
-// driver returns the driver named name, or nil.
-func (m *Manager) driver(name string) runtime.Driver {
-	for _, d := range m.opts.Drivers {
-		if d.Name() == name {
-			return d
-		}
-	}
-	return nil
-}
-
-// driverOf returns the driver sb runs on (the default one for a record
-// that names a driver this host no longer has: its calls then fail with
-// not-found, which ends the session).
-func (m *Manager) driverOf(sb *Sandbox) runtime.Driver {
-	sb.mu.Lock()
-	name := sb.rec.Driver
-	sb.mu.Unlock()
-	if d := m.driver(name); d != nil {
-		return d
-	}
-	return m.DefaultDriver()
-}
-
-// Limits returns the bounds applied to create requests.
-func (m *Manager) Limits() node.Limits { return m.opts.Limits }
-
-// Info says which drivers this host has (with their capabilities by the
-// REST API's names), the default one and the create limits.
-func (m *Manager) Info() node.Info {
-	info := node.Info{DefaultDriver: m.DefaultDriver().Name(), Limits: m.opts.Limits}
-	for _, d := range m.opts.Drivers {
-		c := d.Capabilities()
-		info.Drivers = append(info.Drivers, node.DriverInfo{Name: d.Name(), Capabilities: map[string]bool{
-			"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
-			"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
-		}})
-	}
-	return info
 }
 
 // arm (re)starts the session timer at the record's expiry, unless the
@@ -328,141 +314,6 @@ func (m *Manager) arm(sb *Sandbox) {
 	})
 }
 
-// lookup returns the live sandbox with id, or nil.
-func (m *Manager) lookup(id string) *Sandbox {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.live[id]
-}
-
-// find is lookup for a caller: nil also when the sandbox is another
-// tenant's or nobody's (tenancy.Owns), so that it reads as unknown.
-func (m *Manager) find(ctx context.Context, id string) *Sandbox {
-	sb := m.lookup(id)
-	if sb == nil || !tenancy.Owns(ctx, sb.Record().Tenant) {
-		return nil
-	}
-	return sb
-}
-
-// record returns session id's stored record for a caller: ErrNotFound
-// also when it is another tenant's.
-func (m *Manager) record(ctx context.Context, id string) (*node.Session, error) {
-	rec, err := m.opts.Store.GetSession(ctx, id)
-	if err == nil && !tenancy.Owns(ctx, rec.Tenant) {
-		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
-	}
-	return rec, err
-}
-
-// Get returns the session's record; ErrNotFound for an unknown id (and
-// for warm-pool members, which are not sessions yet).
-func (m *Manager) Get(ctx context.Context, id string) (*node.Session, error) {
-	if sb := m.find(ctx, id); sb != nil {
-		r := sb.Record()
-		if r.State == node.StatePooled {
-			return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
-		}
-		return &r, nil
-	}
-	rec, err := m.record(ctx, id)
-	if err == nil && rec.State == node.StatePooled {
-		return nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
-	}
-	return rec, err
-}
-
-// List returns sessions matching f, newest first, with live state.
-// ErrInvalidArgument for a metadata key no session can have.
-func (m *Manager) List(ctx context.Context, f node.SessionFilter) ([]*node.Session, error) {
-	for k := range f.Metadata {
-		if err := validMetadataKey(k); err != nil {
-			return nil, err
-		}
-	}
-	if c, ok := tenancy.From(ctx); ok {
-		f.Tenant = c.Tenant // a caller lists its own tenant's sessions only
-	}
-	recs, err := m.opts.Store.ListSessions(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	for i, r := range recs {
-		if sb := m.lookup(r.ID); sb != nil {
-			live := sb.Record()
-			recs[i] = &live
-		}
-	}
-	return recs, nil
-}
-
-// use returns the live, running sandbox with id for an exec or files call,
-// and a release function the caller runs when the call is over (it feeds
-// the auto-pause idle clock). A session paused for idleness is resumed
-// first; one paused on request is ErrConflict ("paused"). ErrNotFound for
-// an unknown id; ErrTerminated (with the reason) for one that has ended;
-// ErrConflict while it is being created or torn down.
-func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) {
-	for attempt := 0; ; attempt++ {
-		sb := m.find(ctx, id)
-		if sb == nil {
-			break
-		}
-		sb.mu.Lock()
-		state, auto := sb.rec.State, sb.rec.AutoPaused
-		if state == node.StateRunning && !sb.tearing {
-			sb.inflight++
-			sb.lastUse = time.Now()
-			sb.mu.Unlock()
-			return sb, func() { m.released(sb) }, nil
-		}
-		sb.mu.Unlock()
-		switch {
-		case state == node.StatePaused && auto && attempt == 0:
-			rec, err := m.Resume(ctx, id)
-			if err != nil {
-				return nil, nil, err
-			}
-			m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: id, Kind: "session.resume",
-				Detail: map[string]any{"cause": "the next call (auto-resume)"}})
-			continue
-		case state == node.StatePaused:
-			return nil, nil, errdefs.Newf(errdefs.ErrConflict,
-				"session %s is paused; resume it first (POST /v1/sessions/%s/resume)", id, id)
-		case state == node.StatePooled:
-			return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
-		}
-		return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, state)
-	}
-	rec, err := m.record(ctx, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	if rec.State == node.StateTerminated {
-		return nil, nil, terminatedError(rec)
-	}
-	if rec.State == node.StatePooled {
-		return nil, nil, errdefs.Newf(errdefs.ErrNotFound, "session %q", id)
-	}
-	return nil, nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
-}
-
-// released ends one call begun by use.
-func (m *Manager) released(sb *Sandbox) {
-	sb.mu.Lock()
-	sb.inflight--
-	sb.lastUse = time.Now()
-	sb.mu.Unlock()
-}
-
-func terminatedError(rec *node.Session) error {
-	msg := fmt.Sprintf("session %s ended (%s)", rec.ID, rec.Reason)
-	if rec.Detail != "" {
-		msg += ": " + rec.Detail
-	}
-	return fmt.Errorf("%s: %w", msg, errdefs.ErrTerminated)
-}
-
 // SetTimeout sets the session to expire seconds from now (E2B semantics:
 // extend or shorten from now); for a paused session it sets the time left
 // when it resumes. ErrInvalidArgument outside 1..MaxTimeoutS, or over the
@@ -502,73 +353,6 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, seconds int64) (*no
 		m.arm(sb)
 	}
 	return &rec, nil
-}
-
-// RemoveTemplateIfUnused runs remove (which takes template name's files
-// away) only if no live session uses name, and keeps creates from starting
-// on name while it runs. ErrConflict when a session uses it.
-func (m *Manager) RemoveTemplateIfUnused(name string, remove func() error) error {
-	m.tplMu.Lock()
-	defer m.tplMu.Unlock()
-	if m.TemplateInUse(name) {
-		return errdefs.Newf(errdefs.ErrConflict, "template %q is used by running sessions", name)
-	}
-	snaps, err := m.opts.Store.ListSnapshots(context.Background())
-	if err != nil {
-		return err
-	}
-	for _, sn := range snaps {
-		if sn.Template == name {
-			return errdefs.Newf(errdefs.ErrConflict, "template %q is the base of snapshot %s; delete the snapshot first", name, sn.ID)
-		}
-	}
-	m.warm.Drop(name)
-	if err := remove(); err != nil {
-		return err
-	}
-	return m.opts.Storage.RemoveTemplate(context.Background(), name)
-}
-
-// TemplateExists reports whether template name is installed (false for an
-// invalid name).
-func (m *Manager) TemplateExists(name string) bool {
-	if !storage.ValidTemplateName(name) {
-		return false
-	}
-	_, err := storage.LoadTemplate(m.opts.Layout.Template(name))
-	return err == nil
-}
-
-// TemplateInUse reports whether a live session (not counting warm-pool
-// members) runs on template name.
-func (m *Manager) TemplateInUse(name string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, sb := range m.live {
-		if r := sb.Record(); r.Template == name && r.State != node.StatePooled {
-			return true
-		}
-	}
-	return false
-}
-
-// TemplateReferenced reports whether a live session runs on template name
-// or a snapshot is built on it (the overlay storage driver reads a
-// snapshot's template files in place, so they must stay).
-func (m *Manager) TemplateReferenced(ctx context.Context, name string) bool {
-	if m.TemplateInUse(name) {
-		return true
-	}
-	snaps, err := m.opts.Store.ListSnapshots(ctx)
-	if err != nil {
-		return true // when in doubt, keep the template
-	}
-	for _, sn := range snaps {
-		if sn.Template == name {
-			return true
-		}
-	}
-	return false
 }
 
 // isLive reports whether a session in state st has a sandbox on the host

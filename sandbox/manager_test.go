@@ -255,10 +255,10 @@ func TestRemoveTemplateIfUnused(t *testing.T) {
 	m, _ := newTestManager(t, &fakeDriver{})
 	removed := false
 	remove := func() error { removed = true; return nil }
-	if err := m.RemoveTemplateIfUnused("base", remove); !errors.Is(err, errdefs.ErrConflict) || removed {
+	if err := m.tpls.RemoveTemplateIfUnused("base", remove); !errors.Is(err, errdefs.ErrConflict) || removed {
 		t.Fatalf("remove a template in use: %v (removed %v), want conflict", err, removed)
 	}
-	if err := m.RemoveTemplateIfUnused("other", remove); err != nil || !removed {
+	if err := m.tpls.RemoveTemplateIfUnused("other", remove); err != nil || !removed {
 		t.Fatalf("remove an unused template: %v (removed %v)", err, removed)
 	}
 	m.Close() // and again at cleanup: Close may be called twice

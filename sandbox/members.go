@@ -72,7 +72,7 @@ func (c *PoolCore) CheckTemplate(name string) error {
 }
 
 // DefaultDriver names the driver members run on (the host's default).
-func (c *PoolCore) DefaultDriver() string { return c.m.DefaultDriver().Name() }
+func (c *PoolCore) DefaultDriver() string { return c.m.runtimes.DefaultDriver().Name() }
 
 // Launch makes a member for the normalized spec, in state pooled and owned
 // by nobody, and returns its id; on failure it is torn down.

@@ -33,7 +33,7 @@ func (c monitorCore) Running() []monitor.Sandbox {
 
 // Live lists tenant's running or paused sandboxes.
 func (c monitorCore) Live(tenant string) []monitor.Sandbox {
-	sbs := c.m.sandboxesOf(tenant, isLive)
+	sbs := c.m.tenants.sandboxesOf(tenant, isLive)
 	out := make([]monitor.Sandbox, len(sbs))
 	for i, sb := range sbs {
 		out[i] = sb
@@ -42,7 +42,9 @@ func (c monitorCore) Live(tenant string) []monitor.Sandbox {
 }
 
 // Driver returns the driver sb runs on.
-func (c monitorCore) Driver(sb monitor.Sandbox) runtime.Driver { return c.m.driverOf(sb.(*Sandbox)) }
+func (c monitorCore) Driver(sb monitor.Sandbox) runtime.Driver {
+	return c.m.runtimes.driverOf(sb.(*Sandbox))
+}
 
 // End tears sb down with reason and detail.
 func (c monitorCore) End(ctx context.Context, sb monitor.Sandbox, reason, detail string) error {
@@ -50,7 +52,9 @@ func (c monitorCore) End(ctx context.Context, sb monitor.Sandbox, reason, detail
 }
 
 // CheckDead ends sandbox id if it stopped by itself.
-func (c monitorCore) CheckDead(ctx context.Context, id string) error { return c.m.checkDead(ctx, id) }
+func (c monitorCore) CheckDead(ctx context.Context, id string) error {
+	return c.m.cmds.checkDead(ctx, id)
+}
 
 // ID returns the sandbox's session id.
 func (s *Sandbox) ID() string { return s.id }

@@ -70,27 +70,27 @@ func policyOf(n *node.Network) (*netpolicy.Policy, error) {
 // attachNetwork gives sb its network (adopt: the one it had before a
 // daemon restart). nil when sb has no network. makeNetns, when not nil,
 // makes the network namespace file (see netpolicy.Service.Attach).
-func (m *Manager) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(path string) error) (*netpolicy.Attachment, error) {
+func (hr *hostResources) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(path string) error) (*netpolicy.Attachment, error) {
 	n := sb.Record().Network
 	if n == nil {
 		return nil, nil
 	}
-	if m.opts.Net == nil {
+	if hr.m.opts.Net == nil {
 		return nil, errdefs.Newf(errdefs.ErrUnavailable, "session %s has a network, but this daemon has no egress service", sb.id)
 	}
 	p, err := policyOf(n)
 	if err != nil {
 		return nil, err
 	}
-	sink := m.egressSink(sb.id, sb.Record().Tenant)
+	sink := hr.m.meter.egressSink(sb.id, sb.Record().Tenant)
 	if adopt {
-		used, err := m.opts.Store.EgressBytes(context.Background(), sb.id)
+		used, err := hr.m.opts.Store.EgressBytes(context.Background(), sb.id)
 		if err != nil {
 			return nil, err
 		}
-		return m.opts.Net.Adopt(sb.id, p, sink, used)
+		return hr.m.opts.Net.Adopt(sb.id, p, sink, used)
 	}
-	return m.opts.Net.Attach(sb.id, p, sink, makeNetns)
+	return hr.m.opts.Net.Attach(sb.id, p, sink, makeNetns)
 }
 
 // EgressRetention is how long egress records are kept (the janitor
@@ -105,19 +105,19 @@ const MaxEgressRecords = 100_000
 // retryNetwork starts an adopted sandbox's egress service once it can
 // (its ports were still held by the previous daemon), trying every second
 // until it succeeds, the sandbox ends or the manager closes.
-func (m *Manager) retryNetwork(sb *Sandbox) {
-	defer m.wg.Done()
+func (hr *hostResources) retryNetwork(sb *Sandbox) {
+	defer hr.m.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for attempt := 1; ; attempt++ {
 		select {
-		case <-m.closing:
+		case <-hr.m.closing:
 			return
 		case <-sb.done:
 			return
 		case <-t.C:
 		}
-		att, err := m.attachNetwork(sb, true, nil)
+		att, err := hr.attachNetwork(sb, true, nil)
 		if err == nil {
 			sb.mu.Lock()
 			ending := sb.tearing
@@ -126,13 +126,13 @@ func (m *Manager) retryNetwork(sb *Sandbox) {
 			}
 			sb.mu.Unlock()
 			if ending {
-				_ = m.opts.Net.Detach(sb.id)
+				_ = hr.m.opts.Net.Detach(sb.id)
 			}
-			m.log.Info("egress service started", "session", sb.id, "attempts", attempt)
+			hr.m.log.Info("egress service started", "session", sb.id, "attempts", attempt)
 			return
 		}
 		if attempt%30 == 0 {
-			m.log.Warn("egress service still not started", "session", sb.id, "err", err)
+			hr.m.log.Warn("egress service still not started", "session", sb.id, "err", err)
 		}
 	}
 }
@@ -141,18 +141,18 @@ func (m *Manager) retryNetwork(sb *Sandbox) {
 // recorder (see recordEgress). Records that carry bytes wait up to 2 s for
 // room in the queue; the others are dropped when it is full, and past
 // MaxEgressRecords for the session.
-func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
-	stored, err := m.opts.Store.CountEgress(context.Background(), id)
+func (mt *Meter) egressSink(id, tenant string) netpolicy.Sink {
+	stored, err := mt.m.opts.Store.CountEgress(context.Background(), id)
 	if err != nil {
-		m.log.Warn("count egress records", "session", id, "err", err)
+		mt.m.log.Warn("count egress records", "session", id, "err", err)
 	}
 	var count atomic.Int64
 	count.Store(stored)
 	return func(ev netpolicy.Event) {
 		denied := ev.Decision == netpolicy.DecisionDeny
-		m.mon.Detector().Egress(id, abuse.Egress{Time: ev.Time, Host: ev.Host, Port: int(ev.Port), Allowed: !denied, DNS: ev.Kind == "dns"})
+		mt.m.mon.Detector().Egress(id, abuse.Egress{Time: ev.Time, Host: ev.Host, Port: int(ev.Port), Allowed: !denied, DNS: ev.Kind == "dns"})
 		if denied {
-			m.opts.Metrics.EgressDenied(tenant, 1)
+			mt.m.opts.Metrics.EgressDenied(tenant, 1)
 		}
 		rec := node.EgressRecord{SessionID: id, Time: ev.Time, Kind: ev.Kind, Host: ev.Host, Addr: ev.Addr,
 			Port: int(ev.Port), BytesUp: ev.BytesUp, BytesDown: ev.BytesDown, Decision: ev.Decision, Reason: ev.Reason}
@@ -167,54 +167,54 @@ func (m *Manager) egressSink(id, tenant string) netpolicy.Sink {
 		}
 		if carriesBytes {
 			select {
-			case m.egressQueue <- rec:
+			case mt.m.egressQueue <- rec:
 			case <-time.After(2 * time.Second):
-				m.egressDropped.Add(1)
+				mt.m.egressDropped.Add(1)
 			}
 			return
 		}
 		select {
-		case m.egressQueue <- rec:
+		case mt.m.egressQueue <- rec:
 		default:
-			m.egressDropped.Add(1)
+			mt.m.egressDropped.Add(1)
 		}
 	}
 }
 
 // recordEgress writes queued egress records in batches until the manager
 // closes (then it writes what is left).
-func (m *Manager) recordEgress() {
-	defer m.wg.Done()
+func (mt *Meter) recordEgress() {
+	defer mt.m.wg.Done()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	var batch []node.EgressRecord
 	flush := func() {
-		if n := m.egressDropped.Swap(0); n > 0 {
-			m.log.Warn("egress records dropped: the recorder fell behind", "records", n)
+		if n := mt.m.egressDropped.Swap(0); n > 0 {
+			mt.m.log.Warn("egress records dropped: the recorder fell behind", "records", n)
 		}
 		if len(batch) == 0 {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := m.opts.Store.AddEgress(ctx, batch); err != nil {
-			m.log.Error("write egress records", "records", len(batch), "err", err)
+		if err := mt.m.opts.Store.AddEgress(ctx, batch); err != nil {
+			mt.m.log.Error("write egress records", "records", len(batch), "err", err)
 		}
 		cancel()
 		batch = batch[:0]
 	}
 	for {
 		select {
-		case r := <-m.egressQueue:
+		case r := <-mt.m.egressQueue:
 			batch = append(batch, r)
 			if len(batch) >= 256 {
 				flush()
 			}
 		case <-tick.C:
 			flush()
-		case <-m.closing:
+		case <-mt.m.closing:
 			for {
 				select {
-				case r := <-m.egressQueue:
+				case r := <-mt.m.egressQueue:
 					batch = append(batch, r)
 				default:
 					flush()
@@ -227,23 +227,23 @@ func (m *Manager) recordEgress() {
 
 // Egress returns session id's egress records, oldest first: up to limit
 // (1-1000) after the first skip. ErrNotFound for an unknown session.
-func (m *Manager) Egress(ctx context.Context, id string, skip, limit int) ([]node.EgressRecord, error) {
+func (mt *Meter) Egress(ctx context.Context, id string, skip, limit int) ([]node.EgressRecord, error) {
 	if limit < 1 || limit > 1000 {
 		return nil, errdefs.InvalidField("limit", "must be between 1 and 1000")
 	}
 	if skip < 0 {
 		return nil, errdefs.InvalidField("skip", "must not be negative")
 	}
-	if _, err := m.Get(ctx, id); err != nil {
+	if _, err := mt.m.Get(ctx, id); err != nil {
 		return nil, err
 	}
-	return m.opts.Store.ListEgress(ctx, id, skip, limit)
+	return mt.m.opts.Store.ListEgress(ctx, id, skip, limit)
 }
 
 // egressBytes is what sb moved through its egress proxy: ended
 // connections (recorded) plus those still open.
-func (m *Manager) egressBytes(ctx context.Context, sb *Sandbox) int64 {
-	n, _ := m.opts.Store.EgressBytes(ctx, sb.id)
+func (mt *Meter) egressBytes(ctx context.Context, sb *Sandbox) int64 {
+	n, _ := mt.m.opts.Store.EgressBytes(ctx, sb.id)
 	sb.mu.Lock()
 	net := sb.net
 	sb.mu.Unlock()

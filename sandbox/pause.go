@@ -45,7 +45,7 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*node
 	if st := sb.Record().State; st != node.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
-	if err := m.driverOf(sb).Pause(ctx, id); err != nil {
+	if err := m.runtimes.driverOf(sb).Pause(ctx, id); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -70,7 +70,7 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*node
 		return nil
 	})
 	if err != nil {
-		_ = m.driverOf(sb).Resume(context.WithoutCancel(ctx), id)
+		_ = m.runtimes.driverOf(sb).Resume(context.WithoutCancel(ctx), id)
 		return nil, err
 	}
 	m.arm(sb)
@@ -95,7 +95,7 @@ func (m *Manager) Resume(ctx context.Context, id string) (*node.Session, error) 
 	if st := sb.Record().State; st != node.StatePaused {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s, not paused", id, st)
 	}
-	if err := m.driverOf(sb).Resume(ctx, id); err != nil {
+	if err := m.runtimes.driverOf(sb).Resume(ctx, id); err != nil {
 		return nil, err
 	}
 	rec, err := m.save(ctx, sb, func(r *node.Session) error {

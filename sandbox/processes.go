@@ -9,15 +9,15 @@ import (
 )
 
 // ProcessList lists the commands still running in session id.
-func (m *Manager) ProcessList(ctx context.Context, id string) ([]node.Process, error) {
-	sb, release, err := m.use(ctx, id)
+func (cs *Commands) ProcessList(ctx context.Context, id string) ([]node.Process, error) {
+	sb, release, err := cs.m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	out, err := sb.agent.List(ctx)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, cs.agentError(ctx, id, err, "")
 	}
 	return out, nil
 }
@@ -27,8 +27,8 @@ func (m *Manager) ProcessList(ctx context.Context, id string) ([]node.Process, e
 // it ends, with the command's whole run time and CPU time as the agent
 // measured them. Leaving (ctx ends) does not stop the command. ErrNotFound
 // when no such command runs or ran recently.
-func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Output) (*node.ExecResult, error) {
-	sb, release, err := m.use(ctx, id)
+func (cs *Commands) Attach(ctx context.Context, id string, pid int, out node.Output) (*node.ExecResult, error) {
+	sb, release, err := cs.m.use(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 	cuts := sb.streamCuts.Load()
 	stream, err := sb.agent.Connect(ctx, pid, limit)
 	if err != nil {
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, cs.agentError(ctx, id, err, "")
 	}
 	defer stream.Close()
 	if err := out.Started(pid); err != nil {
@@ -53,7 +53,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 		if ctx.Err() == nil && sb.streamCuts.Load() != cuts {
 			return nil, streamCut(id, pid)
 		}
-		return nil, m.agentError(ctx, id, err, "")
+		return nil, cs.agentError(ctx, id, err, "")
 	}
 	res := &node.ExecResult{Pid: pid, DurationMS: time.Since(began).Milliseconds(), ExitCode: end.Code, Signal: end.Signal}
 	tr := stream.Finish()
@@ -69,28 +69,28 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int, out node.Outpu
 
 // Signal sends SIGTERM or SIGKILL (by number, 15 or 9) to command pid's
 // process group. ErrNotFound when it is not running.
-func (m *Manager) Signal(ctx context.Context, id string, pid int, sig int) error {
-	sb, release, err := m.use(ctx, id)
+func (cs *Commands) Signal(ctx context.Context, id string, pid int, sig int) error {
+	sb, release, err := cs.m.use(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if err := sb.agent.Signal(ctx, pid, syscall.Signal(sig)); err != nil {
-		return m.agentError(ctx, id, err, "")
+		return cs.agentError(ctx, id, err, "")
 	}
 	if sig == 9 {
 		// Make sure from outside too: the agent's kill could be raced by a
 		// process that keeps forking.
-		m.killGroup(sb, pid)
-		m.disarmKiller(sb, pid)
+		cs.killGroup(sb, pid)
+		cs.disarmKiller(sb, pid)
 	}
 	return nil
 }
 
 // SendStdin writes data to command pid's stdin and, with closeAfter,
 // closes it. The command must have been started with KeepStdin.
-func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
-	p, err := m.prepareExec(ctx, id, int64(len(data)))
+func (cs *Commands) SendStdin(ctx context.Context, id string, pid int, data []byte, closeAfter bool) error {
+	p, err := cs.prepareExec(ctx, id, int64(len(data)))
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (m *Manager) SendStdin(ctx context.Context, id string, pid int, data []byte
 	return p.SendStdin(ctx, pid, data, nil, closeAfter)
 }
 
-func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
+func (cs *Commands) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
 	sb := p.sb
 	sb.mu.Lock()
 	fed := sb.feeding[pid]
@@ -115,11 +115,11 @@ func (m *Manager) sendStdin(ctx context.Context, p *ExecPrep, pid int, data []by
 		err := sb.agent.WriteStaged(ctx, pid, staged.ID)
 		p.taken(staged)
 		if err != nil {
-			return m.agentError(ctx, sb.id, err, "")
+			return cs.agentError(ctx, sb.id, err, "")
 		}
 	}
-	if err := m.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
-		return m.agentError(ctx, sb.id, err, "")
+	if err := cs.writeStdin(ctx, sb, pid, data, closeAfter); err != nil {
+		return cs.agentError(ctx, sb.id, err, "")
 	}
 	return nil
 }

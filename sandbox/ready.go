@@ -31,8 +31,8 @@ const minReadyRetry = 5 * time.Second
 // (runtime.StartScaler: gVisor boots a kernel first), times the host's
 // 1-minute load average per CPU when that is above 1, at most
 // maxReadyWait.
-func (m *Manager) readyWait(d runtime.Driver) time.Duration {
-	base := m.opts.AgentReadyTimeout
+func (rt *Runtimes) readyWait(d runtime.Driver) time.Duration {
+	base := rt.m.opts.AgentReadyTimeout
 	if base <= 0 {
 		base = defaults.AgentReadyTimeout
 	}
@@ -109,7 +109,7 @@ func (m *Manager) awaitAgent(ctx context.Context, sb *Sandbox, wait time.Duratio
 		case <-tick.C:
 			// A sandbox whose agent exited will never answer: say so now
 			// rather than at the end of the wait.
-			st, err := m.driverOf(sb).Status(readyCtx, sb.id)
+			st, err := m.runtimes.driverOf(sb).Status(readyCtx, sb.id)
 			if err != nil || (st != runtime.StatusStopped && st != runtime.StatusUnknown) {
 				continue
 			}

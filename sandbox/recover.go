@@ -13,6 +13,12 @@ import (
 	"github.com/forkbox/forkbox/runtime"
 )
 
+// Recovery owns start-up reconciliation and the janitor: Recover adopts
+// the sandboxes a previous daemon left running and ends or cleans up the
+// rest, then starts the janitor, which retries incomplete teardowns until
+// the manager closes.
+type Recovery struct{ m *Manager }
+
 // janitorInterval is how often leftovers of failed teardowns are retried.
 const janitorInterval = 30 * time.Second
 
@@ -32,8 +38,8 @@ const janitorInterval = 30 * time.Second
 //   - the snapshot of a fork that did not answer (still provisional) is
 //     deleted, or set to expire once its sessions end (package snapshot:
 //     Reconcile).
-func (m *Manager) Recover(ctx context.Context) error {
-	recs, err := m.opts.Store.ListSessions(ctx, node.SessionFilter{
+func (rv *Recovery) Recover(ctx context.Context) error {
+	recs, err := rv.m.opts.Store.ListSessions(ctx, node.SessionFilter{
 		States: []node.State{node.StateCreating, node.StateRunning, node.StatePaused,
 			node.StateTerminating, node.StatePooled},
 	})
@@ -41,66 +47,66 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return err
 	}
 	for _, rec := range recs {
-		sb := &Sandbox{id: rec.ID, dir: m.opts.Layout.Sandbox(rec.ID), rec: *rec,
+		sb := &Sandbox{id: rec.ID, dir: rv.m.opts.Layout.Sandbox(rec.ID), rec: *rec,
 			killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{})}
 		switch rec.State {
 		case node.StateRunning, node.StatePaused:
-			if m.adopt(ctx, sb) {
+			if rv.adopt(ctx, sb) {
 				continue
 			}
-			m.register(sb)
-			_ = m.teardown(ctx, sb, node.ReasonError, "sandbox was gone when the daemon restarted")
+			rv.m.register(sb)
+			_ = rv.m.teardown(ctx, sb, node.ReasonError, "sandbox was gone when the daemon restarted")
 		case node.StateCreating:
-			m.register(sb)
-			_ = m.teardown(ctx, sb, node.ReasonError, "daemon restarted while the sandbox was being created")
+			rv.m.register(sb)
+			_ = rv.m.teardown(ctx, sb, node.ReasonError, "daemon restarted while the sandbox was being created")
 			// The create never answered; a retry with its key tries again.
-			if err := m.opts.Store.ReleaseIdempotencyKey(ctx, rec.ID); err != nil {
-				m.log.Warn("release idempotency key", "session", rec.ID, "err", err)
+			if err := rv.m.opts.Store.ReleaseIdempotencyKey(ctx, rec.ID); err != nil {
+				rv.m.log.Warn("release idempotency key", "session", rec.ID, "err", err)
 			}
 		case node.StateTerminating:
-			m.register(sb)
-			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
+			rv.m.register(sb)
+			_ = rv.m.teardown(ctx, sb, rec.Reason, rec.Detail)
 		case node.StatePooled:
-			m.register(sb)
-			_ = m.teardown(ctx, sb, node.ReasonDeleted, "warm-pool member of a previous daemon")
+			rv.m.register(sb)
+			_ = rv.m.teardown(ctx, sb, node.ReasonDeleted, "warm-pool member of a previous daemon")
 		}
 	}
-	m.sweepOrphans(ctx)
-	m.sweepStorage(ctx)
-	m.snaps.Reconcile(ctx) // (snapshot files the database does not know, interrupted forks)
-	if m.opts.Net != nil {
+	rv.sweepOrphans(ctx)
+	rv.sweepStorage(ctx)
+	rv.m.snaps.Reconcile(ctx) // (snapshot files the database does not know, interrupted forks)
+	if rv.m.opts.Net != nil {
 		// Networks of sessions that ended while the daemon was down.
-		if err := m.opts.Net.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
-			m.log.Warn("sweep networks", "err", err)
+		if err := rv.m.opts.Net.Sweep(func(id string) bool { return rv.m.lookup(id) != nil }); err != nil {
+			rv.m.log.Warn("sweep networks", "err", err)
 		}
 	}
-	if m.opts.IDs != nil {
+	if rv.m.opts.IDs != nil {
 		// Host id slices of sandboxes that ended while the daemon was
 		// down, or of creates a crash cut short.
-		if err := m.opts.IDs.Sweep(func(id string) bool { return m.lookup(id) != nil }); err != nil {
-			m.log.Warn("sweep host id slices", "err", err)
+		if err := rv.m.opts.IDs.Sweep(func(id string) bool { return rv.m.lookup(id) != nil }); err != nil {
+			rv.m.log.Warn("sweep host id slices", "err", err)
 		}
 	}
-	if err := m.warm.Load(ctx); err != nil {
+	if err := rv.m.warm.Load(ctx); err != nil {
 		return err
 	}
-	m.wg.Add(1)
-	go m.janitor()
+	rv.m.wg.Add(1)
+	go rv.janitor()
 	return nil
 }
 
 // adopt takes over a sandbox that survived a daemon restart. It reports
 // false when the sandbox is not usable.
-func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
+func (rv *Recovery) adopt(ctx context.Context, sb *Sandbox) bool {
 	// A sandbox of a version before host identities has none, and its
 	// directory was left open to everyone (0711) under a then closed
 	// parent: close it to all but its (storage) ids.
 	if _, err := os.Lstat(filepath.Join(sb.dir, identityUserns)); errors.Is(err, os.ErrNotExist) {
-		if err := sandboxDirGroup(sb.dir, m.opts.Shift.GIDBase); err != nil && !errors.Is(err, os.ErrNotExist) {
-			m.log.Warn("restrict the directory of an adopted sandbox", "session", sb.id, "err", err)
+		if err := sandboxDirGroup(sb.dir, rv.m.opts.Shift.GIDBase); err != nil && !errors.Is(err, os.ErrNotExist) {
+			rv.m.log.Warn("restrict the directory of an adopted sandbox", "session", sb.id, "err", err)
 		}
 	}
-	drv := m.driverOf(sb)
+	drv := rv.m.runtimes.driverOf(sb)
 	st, err := drv.Status(ctx, sb.id)
 	paused := sb.rec.State == node.StatePaused
 	if err == nil && st == runtime.StatusPaused && paused {
@@ -109,7 +115,7 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		// A running session found frozen: the previous daemon died between
 		// the freeze and the thaw of an exec kill or a snapshot.
 		if err := drv.Resume(ctx, sb.id); err != nil {
-			m.log.Warn("adopt: thaw frozen sandbox", "session", sb.id, "err", err)
+			rv.m.log.Warn("adopt: thaw frozen sandbox", "session", sb.id, "err", err)
 		} else {
 			st = runtime.StatusRunning
 		}
@@ -137,14 +143,14 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		}
 	}
 	if err != nil {
-		m.log.Warn("adopt: agent socket does not accept connections", "session", sb.id, "err", err)
+		rv.m.log.Warn("adopt: agent socket does not accept connections", "session", sb.id, "err", err)
 		return false
 	}
 	if paused && st == runtime.StatusRunning {
 		// The runtime says thawed, the record paused: freeze it again.
 		if s2, _ := drv.Status(ctx, sb.id); s2 != runtime.StatusPaused {
 			if err := drv.Pause(ctx, sb.id); err != nil {
-				m.log.Warn("adopt: refreeze paused sandbox", "session", sb.id, "err", err)
+				rv.m.log.Warn("adopt: refreeze paused sandbox", "session", sb.id, "err", err)
 			}
 		}
 	}
@@ -153,37 +159,37 @@ func (m *Manager) adopt(ctx context.Context, sb *Sandbox) bool {
 		// namespace's rules stay): it loses its network for a while, not
 		// its files and processes, so it is adopted either way and the
 		// egress service is retried in the background.
-		att, err := m.attachNetwork(sb, true, nil)
+		att, err := rv.m.hostRes.attachNetwork(sb, true, nil)
 		if err != nil {
-			m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
-			m.wg.Add(1)
-			go m.retryNetwork(sb)
+			rv.m.log.Warn("adopt: egress service not started yet; retrying", "session", sb.id, "err", err)
+			rv.m.wg.Add(1)
+			go rv.m.hostRes.retryNetwork(sb)
 		}
 		sb.net = att
 	}
-	m.register(sb)
+	rv.m.register(sb)
 	if time.Now().After(sb.rec.ExpiresAt) {
-		_ = m.teardown(ctx, sb, node.ReasonTimeout, "session timeout reached while the daemon was down")
+		_ = rv.m.teardown(ctx, sb, node.ReasonTimeout, "session timeout reached while the daemon was down")
 		return true
 	}
 	sb.lastUse = time.Now()
-	m.arm(sb)
-	m.armIdle(sb)
-	m.log.Info("adopted sandbox", "session", sb.id, "state", sb.rec.State)
+	rv.m.arm(sb)
+	rv.m.armIdle(sb)
+	rv.m.log.Info("adopted sandbox", "session", sb.id, "state", sb.rec.State)
 	return true
 }
 
 // sweepStorage removes writable layers no live session owns (snapshots
 // the database does not know are the snapshot service's: Reconcile).
-func (m *Manager) sweepStorage(ctx context.Context) {
-	layers, err := m.opts.Storage.Layers(ctx)
+func (rv *Recovery) sweepStorage(ctx context.Context) {
+	layers, err := rv.m.opts.Storage.Layers(ctx)
 	if err != nil {
-		m.log.Warn("list writable layers", "err", err)
+		rv.m.log.Warn("list writable layers", "err", err)
 	}
 	for _, id := range layers {
-		if m.lookup(id) == nil {
-			if err := m.opts.Storage.Remove(ctx, id); err != nil {
-				m.log.Warn("remove orphaned layer", "id", id, "err", err)
+		if rv.m.lookup(id) == nil {
+			if err := rv.m.opts.Storage.Remove(ctx, id); err != nil {
+				rv.m.log.Warn("remove orphaned layer", "id", id, "err", err)
 			}
 		}
 	}
@@ -201,70 +207,70 @@ func (m *Manager) register(sb *Sandbox) {
 
 // sweepOrphans removes runtime containers and sandbox directories that no
 // live session owns.
-func (m *Manager) sweepOrphans(ctx context.Context) {
+func (rv *Recovery) sweepOrphans(ctx context.Context) {
 	var ids []string
-	for _, d := range m.opts.Drivers {
+	for _, d := range rv.m.opts.Drivers {
 		dids, err := d.List(ctx)
 		if err != nil {
-			m.log.Warn("list runtime sandboxes", "driver", d.Name(), "err", err)
+			rv.m.log.Warn("list runtime sandboxes", "driver", d.Name(), "err", err)
 		}
 		ids = append(ids, dids...)
 	}
-	entries, err := os.ReadDir(m.opts.Layout.Sandboxes())
+	entries, err := os.ReadDir(rv.m.opts.Layout.Sandboxes())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.log.Warn("list sandbox directories", "err", err)
+		rv.m.log.Warn("list sandbox directories", "err", err)
 	}
 	for _, e := range entries {
 		ids = append(ids, e.Name())
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
-		if seen[id] || m.lookup(id) != nil {
+		if seen[id] || rv.m.lookup(id) != nil {
 			continue
 		}
 		seen[id] = true
-		if err := m.cleanup(ctx, id, ""); err != nil {
-			m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
+		if err := rv.m.cleanup(ctx, id, ""); err != nil {
+			rv.m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
 		} else {
-			m.log.Info("removed orphaned sandbox", "id", id)
+			rv.m.log.Info("removed orphaned sandbox", "id", id)
 		}
 	}
 }
 
 // janitor retries teardowns that failed and deletes expired snapshots,
 // until Close.
-func (m *Manager) janitor() {
-	defer m.wg.Done()
+func (rv *Recovery) janitor() {
+	defer rv.m.wg.Done()
 	t := time.NewTicker(janitorInterval)
 	defer t.Stop()
 	for {
 		select {
-		case <-m.closing:
+		case <-rv.m.closing:
 			return
 		case <-t.C:
 		}
-		m.mu.Lock()
+		rv.m.mu.Lock()
 		var stuck []*Sandbox
-		for _, sb := range m.live {
+		for _, sb := range rv.m.live {
 			sb.mu.Lock()
 			if sb.rec.State == node.StateTerminating && !sb.tearing {
 				stuck = append(stuck, sb)
 			}
 			sb.mu.Unlock()
 		}
-		m.mu.Unlock()
+		rv.m.mu.Unlock()
 		for _, sb := range stuck {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			rec := sb.Record()
-			_ = m.teardown(ctx, sb, rec.Reason, rec.Detail)
+			_ = rv.m.teardown(ctx, sb, rec.Reason, rec.Detail)
 			cancel()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		m.snaps.CollectExpired(ctx)
-		if n, err := m.opts.Store.PruneEgress(ctx, time.Now().Add(-EgressRetention)); err != nil {
-			m.log.Warn("prune egress records", "err", err)
+		rv.m.snaps.CollectExpired(ctx)
+		if n, err := rv.m.opts.Store.PruneEgress(ctx, time.Now().Add(-EgressRetention)); err != nil {
+			rv.m.log.Warn("prune egress records", "err", err)
 		} else if n > 0 {
-			m.log.Info("pruned egress records", "records", n)
+			rv.m.log.Info("pruned egress records", "records", n)
 		}
 		cancel()
 	}

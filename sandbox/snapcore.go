@@ -87,17 +87,17 @@ func (c *SnapshotCore) CheckCreate(spec *node.CreateSpec) error {
 	if err := normalizeCreate(spec, c.m.opts.Limits); err != nil {
 		return err
 	}
-	return c.m.pickDriver(spec)
+	return c.m.runtimes.pickDriver(spec)
 }
 
 // TemplateUsable reports whether template name exists for ctx's caller.
 func (c *SnapshotCore) TemplateUsable(ctx context.Context, name string) bool {
-	return c.m.TemplateUsable(ctx, name)
+	return c.m.tpls.TemplateUsable(ctx, name)
 }
 
-// ReserveQuota admits one more of what for tenant (Manager.ReserveQuota).
+// ReserveQuota admits one more of what for tenant (Tenants.ReserveQuota).
 func (c *SnapshotCore) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (func(), error) {
-	return c.m.ReserveQuota(ctx, tenant, what, count)
+	return c.m.tenants.ReserveQuota(ctx, tenant, what, count)
 }
 
 // Find returns live session id (running or paused) of ctx's caller for a
@@ -128,7 +128,7 @@ func (h *HeldSandbox) Unlock() { h.sb.lifeMu.Unlock() }
 func (h *HeldSandbox) Record() node.Session { return h.sb.Record() }
 
 // Driver returns the isolation driver the sandbox runs on.
-func (h *HeldSandbox) Driver() runtime.Driver { return h.m.driverOf(h.sb) }
+func (h *HeldSandbox) Driver() runtime.Driver { return h.m.runtimes.driverOf(h.sb) }
 
 // PrepareCheckpoint asks the sandbox's agent to close its socket and its
 // connections for a checkpoint of handshake generation gen, and waits

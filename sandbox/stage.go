@@ -21,7 +21,7 @@ import (
 // in the sandbox. Close gives all of them back. Its methods may be called
 // from several goroutines.
 type ExecPrep struct {
-	m       *Manager
+	c       *Commands
 	sb      *Sandbox
 	release func()
 	hold    *inflight.Hold
@@ -37,22 +37,22 @@ type ExecPrep struct {
 // It returns a 429 *errdefs.TypedError (inflight.Problem, Retry-After) when
 // the caller's tenant or the host has too many exec bytes in flight, and
 // use's errors for a session that cannot run commands now (404, 409, 410).
-func (m *Manager) PrepareExec(ctx context.Context, id string, bodyBytes int64) (node.ExecCall, error) {
-	return m.prepareExec(ctx, id, bodyBytes)
+func (cs *Commands) PrepareExec(ctx context.Context, id string, bodyBytes int64) (node.ExecCall, error) {
+	return cs.prepareExec(ctx, id, bodyBytes)
 }
 
 // prepareExec is PrepareExec with the concrete call.
-func (m *Manager) prepareExec(ctx context.Context, id string, bodyBytes int64) (*ExecPrep, error) {
-	hold, err := m.inflight.Acquire(tenancy.TenantOf(ctx, ""), node.ExecOverhead+max(bodyBytes, 0))
+func (cs *Commands) prepareExec(ctx context.Context, id string, bodyBytes int64) (*ExecPrep, error) {
+	hold, err := cs.m.inflight.Acquire(tenancy.TenantOf(ctx, ""), node.ExecOverhead+max(bodyBytes, 0))
 	if err != nil {
 		return nil, err
 	}
-	sb, release, err := m.use(ctx, id)
+	sb, release, err := cs.m.use(ctx, id)
 	if err != nil {
 		hold.Release()
 		return nil, err
 	}
-	return &ExecPrep{m: m, sb: sb, release: release, hold: hold, body: max(bodyBytes, 0), staged: map[string]bool{}}, nil
+	return &ExecPrep{c: cs, sb: sb, release: release, hold: hold, body: max(bodyBytes, 0), staged: map[string]bool{}}, nil
 }
 
 // GrowBody counts n more body bytes than declared, with PrepareExec's
@@ -82,7 +82,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) 
 	reply, err := p.sb.agent.Stage(ctx, r)
 	if err != nil {
 		k, ok := guest.KindOf(err)
-		err = p.m.hostCheck(ctx, p.sb.id, err)
+		err = p.c.hostCheck(ctx, p.sb.id, err)
 		if ok && k == guest.Refused && errors.Is(err, errdefs.ErrResourceExhausted) {
 			err = fmt.Errorf("session %s %w", p.sb.id, err) // "session X cannot hold the input ..."
 		}
@@ -91,7 +91,7 @@ func (p *ExecPrep) Stage(ctx context.Context, r io.Reader) (node.Staged, error) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		go p.m.unstage(p.sb, reply.ID)
+		go p.c.unstage(p.sb, reply.ID)
 		return node.Staged{}, errors.New("exec closed while staging")
 	}
 	p.staged[reply.ID] = true
@@ -110,16 +110,16 @@ func (p *ExecPrep) taken(in ...*node.Staged) {
 	}
 }
 
-// Exec runs req (Manager.Exec) with the inputs in staged instead of
+// Exec runs req (Commands.Exec) with the inputs in staged instead of
 // req.Cmd or req.Stdin.
 func (p *ExecPrep) Exec(ctx context.Context, req node.ExecSpec, staged node.ExecInputs, out node.Output) (*node.ExecResult, error) {
-	return p.m.exec(ctx, p, req, staged, out)
+	return p.c.exec(ctx, p, req, staged, out)
 }
 
 // SendStdin writes data and then staged (either may be empty) to command
-// pid's stdin and, with closeAfter, closes it (Manager.SendStdin).
+// pid's stdin and, with closeAfter, closes it (Commands.SendStdin).
 func (p *ExecPrep) SendStdin(ctx context.Context, pid int, data []byte, staged *node.Staged, closeAfter bool) error {
-	return p.m.sendStdin(ctx, p, pid, data, staged, closeAfter)
+	return p.c.sendStdin(ctx, p, pid, data, staged, closeAfter)
 }
 
 // Close ends the call: staged inputs no command took are dropped, the
@@ -135,7 +135,7 @@ func (p *ExecPrep) Close() {
 	p.staged = nil
 	p.mu.Unlock()
 	for id := range left {
-		p.m.unstage(p.sb, id)
+		p.c.unstage(p.sb, id)
 	}
 	p.hold.Release()
 	p.release()
@@ -143,7 +143,7 @@ func (p *ExecPrep) Close() {
 
 // unstage drops a staged input the agent still holds (best effort: it
 // expires by itself otherwise).
-func (m *Manager) unstage(sb *Sandbox, id string) {
+func (cs *Commands) unstage(sb *Sandbox, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = sb.agent.Unstage(ctx, id)

@@ -181,7 +181,7 @@ var errTeardownRunning = errors.New("teardown in progress")
 // have) every driver is asked to delete it.
 func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 	drivers := m.opts.Drivers
-	if d := m.driver(driver); d != nil {
+	if d := m.runtimes.driver(driver); d != nil {
 		drivers = []runtime.Driver{d}
 	}
 	for _, d := range drivers {
@@ -195,7 +195,7 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 		}
 	}
 	// The id-mapped view of the layer goes before the layer.
-	if err := m.releaseIdentity(id); err != nil {
+	if err := m.hostRes.releaseIdentity(id); err != nil {
 		return fmt.Errorf("host identity: %w", err)
 	}
 	if err := m.opts.Storage.Remove(ctx, id); err != nil {

@@ -12,6 +12,11 @@ import (
 	"github.com/forkbox/forkbox/tenancy"
 )
 
+// Tenants owns the core's per-tenant calls: the admission counts and
+// quotas (package admission) and ending every session of a deleted
+// tenant. It is safe for concurrent use.
+type Tenants struct{ m *Manager }
+
 // callerTenant is the tenant a create of ctx belongs to.
 func callerTenant(ctx context.Context) string {
 	return tenancy.TenantOf(ctx, store.DefaultTenant)
@@ -26,21 +31,21 @@ func reservationOf(ctx context.Context) *admission.Reservation {
 // TenantSessions counts tenant's sessions that exist now: admitted and
 // not ended (creates under way included). It is the admission count
 // (admission.Controller.TenantSessions).
-func (m *Manager) TenantSessions(tenant string) int { return m.adm.TenantSessions(tenant) }
+func (tn *Tenants) TenantSessions(tenant string) int { return tn.m.adm.TenantSessions(tenant) }
 
 // ReserveQuota takes a place for one more snapshot ("snapshots") or
 // imported template ("templates") of tenant, or refuses with 429
 // tenant-quota-exceeded; see admission.Controller.ReserveQuota.
-func (m *Manager) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error) {
-	return m.adm.ReserveQuota(ctx, tenant, what, count)
+func (tn *Tenants) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error) {
+	return tn.m.adm.ReserveQuota(ctx, tenant, what, count)
 }
 
 // sandboxesOf returns tenant's live sandboxes whose state keep accepts.
-func (m *Manager) sandboxesOf(tenant string, keep func(node.State) bool) []*Sandbox {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (tn *Tenants) sandboxesOf(tenant string, keep func(node.State) bool) []*Sandbox {
+	tn.m.mu.Lock()
+	defer tn.m.mu.Unlock()
 	var out []*Sandbox
-	for _, sb := range m.live {
+	for _, sb := range tn.m.live {
 		if r := sb.Record(); r.Tenant == tenant && keep(r.State) {
 			out = append(out, sb)
 		}
@@ -53,17 +58,17 @@ func (m *Manager) sandboxesOf(tenant string, keep func(node.State) bool) []*Sand
 // admission count is zero). The caller has made sure no new create can
 // start (the tenant is marked deleted). ErrUnavailable if some are still
 // there after 3 minutes.
-func (m *Manager) EndTenant(ctx context.Context, tenant string) error {
+func (tn *Tenants) EndTenant(ctx context.Context, tenant string) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		sbs := m.sandboxesOf(tenant, func(st node.State) bool { return st != node.StatePooled })
-		left := m.TenantSessions(tenant)
+		sbs := tn.sandboxesOf(tenant, func(st node.State) bool { return st != node.StatePooled })
+		left := tn.TenantSessions(tenant)
 		if len(sbs) == 0 && left == 0 {
 			return nil
 		}
 		for _, sb := range sbs {
-			if err := m.Destroy(context.Background(), sb.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				m.log.Warn("end a deleted tenant's session", "session", sb.id, "tenant", tenant, "err", err)
+			if err := tn.m.Destroy(context.Background(), sb.id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				tn.m.log.Warn("end a deleted tenant's session", "session", sb.id, "tenant", tenant, "err", err)
 			}
 		}
 		if time.Now().After(deadline) {
