@@ -211,10 +211,13 @@ func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, st
 		switch {
 		case ctx.Err() != nil || errors.Is(err, guest.ErrOutput):
 			cs.killGroup(sb, pid)
-		case timedOut.Load() && errors.Is(streamCtx.Err(), context.DeadlineExceeded):
+		case timedOut.Load() && (errors.Is(streamCtx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded)):
 			// The kill went out at the timeout but the agent reported no
 			// end within its grace: the sandbox is frozen (paused), and
 			// its processes die of the pending SIGKILL when they run again.
+			// (On a loaded host the stream's deadline error can arrive a
+			// moment before the context reports it, or come from the
+			// agent's side of the same deadline: either is this case.)
 			cs.m.log.Info("exec timed out in a frozen sandbox", "session", id, "pid", pid)
 			res.TimedOut, res.Signal, res.ExitCode = true, int(syscall.SIGKILL), 128+int(syscall.SIGKILL)
 			res.DurationMS = time.Since(began).Milliseconds()
