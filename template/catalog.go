@@ -43,7 +43,7 @@ type Catalog struct {
 // NewCatalog returns the catalog over layout and st. guard, when not nil,
 // is how Delete takes a template's files away: it calls remove only if no
 // live session uses template name, keeps new sessions off it while remove
-// runs, and returns ErrConflict otherwise (sandbox.Manager's
+// runs, and returns ErrConflict otherwise (sandbox.Templates'
 // RemoveTemplateIfUnused). drv is the storage driver sandboxes' layers
 // live on; every template is added to it.
 func NewCatalog(layout datadir.Layout, st *store.Store, shift storage.IDShift, guard func(name string, remove func() error) error, drv storage.Driver) *Catalog {
