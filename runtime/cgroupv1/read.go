@@ -19,18 +19,10 @@ import (
 // pids.events. ErrNotFound when the id is invalid or the sandbox has no
 // cgroup.
 func (c *Cgroups) Stats(id string) (runtime.Stats, error) {
-	var st runtime.Stats
-	if !runtime.ValidID(id) {
-		return st, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
-	}
-	cpuNS, err := c.readInt("cpuacct", id, "cpuacct.usage")
+	st, err := c.cpu(id)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return st, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q", id)
-		}
 		return st, err
 	}
-	st.CPUSeconds = float64(cpuNS) / 1e9
 	if st.MemoryBytes, err = c.readInt("memory", id, "memory.usage_in_bytes"); err != nil {
 		return st, err
 	}
@@ -48,12 +40,10 @@ func (c *Cgroups) Stats(id string) (runtime.Stats, error) {
 	return st, nil
 }
 
-// Sample is the host monitor's reading of sandbox id from its cgroups
-// (see runtime.Sampler): cpuacct.usage, pids.current, pids.max and the
-// "max" count of pids.events, four small reads and no process started.
-// PidsLimit is 0 when pids.max is "max". ErrNotFound when the id is
+// cpu starts a reading of sandbox id with its CPU time (cpuacct.usage),
+// the read both Stats and Sample begin with. ErrNotFound when the id is
 // invalid or the sandbox has no cgroup.
-func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
+func (c *Cgroups) cpu(id string) (runtime.Stats, error) {
 	var st runtime.Stats
 	if !runtime.ValidID(id) {
 		return st, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
@@ -66,6 +56,19 @@ func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
 		return st, err
 	}
 	st.CPUSeconds = float64(cpuNS) / 1e9
+	return st, nil
+}
+
+// Sample is the host monitor's reading of sandbox id from its cgroups
+// (see runtime.Sampler): cpuacct.usage, pids.current, pids.max and the
+// "max" count of pids.events, four small reads and no process started.
+// PidsLimit is 0 when pids.max is "max". ErrNotFound when the id is
+// invalid or the sandbox has no cgroup.
+func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
+	st, err := c.cpu(id)
+	if err != nil {
+		return st, err
+	}
 	if st.Pids, err = c.readInt("pids", id, "pids.current"); err != nil {
 		return st, err
 	}
