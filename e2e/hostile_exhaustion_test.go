@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -373,30 +374,48 @@ func TestHostileExecInflightBound(t *testing.T) {
 		return http.DefaultClient.Do(req)
 	}
 	// Eight slow bodies: 8 x (31 MiB + the exec's allowance) is just
-	// under the default per-tenant bound of 256 MiB.
-	var slow []*io.PipeWriter
-	var wg sync.WaitGroup
+	// under the default per-tenant bound of 256 MiB. A slow one the daemon
+	// answers before the test lets go of it was refused while a probe below
+	// held part of the bound (on a loaded host the probes can overtake the
+	// slow ones' admission): it is sent again, so that eight end up held.
+	var (
+		slowMu sync.Mutex
+		slow   []*io.PipeWriter
+		over   bool
+		wg     sync.WaitGroup
+	)
+	letGo := func(why string) {
+		slowMu.Lock()
+		over = true
+		for _, pw := range slow {
+			pw.CloseWithError(errors.New(why))
+		}
+		slowMu.Unlock()
+		wg.Wait()
+	}
 	for i := 0; i < 8; i++ {
-		pr, pw := io.Pipe()
-		slow = append(slow, pw)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if resp, err := post(keyA, sa.ID, pr, size, false); err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+			for {
+				pr, pw := io.Pipe()
+				slowMu.Lock()
+				if over {
+					slowMu.Unlock()
+					return
+				}
+				slow = append(slow, pw)
+				slowMu.Unlock()
+				go pw.Write([]byte(`{"cmd":"# `)) // (ends when the pipe is closed)
+				if resp, err := post(keyA, sa.ID, pr, size, false); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				pr.Close()
 			}
 		}()
-		if _, err := pw.Write([]byte(`{"cmd":"# `)); err != nil {
-			t.Fatal(err)
-		}
 	}
-	defer func() {
-		for _, pw := range slow {
-			pw.CloseWithError(fmt.Errorf("test over"))
-		}
-		wg.Wait()
-	}()
+	defer letGo("test over")
 	var refusal *http.Response
 	var refusalBody []byte
 	deadline := time.Now().Add(time.Minute)
@@ -426,11 +445,7 @@ func TestHostileExecInflightBound(t *testing.T) {
 	if res, err := cb.Exec(ctx, sb.ID, client.ExecRequest{Cmd: "echo other tenant"}, &out, nil); err != nil || res.ExitCode != 0 || out.String() != "other tenant\n" {
 		t.Fatalf("the other tenant's exec: %+v %v %q", res, err, out.String())
 	}
-	for _, pw := range slow {
-		pw.CloseWithError(fmt.Errorf("client gave up"))
-	}
-	wg.Wait()
-	slow = nil
+	letGo("client gave up")
 	out.Reset()
 	if res, err := ca.Exec(ctx, sa.ID, client.ExecRequest{Cmd: "echo again"}, &out, nil); err != nil || res.ExitCode != 0 || out.String() != "again\n" {
 		t.Fatalf("the tenant's exec once its bodies were gone: %+v %v %q", res, err, out.String())

@@ -155,7 +155,15 @@ func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, st
 	}
 	cuts := sb.streamCuts.Load()
 	began := time.Now()
+	if err := sb.starts.enter(ctx); err != nil {
+		return nil, err
+	}
+	if st := sb.Record().State; st != node.StateRunning {
+		sb.starts.leave()
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s; resume it first (POST /v1/sessions/%s/resume)", id, st, id)
+	}
 	stream, err := sb.agent.Start(streamCtx, o)
+	sb.starts.leave()
 	p.taken(staged.Script, staged.Stdin)
 	if err != nil {
 		return nil, cs.agentError(ctx, id, err, guest.StartField(err, commandField))

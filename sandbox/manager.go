@@ -192,6 +192,8 @@ type Sandbox struct {
 
 	// lifeMu serialises pause, resume and snapshot of this sandbox.
 	lifeMu sync.Mutex
+	// starts keeps a pause out while the agent starts a command.
+	starts startGate
 	// inflight counts exec and files calls in progress; lastUse is when the
 	// last one began or ended; idle fires the auto-pause check. (A session
 	// paused for idleness has rec.AutoPaused set, kept across daemon

@@ -45,6 +45,9 @@ func (m *Manager) pause(ctx context.Context, id string, cause pauseCause) (*node
 	if st := sb.Record().State; st != node.StateRunning {
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, st)
 	}
+	// Not between a command's start and its pid: execs that start after
+	// this see the session paused.
+	defer sb.starts.hold(startHoldMax)()
 	if err := m.runtimes.driverOf(sb).Pause(ctx, id); err != nil {
 		return nil, err
 	}
