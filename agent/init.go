@@ -25,6 +25,10 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if strings.ContainsRune(req.Path, 0) {
+		writeJSONError(w, http.StatusBadRequest, "init: path contains a NUL byte")
+		return
+	}
 	if req.DefaultWorkdir != "" && !path.IsAbs(req.DefaultWorkdir) {
 		writeJSONError(w, http.StatusBadRequest, "init: defaultWorkdir must be absolute")
 		return
@@ -44,6 +48,9 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.DefaultWorkdir != "" {
 		a.cfg.Workdir = path.Clean(req.DefaultWorkdir)
+	}
+	if req.Path != "" {
+		a.cfg.Path = req.Path
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

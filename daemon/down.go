@@ -163,7 +163,7 @@ func destroyAll(ctx context.Context, opts DownOptions, layout datadir.Layout, na
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, Storage: sdrv,
 		AgentPath: layout.AgentBinary(), Limits: defaults.Limits(), Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc,
 		Log: log, Capacity: withDefaultCapacity(admission.Capacity{}), Audit: audit.New(st, log),
-	})
+	}, host.Options{})
 	mgr.StopPools()
 	err = mgr.Recover(ctx) // adopts what runs, ends what died
 	if err == nil {

@@ -104,6 +104,10 @@ func (l Layout) Storage(name string) string { return filepath.Join(l.StorageRoot
 // (and their volume images).
 func (l Layout) StorageRoot() string { return filepath.Join(l.Root, "storage") }
 
+// SpareRoot is the empty, read-only root spare sandboxes start on (made
+// by the daemon; nothing writes it after).
+func (l Layout) SpareRoot() string { return filepath.Join(l.Root, "spare-root") }
+
 // Sandboxes is the directory of all sandboxes.
 func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }
 

@@ -34,6 +34,11 @@ const (
 // without a timeout.
 const SessionTimeoutS = 300
 
+// Spares is how many spare sandboxes `forkbox serve` keeps ready (started
+// sandboxes without files that creates and forks take; each idle one
+// holds about 4 MiB of the host's memory).
+const Spares = 4
+
 // ExecTimeoutS is a foreground command's timeout when its exec names none,
 // in seconds.
 const ExecTimeoutS = 60

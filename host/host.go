@@ -37,11 +37,26 @@ type Node struct {
 
 var _ node.Node = (*Node)(nil)
 
+// Options are the host's settings beyond the core's.
+type Options struct {
+	// Spares is how many spare sandboxes (sandbox.PoolCore.LaunchSpare)
+	// the pools keep ready, where the host can make them
+	// (sandbox.Manager.SparesSupported); 0: none.
+	Spares int
+}
+
 // New makes the core for opts and composes the concerns with it. Call
 // Recover before serving requests and Close when done.
-func New(opts sandbox.Options) *Node {
+func New(opts sandbox.Options, hopts Options) *Node {
 	m := sandbox.NewManager(opts)
-	p := pool.New(pool.Options{Core: m.PoolCore(), Store: opts.Store, Log: opts.Log})
+	spares := hopts.Spares
+	if spares > 0 && !m.SparesSupported() {
+		if opts.Log != nil {
+			opts.Log.Info("no spare sandboxes: they need the runc tier, host ids of their own and btrfs storage")
+		}
+		spares = 0
+	}
+	p := pool.New(pool.Options{Core: m.PoolCore(), Store: opts.Store, Log: opts.Log, Spares: spares})
 	s := snapshot.New(snapshot.Options{Core: snapshotCore{m.SnapshotCore()}, Store: opts.Store, Storage: opts.Storage,
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log})
 	m.UseWarmPools(p)

@@ -120,9 +120,11 @@ func (ps *Pools) fillOne(pl *pool, cfg node.Pool) {
 	defer cancel()
 	spec := node.CreateSpec{Template: cfg.Template, CPU: cfg.CPU, MemoryMB: cfg.MemoryMB, Pids: cfg.Pids, DiskMB: cfg.DiskMB,
 		Isolation: ps.core.DefaultDriver()}
-	err := ps.core.Normalize(&spec)
 	var id string
-	if err == nil {
+	var err error
+	if cfg.Template == spareKey {
+		id, err = ps.core.LaunchSpare(ctx)
+	} else if err = ps.core.Normalize(&spec); err == nil {
 		id, err = ps.core.Launch(ctx, spec)
 	}
 	ps.mu.Lock()
@@ -130,7 +132,7 @@ func (ps *Pools) fillOne(pl *pool, cfg node.Pool) {
 	if err != nil {
 		pl.failures++
 		ps.mu.Unlock()
-		ps.log.Error("warm-pool member failed to start", "template", cfg.Template, "err", err)
+		ps.log.Error("warm-pool member failed to start", "template", cfg.Template, "spare", cfg.Template == spareKey, "err", err)
 		return
 	}
 	pl.failures = 0

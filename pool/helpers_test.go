@@ -136,6 +136,24 @@ func (c *procCore) Discard(ctx context.Context, id, why string) error {
 	return nil
 }
 
+// LaunchSpare makes a spare: a member running "sleep", whose id says it
+// is a spare.
+func (c *procCore) LaunchSpare(ctx context.Context) (string, error) {
+	id, err := c.Launch(ctx, node.CreateSpec{Template: "sleep"})
+	if err != nil {
+		return "", err
+	}
+	return "spare-" + id, c.rename(id, "spare-"+id)
+}
+
+func (c *procCore) rename(from, to string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs[to] = c.procs[from]
+	delete(c.procs, from)
+	return nil
+}
+
 // alive returns the ids of the member processes that run.
 func (c *procCore) alive() map[string]bool {
 	c.mu.Lock()
@@ -157,13 +175,18 @@ func (c *procCore) launched(template string) int {
 
 // newPools returns pools over c and a fresh store, loaded.
 func newPools(t *testing.T, c *procCore) (*Pools, *store.Store) {
+	return newPoolsSpares(t, c, 0)
+}
+
+// newPoolsSpares is newPools keeping spares spares ready.
+func newPoolsSpares(t *testing.T, c *procCore, spares int) (*Pools, *store.Store) {
 	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "forkbox.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	ps := New(Options{Core: c, Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ps := New(Options{Core: c, Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Spares: spares})
 	t.Cleanup(ps.Close)
 	if err := ps.Load(context.Background()); err != nil {
 		t.Fatal(err)

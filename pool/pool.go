@@ -60,7 +60,16 @@ type Core interface {
 	Adopt(ctx context.Context, id string, spec node.CreateSpec, idempotencyKey, hash string) (*node.Session, error)
 	// Discard tears member id down (reason deleted, with detail why).
 	Discard(ctx context.Context, id, why string) error
+	// LaunchSpare makes a spare: a started sandbox with no files of its
+	// own yet, which a create from any template or snapshot can take, in
+	// state pooled and owned by no tenant. On failure nothing of it is
+	// left.
+	LaunchSpare(ctx context.Context) (id string, err error)
 }
+
+// spareKey is the key of the spares among the pools (no template has an
+// empty name).
+const spareKey = ""
 
 // Options configure Pools.
 type Options struct {
@@ -70,6 +79,8 @@ type Options struct {
 	Store *store.Store
 	// Log is where member failures go; nil: slog.Default().
 	Log *slog.Logger
+	// Spares is how many spares to keep ready (0: none), at most MaxSize.
+	Spares int
 }
 
 // Pools are the warm pools of one host. They are safe for concurrent use.
@@ -106,8 +117,12 @@ func New(opts Options) *Pools {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Pools{core: opts.Core, store: opts.Store, log: log, pools: map[string]*pool{},
+	ps := &Pools{core: opts.Core, store: opts.Store, log: log, pools: map[string]*pool{},
 		kick: make(chan struct{}, 1), closing: make(chan struct{})}
+	if n := min(opts.Spares, MaxSize); n > 0 {
+		ps.pools[spareKey] = &pool{cfg: node.Pool{Size: n}}
+	}
+	return ps
 }
 
 // SetPool sets the size (and member limits) of template p.Template's pool
@@ -163,8 +178,10 @@ func (ps *Pools) PoolList() []node.PoolStatus {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	out := make([]node.PoolStatus, 0, len(ps.pools))
-	for _, pl := range ps.pools {
-		out = append(out, pl.status())
+	for key, pl := range ps.pools {
+		if key != spareKey {
+			out = append(out, pl.status())
+		}
 	}
 	slices.SortFunc(out, func(a, b node.PoolStatus) int { return strings.Compare(a.Template, b.Template) })
 	return out
@@ -239,6 +256,32 @@ func (ps *Pools) Claim(ctx context.Context, spec node.CreateSpec, idempotencyKey
 		}
 		ps.log.Warn("warm-pool member failed; trying another", "session", id, "err", err)
 	}
+}
+
+// TakeSpare hands out the oldest ready spare's id, which is never handed
+// out again (the refiller makes another); "" when none is ready.
+func (ps *Pools) TakeSpare() string {
+	ps.mu.Lock()
+	pl := ps.pools[spareKey]
+	if pl == nil || len(pl.ready) == 0 {
+		ps.mu.Unlock()
+		return ""
+	}
+	id := pl.ready[0]
+	pl.ready = pl.ready[1:]
+	ps.mu.Unlock()
+	ps.wake()
+	return id
+}
+
+// Spares reports the spares ready and being made.
+func (ps *Pools) Spares() (ready, starting int) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if pl := ps.pools[spareKey]; pl != nil {
+		return len(pl.ready), pl.starting
+	}
+	return 0, 0
 }
 
 // Halt stops refilling for good: no member is made from now on, and one

@@ -311,3 +311,32 @@ func TestCloseWaitsForFill(t *testing.T) {
 		t.Fatal("Close did not return after the member was made")
 	}
 }
+
+// TestSpares: the spares fill to their number beside the template pools
+// (which do not list them), each is handed out once and replaced, and
+// none is handed out when none is ready; Halt forgets them.
+func TestSpares(t *testing.T) {
+	c := newProcCore(t)
+	ps, _ := newPoolsSpares(t, c, 3)
+	waitFor(t, "three spares", func() bool { r, _ := ps.Spares(); return r == 3 })
+	if l := ps.PoolList(); len(l) != 0 {
+		t.Fatalf("PoolList lists the spares: %+v", l)
+	}
+	seen := map[string]bool{}
+	for i := 0; i < 6; i++ {
+		waitFor(t, "a ready spare", func() bool { r, _ := ps.Spares(); return r > 0 })
+		id := ps.TakeSpare()
+		if id == "" || seen[id] || !c.alive()[id] {
+			t.Fatalf("take %d: %q (seen before: %v)", i, id, seen[id])
+		}
+		seen[id] = true
+	}
+	waitFor(t, "the spares refilled", func() bool { r, _ := ps.Spares(); return r == 3 })
+	ps.Halt()
+	if id := ps.TakeSpare(); id != "" {
+		t.Fatalf("a halted pool handed out spare %s", id)
+	}
+	if n := c.launched("sleep"); n != 9 {
+		t.Fatalf("%d spares launched, want 9 (3, and one for each of the 6 taken)", n)
+	}
+}

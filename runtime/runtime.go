@@ -207,6 +207,39 @@ type Driver interface {
 	Restore(ctx context.Context, cfg Config, dir string) error
 }
 
+// FileTaker is implemented by drivers whose sandboxes can take their
+// files after their start: a spare sandbox, started on an empty root
+// with nothing but its agent and the kernel filesystems, is handed a root
+// filesystem and its mounts from the host and its limits, in about a
+// millisecond instead of a runtime start (the runc tier).
+type FileTaker interface {
+	// TakeFiles makes f.RootFS (a host directory) sandbox id's root,
+	// read-only, with f.Mounts over it in order (each a bind mount,
+	// nosuid and nodev, read-only when it says so, as Config.Mounts are
+	// at a start), moves the mounts the sandbox already has (its kernel
+	// filesystems, its own files, the agent) to the same places in the
+	// new root, and sets f.Limits. Every mount target must exist in
+	// f.RootFS already (nothing is created, and no symlink in it is
+	// followed). The sandbox must be a spare (its root has SpareNext)
+	// running its agent only. On error the sandbox is in no state to be
+	// used: delete it.
+	TakeFiles(ctx context.Context, id string, f Files) error
+}
+
+// Files is what a spare sandbox takes (FileTaker).
+type Files struct {
+	// RootFS is the host directory that becomes the sandbox's /.
+	RootFS string
+	// Mounts go over it, in order.
+	Mounts []Mount
+	// Limits replace the ones the spare started with.
+	Limits Limits
+}
+
+// SpareNext is the directory of a spare sandbox's root on which the files
+// it takes are put together before they become its root.
+const SpareNext = "/.forkbox/next"
+
 // Sampler is implemented by drivers that can take a reading cheap enough
 // for the host monitor to take of every sandbox every few seconds: from
 // the host's cgroup files, without starting a process. Sample fills

@@ -126,6 +126,14 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		}
 		return rec, rec != nil, err
 	}
+	if snap == nil || snap.MemoryDriver == "" {
+		if rec, err := m.fromSpare(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
+			if rec != nil {
+				m.started(ctx, rec, "spare", began)
+			}
+			return rec, rec != nil, err
+		}
+	}
 	rec, err = m.launch(ctx, req, idempotencyKey, hash, node.StateCreating, node.StateRunning)
 	if err == nil {
 		m.started(ctx, rec, path, began)
@@ -174,6 +182,23 @@ func (m *Manager) launch(ctx context.Context, req node.CreateSpec, idempotencyKe
 		return nil, err
 	}
 
+	return m.launchWith(ctx, req, idempotencyKey, hash, initial, func() {
+		if tplLocked {
+			tplLocked = false
+			m.tplMu.RUnlock()
+		}
+	}, func(ctx context.Context, sb *Sandbox) error {
+		return m.start(ctx, sb, tpl, req, final)
+	})
+}
+
+// launchWith makes the record of a new sandbox for req (in state
+// initial), makes it live, calls live (the sandbox now counts as a user
+// of its template) and then start. When start fails, everything is torn
+// down and the record ends terminated with reason error (or deleted, when
+// Destroy came while it was made).
+func (m *Manager) launchWith(ctx context.Context, req node.CreateSpec, idempotencyKey, hash string, initial node.State,
+	live func(), start func(ctx context.Context, sb *Sandbox) error) (*node.Session, error) {
 	now := time.Now().UTC()
 	sb := &Sandbox{
 		id: newID(), killers: map[int]*time.Timer{}, feeding: map[int]chan struct{}{}, done: make(chan struct{}),
@@ -200,14 +225,13 @@ func (m *Manager) launch(ctx context.Context, req node.CreateSpec, idempotencyKe
 	m.mu.Lock()
 	m.live[sb.id] = sb
 	m.mu.Unlock()
-	m.tplMu.RUnlock()
-	tplLocked = false
+	live()
 
 	// Once started, a create runs to completion even if the caller goes
 	// away: a retry with the same Idempotency-Key then finds the session.
 	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := m.start(startCtx, sb, tpl, req, final); err != nil {
+	if err := start(startCtx, sb); err != nil {
 		sb.mu.Lock()
 		aborted := sb.deleteRequested
 		sb.mu.Unlock()

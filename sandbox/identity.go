@@ -58,6 +58,9 @@ func (hr *hostResources) newIdentity(sb *Sandbox, storageRoot string) (*identity
 	if err := os.Mkdir(id.rootfs, 0o755); err != nil {
 		return nil, err
 	}
+	if storageRoot == "" { // a spare: its files come later (mapRoot)
+		return id, sandboxDirGroup(sb.dir, id.hostID)
+	}
 	err = userns.MapMount(storageRoot, id.rootfs, hr.m.opts.Shift.UIDBase, s.First, hr.m.opts.Shift.Size)
 	if errors.Is(err, userns.ErrIDMapUnsupported) {
 		hr.m.idmapOnce.Do(func() {
@@ -73,6 +76,22 @@ func (hr *hostResources) newIdentity(sb *Sandbox, storageRoot string) (*identity
 	// mounts the root filesystem and the files beside it as the sandbox's
 	// root, and no other host user may reach the sandbox's files.
 	return id, sandboxDirGroup(sb.dir, id.hostID)
+}
+
+// mapRoot id-maps storage root filesystem storageRoot into spare sb's
+// slice at its identity's rootfs and returns that path. Unlike a start,
+// a spare has no fallback: on a filesystem that cannot be id-mapped the
+// error is userns.ErrIDMapUnsupported (spares are not made there).
+func (hr *hostResources) mapRoot(sb *Sandbox, storageRoot string) (string, error) {
+	s, ok := hr.m.opts.IDs.Lookup(sb.id)
+	if !ok {
+		return "", fmt.Errorf("spare %s has no host ids", sb.id)
+	}
+	dst := filepath.Join(sb.dir, identityRootfs)
+	if err := userns.MapMount(storageRoot, dst, hr.m.opts.Shift.UIDBase, s.First, hr.m.opts.Shift.Size); err != nil {
+		return "", err
+	}
+	return dst, nil
 }
 
 // sandboxDirGroup makes a sandbox's state directory root:gid 0710.

@@ -125,6 +125,9 @@ type Manager struct {
 	snaps SnapshotHooks
 	// idmapOnce logs once that the storage cannot be id-mapped.
 	idmapOnce sync.Once
+	// spareOnce makes the spares' shared root (spareErr: why not).
+	spareOnce sync.Once
+	spareErr  error
 	// inflight is the budget of exec bytes in flight (stage.go).
 	inflight *inflight.Budget
 

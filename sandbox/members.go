@@ -32,6 +32,9 @@ type WarmPools interface {
 	// Load reads the pool configuration and starts refilling (after
 	// Recover has torn down a previous daemon's members).
 	Load(ctx context.Context) error
+	// TakeSpare hands out the id of a ready spare (spare.go), never to
+	// hand it out again; "" when there is none.
+	TakeSpare() string
 }
 
 // noPools is the WarmPools of a core without pools.
@@ -44,6 +47,7 @@ func (noPools) Drop(string)                {}
 func (noPools) Halt()                      {}
 func (noPools) Filling() bool              { return false }
 func (noPools) Load(context.Context) error { return nil }
+func (noPools) TakeSpare() string          { return "" }
 
 var _ WarmPools = noPools{}
 
@@ -92,7 +96,12 @@ func (c *PoolCore) Adopt(ctx context.Context, id string, spec node.CreateSpec, i
 	if sb == nil {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "pool member %s", id)
 	}
-	return c.m.adoptMember(ctx, sb, spec, idempotencyKey, hash)
+	return c.m.adoptMember(ctx, sb, spec, idempotencyKey, hash, func() error {
+		if err := c.m.initAgent(ctx, sb, spec); err != nil {
+			return err
+		}
+		return c.m.checkDefaults(ctx, sb, spec)
+	})
 }
 
 // Discard tears member id down with reason deleted and detail why;
@@ -105,14 +114,13 @@ func (c *PoolCore) Discard(ctx context.Context, id, why string) error {
 	return c.m.teardown(ctx, sb, node.ReasonDeleted, why)
 }
 
-// adoptMember configures member sb for req and makes it a running session.
-func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
+// adoptMember configures member sb for req with configure (a pool
+// member's agent settings, or a spare's files) and makes it a running
+// session: the record takes req's settings and limits.
+func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateSpec, idempotencyKey, hash string, configure func() error) (*node.Session, error) {
 	// What the member used while it waited is nobody's: mark it counted.
 	m.mon.ClearCPU(ctx, sb)
-	if err := m.initAgent(ctx, sb, req); err != nil {
-		return nil, err
-	}
-	if err := m.checkDefaults(ctx, sb, req); err != nil {
+	if err := configure(); err != nil {
 		return nil, err
 	}
 	rec, err := m.save(ctx, sb, func(r *node.Session) error {
@@ -121,6 +129,8 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateS
 		}
 		now := time.Now().UTC()
 		r.State = node.StateRunning
+		r.Template, r.Snapshot, r.Driver = req.Template, req.Snapshot, req.Isolation
+		r.CPU, r.MemoryMB, r.Pids, r.DiskMB = req.CPU, req.MemoryMB, req.Pids, req.DiskMB
 		r.DefaultUser, r.Workdir, r.Env, r.Metadata = req.User, req.Workdir, req.Env, req.Metadata
 		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
 		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume

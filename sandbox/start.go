@@ -13,6 +13,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/guest/wire"
+	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
@@ -56,23 +57,9 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	if err != nil {
 		return err
 	}
-	hosts := filepath.Join(sb.dir, "hosts")
-	hostsData := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", sb.id)
-	if err := os.WriteFile(hosts, []byte(hostsData), 0o644); err != nil {
-		return err
-	}
-	hostname := filepath.Join(sb.dir, "hostname")
-	if err := os.WriteFile(hostname, []byte(sb.id+"\n"), 0o644); err != nil {
-		return err
-	}
-	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
-	for _, d := range []string{"/home/user", "/root", "/tmp"} {
-		mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, d), Target: d})
-	}
-	// Every sandbox has its own machine id (a clone of a memory snapshot
-	// too: the file is read from its own state directory).
-	machineID := filepath.Join(sb.dir, "machine-id")
-	if err := os.WriteFile(machineID, []byte(newToken()[:32]+"\n"), 0o644); err != nil {
+	mounts := fileMounts(tpl, rootfs)
+	own, err := ownFiles(sb)
+	if err != nil {
 		return err
 	}
 	ctlDir := filepath.Join(sb.dir, "ctl")
@@ -84,11 +71,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 			return err
 		}
 	}
-	mounts = append(mounts,
-		runtime.Mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true},
-		runtime.Mount{Source: hostname, Target: "/etc/hostname", ReadOnly: true},
-		runtime.Mount{Source: machineID, Target: "/etc/machine-id", ReadOnly: true},
-	)
+	mounts = append(mounts, own...)
 	// A sandbox with an identity joins its own user namespace, so its
 	// network namespace must be owned by that one (made with it).
 	var makeNetns func(path string) error
@@ -116,43 +99,12 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		netnsPath = att.NetnsPath
 	}
 
-	acfg := wire.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
-	if acfg.Workdir == "" {
-		acfg.Workdir = tpl.Workdir
-	}
-	for _, kv := range tpl.Env {
-		k, v, _ := cutEnv(kv)
-		if k == "PATH" {
-			acfg.Path = v
-			continue
-		}
-		acfg.Env[k] = v
-	}
-	for k, v := range req.Env {
-		acfg.Env[k] = v
-	}
-	if att != nil {
-		for _, kv := range att.Env() {
-			k, v, _ := cutEnv(kv)
-			acfg.Env[k] = v
-		}
-	}
+	acfg := agentConfig(tpl, req, att)
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {
 		return err
 	}
-
-	socket := filepath.Join(sb.dir, "agent.sock")
-	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("agent socket: %w", err)
-	}
-	ul.SetUnlinkOnClose(false)
-	defer ul.Close()
-	if err := os.Chmod(socket, 0o600); err != nil {
-		return err
-	}
-	lf, err := ul.File()
+	socket, lf, err := listenAgent(sb)
 	if err != nil {
 		return err
 	}
@@ -216,6 +168,91 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	m.log.Debug("sandbox started", "session", sb.id, "prepare_ms", ms(prepared.Sub(began)),
 		"runtime_ms", ms(launched.Sub(prepared)), "agent_ms", ms(time.Since(launched)))
 	return nil
+}
+
+// writableDirs are the directories of a sandbox's root filesystem it may
+// write; the rest of its root is read-only.
+var writableDirs = []string{"/home/user", "/root", "/tmp"}
+
+// fileMounts returns the mounts a sandbox's files need over its root
+// filesystem rootfs: template tpl's host directories (read-only) and
+// rootfs's writable directories.
+func fileMounts(tpl *storage.Template, rootfs string) []runtime.Mount {
+	mounts := append([]runtime.Mount(nil), tpl.HostMounts...)
+	for _, d := range writableDirs {
+		mounts = append(mounts, runtime.Mount{Source: filepath.Join(rootfs, d), Target: d})
+	}
+	return mounts
+}
+
+// ownFiles writes sandbox sb's own /etc/hosts, /etc/hostname and
+// /etc/machine-id into its state directory and returns their read-only
+// mounts. Every sandbox has its own machine id (a clone of a memory
+// snapshot too: the file is read from its own state directory).
+func ownFiles(sb *Sandbox) ([]runtime.Mount, error) {
+	files := []struct{ name, target, data string }{
+		{"hosts", "/etc/hosts", fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", sb.id)},
+		{"hostname", "/etc/hostname", sb.id + "\n"},
+		{"machine-id", "/etc/machine-id", newToken()[:32] + "\n"},
+	}
+	var mounts []runtime.Mount
+	for _, f := range files {
+		p := filepath.Join(sb.dir, f.name)
+		if err := os.WriteFile(p, []byte(f.data), 0o644); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, runtime.Mount{Source: p, Target: f.target, ReadOnly: true})
+	}
+	return mounts, nil
+}
+
+// agentConfig returns the agent's settings for a sandbox of template tpl
+// made for req, with the environment of its network attachment att (nil:
+// none): the template's variables and PATH, then req's, then att's.
+func agentConfig(tpl *storage.Template, req node.CreateSpec, att *netpolicy.Attachment) wire.Config {
+	acfg := wire.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
+	if acfg.Workdir == "" {
+		acfg.Workdir = tpl.Workdir
+	}
+	for _, kv := range tpl.Env {
+		k, v, _ := cutEnv(kv)
+		if k == "PATH" {
+			acfg.Path = v
+			continue
+		}
+		acfg.Env[k] = v
+	}
+	for k, v := range req.Env {
+		acfg.Env[k] = v
+	}
+	if att != nil {
+		for _, kv := range att.Env() {
+			k, v, _ := cutEnv(kv)
+			acfg.Env[k] = v
+		}
+	}
+	return acfg
+}
+
+// listenAgent makes the agent's socket in sb's state directory (0600) and
+// returns its path and the listening socket as a file to hand the
+// sandbox (the caller closes it; the socket stays on disk).
+func listenAgent(sb *Sandbox) (string, *os.File, error) {
+	socket := filepath.Join(sb.dir, "agent.sock")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return "", nil, fmt.Errorf("agent socket: %w", err)
+	}
+	ul.SetUnlinkOnClose(false)
+	defer ul.Close()
+	if err := os.Chmod(socket, 0o600); err != nil {
+		return "", nil, err
+	}
+	lf, err := ul.File()
+	if err != nil {
+		return "", nil, err
+	}
+	return socket, lf, nil
 }
 
 // ms is d in milliseconds with a fraction, for logs.

@@ -50,6 +50,15 @@ func MapMount(src, dst string, from, to, size uint32) error {
 	return nil
 }
 
+// PrepareMap makes (and keeps) the user namespace MapMount needs for the
+// map from..from+size-1 to to..to+size-1, so that a later MapMount with
+// that map starts no process: spare sandboxes prepare theirs ahead of
+// the create that maps their files. Errors are those of making it.
+func PrepareMap(from, to, size uint32) error {
+	_, err := mappings.get(from, to, size)
+	return err
+}
+
 // Unmount detaches the mount on dst; an unmounted or missing dst is not an
 // error.
 func Unmount(dst string) error {

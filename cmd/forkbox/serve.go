@@ -83,6 +83,8 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		"most entries (files, directories, links) a snapshot may hold; past it a snapshot gets 429 resource-exhausted")
 	f.BoolVar(&opts.StopSessions, "stop-sessions", false,
 		"on shutdown destroy every session and release the host (storage unmounted, nftables table and cgroups removed) instead of leaving the sandboxes running for the next daemon")
+	f.IntVar(&opts.Spares, "spares", defaults.Spares,
+		"spare sandboxes to keep ready: started without files, they let a create or fork from any template or snapshot (runc tier, no network) skip the runtime start (0: none)")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")

@@ -9,6 +9,9 @@ type InitRequest struct {
 	EnvVars        map[string]string `json:"envVars,omitempty"`
 	DefaultUser    string            `json:"defaultUser,omitempty"`
 	DefaultWorkdir string            `json:"defaultWorkdir,omitempty"`
+	// Path replaces the default PATH (forkbox's own field: a spare
+	// sandbox learns its template's PATH when it takes its files).
+	Path string `json:"path,omitempty"`
 }
 
 // StageReply is the answer of the agent's POST /stage: the staged input's

@@ -57,8 +57,9 @@ var (
 	}
 )
 
-// cpuPeriodUS is the CFS period the CPU quota is expressed in, in µs.
-const cpuPeriodUS = 100000
+// cpuPeriodUS is the CFS period the CPU quota is expressed in, in µs
+// (the one cgroupv1.SetLimits writes too).
+const cpuPeriodUS = cgroupv1.CPUPeriodUS
 
 // AgentOOMScoreAdj is the agent's oom_score_adj, written by the runtime
 // with the host's privilege (which also makes it the floor for everything
