@@ -3,7 +3,7 @@ package runc
 import (
 	"bufio"
 	"context"
-		"fmt"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
