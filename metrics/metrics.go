@@ -22,7 +22,8 @@ type Source interface {
 	// SessionStates counts the sessions that exist now, by state
 	// (creating, running, paused, terminating, pooled).
 	SessionStates() map[string]int
-	// PoolDepths counts ready warm-pool members by template.
+	// PoolDepths counts ready warm-pool members by template (and the
+	// ready spares under pool.SpareLabel).
 	PoolDepths() map[string]int
 	// SnapshotBytes is what stored snapshots hold, in bytes: files (over
 	// their parents) and memory checkpoints.
@@ -56,7 +57,7 @@ func New() *Set {
 	s := &Set{
 		reg: prometheus.NewRegistry(),
 		create: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "forkbox_session_create_seconds", Help: "Time to create a session, by path (pool, cold, snapshot).",
+			Name: "forkbox_session_create_seconds", Help: "Time to create a session, by path (pool, spare, cold, snapshot).",
 			Buckets: latencyBuckets}, []string{"path"}),
 		exec: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "forkbox_exec_seconds", Help: "Time from an exec request to its command's end.", Buckets: latencyBuckets}),
@@ -159,7 +160,7 @@ type present struct {
 
 var (
 	sessionsDesc = prometheus.NewDesc("forkbox_sessions", "Sessions that exist now, by state.", []string{"state"}, nil)
-	poolDesc     = prometheus.NewDesc("forkbox_pool_ready", "Ready warm-pool members, by template.", []string{"template"}, nil)
+	poolDesc     = prometheus.NewDesc("forkbox_pool_ready", "Ready warm-pool members, by template; spare sandboxes under template \"(spare)\".", []string{"template"}, nil)
 	snapDesc     = prometheus.NewDesc("forkbox_snapshot_bytes", "Bytes held by stored snapshots, by kind (files, memory).",
 		[]string{"kind"}, nil)
 	digestDesc = prometheus.NewDesc("forkbox_snapshot_digest_entries_total",

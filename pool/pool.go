@@ -187,12 +187,22 @@ func (ps *Pools) PoolList() []node.PoolStatus {
 	return out
 }
 
-// PoolDepths counts ready members by template (metrics.Source).
+// SpareLabel is the template label of the spares in PoolDepths (no
+// template can be named so).
+const SpareLabel = "(spare)"
+
+// PoolDepths counts ready members by template, and the ready spares
+// under SpareLabel when there are spares (metrics.Source).
 func (ps *Pools) PoolDepths() map[string]int {
 	out := map[string]int{}
 	for _, p := range ps.PoolList() {
 		out[p.Template] = p.Ready
 	}
+	ps.mu.Lock()
+	if pl := ps.pools[spareKey]; pl != nil {
+		out[SpareLabel] = len(pl.ready)
+	}
+	ps.mu.Unlock()
 	return out
 }
 

@@ -33,10 +33,11 @@ import (
 
 // spareDirs and spareFiles are the mount targets of a spare's root: the
 // kernel filesystems, the sandbox's own files, the agent and its control
-// directory, and runtime.SpareNext. Every root a spare takes gets the
-// same targets (makeTargets), since its mounts move there.
+// directory (and, in the spare's own root, runtime.SpareNext). Every root
+// a spare takes gets the same targets (makeTargets), since its mounts
+// move there.
 var (
-	spareDirs  = []string{"/proc", "/dev", "/sys", "/etc", runtime.ControlTarget, runtime.SpareNext}
+	spareDirs  = []string{"/proc", "/dev", "/sys", "/etc", runtime.ControlTarget}
 	spareFiles = []string{"/etc/hosts", "/etc/hostname", "/etc/machine-id", runtime.AgentTarget}
 )
 
@@ -56,7 +57,7 @@ func (m *Manager) spareRoot() (string, error) {
 		dir := m.opts.Layout.SpareRoot()
 		m.spareErr = os.MkdirAll(dir, 0o755)
 		if m.spareErr == nil {
-			m.spareErr = makeTargets(dir, spareDirs, spareFiles, 0, 0)
+			m.spareErr = makeTargets(dir, append(spareDirs, runtime.SpareNext), spareFiles, 0, 0)
 		}
 	})
 	return m.opts.Layout.SpareRoot(), m.spareErr

@@ -3,6 +3,7 @@ package runc
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -165,23 +166,36 @@ func cloneMount(path string, recursive bool, attr uint64) (int, error) {
 
 // inMountNamespace runs fn on a thread of its own that has entered the
 // mount namespace nsfd. The thread is never given back to the Go
-// scheduler: it ends when fn returns.
+// scheduler: it ends when fn returns. The process's main thread is never
+// used: the runtime keeps it after a goroutine locked to it ends, and
+// /proc/self is its view, so it must stay in the host's namespace.
 func inMountNamespace(nsfd int, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // (never unlocked: the thread exits with this goroutine)
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			errc <- fmt.Errorf("unshare CLONE_FS: %w", err)
-			return
+	for {
+		errc := make(chan error, 1)
+		go func() {
+			goruntime.LockOSThread() // (never unlocked: the thread exits with this goroutine)
+			if unix.Gettid() == unix.Getpid() {
+				errc <- errMainThread // (this thread stays parked, unchanged)
+				return
+			}
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				errc <- fmt.Errorf("unshare CLONE_FS: %w", err)
+				return
+			}
+			if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
+				errc <- fmt.Errorf("enter the spare's mount namespace: %w", err)
+				return
+			}
+			errc <- fn()
+		}()
+		if err := <-errc; err != errMainThread {
+			return err
 		}
-		if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
-			errc <- fmt.Errorf("enter the spare's mount namespace: %w", err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	}
 }
+
+// errMainThread: inMountNamespace's goroutine ran on the main thread.
+var errMainThread = errors.New("on the main thread")
 
 // pivotInto runs in the spare's mount namespace: it attaches root at
 // SpareNext and trees at mounts' targets in it, moves the namespace's
