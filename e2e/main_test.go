@@ -51,6 +51,12 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		if spareMode > 0 && code == 0 {
+			if err := checkSparesUsed(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: spares:", err)
+				return 1
+			}
+		}
 		return code
 	}()
 	os.Exit(code)
@@ -115,6 +121,9 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 	}
 	if forwardMode && dataDir == env.dataDir {
 		opts.WrapNode = newForwardNode
+	}
+	if dataDir == env.dataDir {
+		opts.Spares = spareMode
 	}
 	if tune != nil {
 		tune(&opts)

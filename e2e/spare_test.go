@@ -3,6 +3,9 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,6 +15,33 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 )
+
+// spareMode is how many spares the shared daemon keeps
+// (FORKBOX_E2E_SPARES; the Makefile reruns the exec, files, snapshot,
+// fork, isolation and disk tests with 4, so that their sessions come
+// from spares); 0: none.
+var spareMode, _ = strconv.Atoi(os.Getenv("FORKBOX_E2E_SPARES"))
+
+// checkSparesUsed fails a spare-mode run in which no create took a spare.
+func checkSparesUsed() error {
+	req, _ := http.NewRequest("GET", env.d.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+env.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, `forkbox_session_create_seconds_count{path="spare"} `); ok && v != "0" {
+			return nil
+		}
+	}
+	return fmt.Errorf("no session of the run was made from a spare")
+}
 
 // spareDaemon starts a daemon of the test's own that keeps n spares, and
 // waits until they are ready.
