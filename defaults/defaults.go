@@ -37,7 +37,7 @@ const SessionTimeoutS = 300
 // Spares is how many spare sandboxes `forkbox serve` keeps ready (started
 // sandboxes without files that creates and forks take; each idle one
 // holds about 4 MiB of the host's memory).
-const Spares = 4
+const Spares = 8
 
 // ExecTimeoutS is a foreground command's timeout when its exec names none,
 // in seconds.
