@@ -36,10 +36,20 @@ func (ps *Pools) Load(ctx context.Context) error {
 }
 
 // Close stops the refiller and waits for the members being made and torn
-// down. Ready members stay as they are, for the next daemon to tear down.
-// Close the pools before the core.
+// down. Ready template members stay as they are, for the next daemon to
+// tear down; the spares, which hold nothing of anybody's, are torn down
+// (a daemon that stops leaves only sessions behind). Close the pools
+// before the core.
 func (ps *Pools) Close() {
 	ps.closeOnce.Do(func() { close(ps.closing) })
+	ps.wg.Wait()
+	ps.mu.Lock()
+	var spares []string
+	if pl := ps.pools[spareKey]; pl != nil {
+		spares, pl.ready = pl.ready, nil
+	}
+	ps.mu.Unlock()
+	ps.discard(spares, "the daemon is stopping")
 	ps.wg.Wait()
 }
 
@@ -138,9 +148,12 @@ func (ps *Pools) fillOne(pl *pool, cfg node.Pool) {
 	pl.failures = 0
 	select {
 	case <-ps.closing:
-		// Shutting down: the member stays, as the ready ones do, for the
-		// next daemon to tear down.
+		// Shutting down: a template member stays, as the ready ones do,
+		// for the next daemon to tear down; a spare goes.
 		ps.mu.Unlock()
+		if cfg.Template == spareKey {
+			ps.discard([]string{id}, "the daemon is stopping")
+		}
 		return
 	default:
 	}
