@@ -137,7 +137,7 @@ echo kept > /home/user/kept`)
 	waitSpares(t, o, 4)
 	before = spareCreates(t, o)
 	fork, err := o.c.ForkSnapshot(ctx, snap.ID, client.ForkRequest{Count: 3,
-		CreateRequest: client.CreateRequest{MemoryMB: 256, Pids: 100, DiskMB: 64}})
+		CreateRequest: client.CreateRequest{CPU: 0.5, MemoryMB: 256, Pids: 100, DiskMB: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,6 +185,12 @@ echo kept > /home/user/kept`)
 		// Its limits, from the host's side.
 		if v := readCgroupInt(t, "memory", c.ID, "memory.limit_in_bytes"); v != 256<<20 {
 			t.Fatalf("child %d: memory limit %d, want 256 MiB", i, v)
+		}
+		if v := readCgroupInt(t, "cpu", c.ID, "cpu.cfs_quota_us"); v != 50000 {
+			t.Fatalf("child %d: CPU quota %d µs per 100 ms, want 50000 (half a core)", i, v)
+		}
+		if v := readCgroupInt(t, "memory", c.ID, "memory.memsw.limit_in_bytes"); v != 256<<20 {
+			t.Fatalf("child %d: memory+swap limit %d, want 256 MiB", i, v)
 		}
 		if v := readCgroupInt(t, "pids", c.ID, "pids.max"); v != 100 {
 			t.Fatalf("child %d: pids.max %d, want 100", i, v)
