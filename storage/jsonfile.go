@@ -35,6 +35,21 @@ func ReadJSON(path string, v any, what string) error {
 // sees the old file or the new one, never a part. A full disk (ENOSPC,
 // EDQUOT) is ErrInsufficientStorage.
 func WriteJSON(path string, v any, mode os.FileMode) error {
+	return writeJSON(path, v, mode, true)
+}
+
+// WriteJSONUnsynced is WriteJSON without the sync: the file is replaced
+// atomically for readers, but a host crash may leave it empty or old. It
+// is for what does not outlive a host crash anyway (a sandbox's writable
+// layer's metadata: the sandbox dies with the host, and its layer is
+// then removed, which does not read it), where a sync per sandbox would
+// wait for the filesystem's other commits (on btrfs, every concurrent
+// snapshot's: tens of ms in a fork).
+func WriteJSONUnsynced(path string, v any, mode os.FileMode) error {
+	return writeJSON(path, v, mode, false)
+}
+
+func writeJSON(path string, v any, mode os.FileMode, sync bool) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %v: %w", path, err, errdefs.ErrInternal)
@@ -48,7 +63,7 @@ func WriteJSON(path string, v any, mode os.FileMode) error {
 	if err == nil {
 		err = f.Chmod(mode)
 	}
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

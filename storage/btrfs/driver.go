@@ -231,7 +231,9 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 		return "", err
 	}
 	meta.BaseReferenced = base.Referenced
-	if err := storage.WriteJSON(path+".json", &meta, 0o600); err != nil {
+	// Not synced: a layer does not outlive a host crash (its sandbox dies
+	// with the host), and the sync would wait for concurrent snapshots.
+	if err := storage.WriteJSONUnsynced(path+".json", &meta, 0o600); err != nil {
 		return "", err
 	}
 	if err := snapshotInto(src, d.layersDir(), id, false); err != nil {
