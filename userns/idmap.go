@@ -90,13 +90,22 @@ var mappings = &mappingCache{fds: map[[3]uint32]int{}}
 func (c *mappingCache) get(from, to, size uint32) (int, error) {
 	key := [3]uint32{from, to, size}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if fd, ok := c.fds[key]; ok {
+		c.mu.Unlock()
 		return fd, nil
 	}
+	c.mu.Unlock()
+	// Made without the lock: it starts a process, and other maps are
+	// looked up meanwhile (a spare being made must not hold up a create).
 	fd, err := mappingNamespace(from, to, size)
 	if err != nil {
 		return -1, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.fds[key]; ok { // made meanwhile by another caller
+		unix.Close(fd)
+		return old, nil
 	}
 	if len(c.order) >= maxMappings {
 		old := c.order[0]
