@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 )
@@ -176,7 +178,7 @@ echo kept > /home/user/kept`)
 		if got := ownSh(t, o, c.ID, "ls -a / | tr '\\n' ' '"); strings.Contains(got, "next") {
 			t.Fatalf("child %d: / holds %q", i, got)
 		}
-		if out := ownSh(t, o, c.ID, "ls -A /.forkbox"); strings.TrimSpace(out) != "bin\nctl" {
+		if out := ownSh(t, o, c.ID, "ls -A /.forkbox"); strings.TrimSpace(out) != "bin" {
 			t.Fatalf("child %d: /.forkbox holds %q", i, out)
 		}
 		if got := mountTable(t, o.c, c.ID); strings.Join(got, "\n") != strings.Join(coldTable, "\n") {
@@ -228,13 +230,22 @@ echo kept > /home/user/kept`)
 	}
 }
 
-// TestSpareSessionLifecycle: a session made from a spare pauses and
+// TestSpareSessionLifecycle: a refused create uses up no spare; a
+// session made from a spare pauses and
 // resumes, is snapshotted and forked again (a chain), keeps its template's
 // environment and PATH and its own user and working directory, and is
 // adopted by a restarted daemon like any session.
 func TestSpareSessionLifecycle(t *testing.T) {
 	o := spareDaemon(t, 2)
 	ctx := ctxFor(t, 5*time.Minute)
+	// A create of a template that does not exist is refused without
+	// using up a spare.
+	if _, _, err := o.c.CreateSession(ctx, client.CreateRequest{Template: "no-such-template"}, ""); err == nil {
+		t.Fatal("a create of a missing template was not refused")
+	}
+	if n := metricOf(t, o.d.URL, o.key, `forkbox_pool_ready{template="(spare)"}`); n != 2 {
+		t.Fatalf("%v spares ready after a refused create, want 2", n)
+	}
 	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{User: "root", Workdir: "/tmp", Env: map[string]string{"FB_SPARE": "yes"}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -271,6 +282,46 @@ func TestSpareSessionLifecycle(t *testing.T) {
 	for _, id := range []string{s.ID, child, grand} {
 		if got := ownSh(t, o, id, "echo "+strconv.Quote("after restart")); got != "after restart\n" {
 			t.Fatalf("%s after the restart: %q", id, got)
+		}
+	}
+}
+
+// TestSpareOnSharedMount: spares work when the data directory is on a
+// shared mount (systemd makes / shared): the clones of the files' mounts
+// are made private, else pivot_root refuses them (EINVAL) and every
+// create would waste a spare and start cold. The session's mounts are no
+// peers of the host's.
+func TestSpareOnSharedMount(t *testing.T) {
+	need(t)
+	dir, err := os.MkdirTemp("", "forkbox-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o711)
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unix.Unmount(dir, unix.MNT_DETACH)
+		os.RemoveAll(dir)
+	})
+	t.Setenv("TMPDIR", dir) // (newOwnDaemon's data directory goes there)
+	o := spareDaemon(t, 1)
+	before := spareCreates(t, o)
+	s, _, err := o.c.CreateSession(ctxFor(t, time.Minute), client.CreateRequest{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spareCreates(t, o); got != before+1 {
+		t.Fatal("on a shared mount the create did not take a spare")
+	}
+	for _, line := range strings.Split(ownSh(t, o, s.ID, "cat /proc/self/mountinfo"), "\n") {
+		if strings.Contains(line, "shared:") {
+			t.Fatalf("a mount of the session is shared with the host: %s", line)
 		}
 	}
 }

@@ -2,8 +2,10 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 )
 
@@ -139,6 +141,13 @@ func (ps *Pools) fillOne(pl *pool, cfg node.Pool) {
 	}
 	ps.mu.Lock()
 	pl.starting--
+	if err != nil && cfg.Template == spareKey && errors.Is(err, errdefs.ErrUnavailable) {
+		// The host cannot make spares (any more): stop trying.
+		pl.cfg.Size = 0
+		ps.mu.Unlock()
+		ps.log.Warn("no spare sandboxes on this host", "err", err)
+		return
+	}
 	if err != nil {
 		pl.failures++
 		ps.mu.Unlock()

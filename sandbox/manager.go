@@ -128,6 +128,9 @@ type Manager struct {
 	// spareOnce makes the spares' shared root (spareErr: why not).
 	spareOnce sync.Once
 	spareErr  error
+	// spareFailures counts the spare fills in a row that failed for
+	// reasons of the host (maxSpareFailures).
+	spareFailures atomic.Int32
 	// inflight is the budget of exec bytes in flight (stage.go).
 	inflight *inflight.Budget
 
@@ -189,6 +192,9 @@ type Sandbox struct {
 	deleteRequested bool
 	abortReady      context.CancelFunc
 	created         chan struct{} // closed when Create is done with it (nil for adopted ones)
+	// fillTemplate is the template a spare is being given (it counts as
+	// a user of it from then on); under mu.
+	fillTemplate string
 	// abused: the monitor's EndForAbuse took it on (the tenant is flagged and the abuse
 	// recorded once, whoever else saw it).
 	abused bool

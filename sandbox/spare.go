@@ -32,21 +32,22 @@ import (
 // agent, and it is never handed out again (the pools replace it).
 
 // spareDirs and spareFiles are the mount targets of a spare's root: the
-// kernel filesystems, the sandbox's own files, the agent and its control
-// directory (and, in the spare's own root, runtime.SpareNext). Every root
+// kernel filesystems, the sandbox's own files and the agent (and, in the
+// spare's own root, runtime.SpareNext). Every root
 // a spare takes gets the same targets (makeTargets), since its mounts
 // move there.
 var (
-	spareDirs  = []string{"/proc", "/dev", "/sys", "/etc", runtime.ControlTarget}
+	spareDirs  = []string{"/proc", "/dev", "/sys", "/etc"}
 	spareFiles = []string{"/etc/hosts", "/etc/hostname", "/etc/machine-id", runtime.AgentTarget}
 )
 
 // SparesSupported reports whether this host can make spares: its default
 // driver takes files (runtime.FileTaker), sandboxes get host ids of their
-// own, and the storage driver's filesystem can be id-mapped (btrfs).
+// own, and the storage driver's filesystem can be id-mapped (btrfs); and
+// fills have not kept failing here (maxSpareFailures).
 func (m *Manager) SparesSupported() bool {
 	_, ok := m.runtimes.DefaultDriver().(runtime.FileTaker)
-	return ok && m.opts.IDs != nil && m.runtimes.DefaultDriver().Capabilities().JoinUserNamespace &&
+	return ok && m.spareFailures.Load() < maxSpareFailures && m.opts.IDs != nil && m.runtimes.DefaultDriver().Capabilities().JoinUserNamespace &&
 		m.opts.Storage.Name() == "btrfs"
 }
 
@@ -159,6 +160,14 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 	if req.Network != nil || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
 		return nil, nil
 	}
+	// A template that cannot be loaded is refused before a spare is
+	// taken: a bad request must not use one up.
+	if _, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template)); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.InvalidField("template", "template %q does not exist", req.Template)
+		}
+		return nil, err
+	}
 	id := m.warm.TakeSpare()
 	if id == "" {
 		return nil, nil
@@ -167,35 +176,40 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 	if sb == nil {
 		return nil, nil
 	}
-	rec, err := m.adoptMember(ctx, sb, req, idempotencyKey, hash, func() error { return m.fillSpare(ctx, sb, req) })
+	// Once taken, the fill runs to its end (or its bound) whatever the
+	// caller does, as a cold start does.
+	fillCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	rec, err := m.adoptMember(ctx, sb, req, idempotencyKey, hash, func() error { return m.fillSpare(fillCtx, sb, req) })
 	if err == nil {
+		m.spareFailures.Store(0)
 		return rec, nil
 	}
 	m.teardown(context.WithoutCancel(ctx), sb, node.ReasonDeleted, "spare failed: "+publicDetail(err))
-	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
-		m.log.Warn("spare sandboxes do not work on this host", "err", err)
-	}
 	var fe *errdefs.FieldError
 	if errors.As(err, &fe) {
 		return nil, err
 	}
-	m.log.Warn("spare failed; starting cold", "session", id, "err", err)
+	if n := m.spareFailures.Add(1); n == maxSpareFailures {
+		m.log.Error("spares fail on this host: no more are made (creates start cold)", "failures", n, "err", err)
+	} else {
+		m.log.Warn("spare failed; starting cold", "session", id, "err", err)
+	}
 	return nil, nil
 }
+
+// maxSpareFailures: after that many fills in a row failed for reasons of
+// the host (not of the request), no more spares are made.
+const maxSpareFailures = 3
 
 // fillSpare gives spare sb the files and limits of req: its writable
 // layer from req's template or snapshot, id-mapped into its host ids; the
 // template's host mounts and the writable directories; the agent's
-// settings. The template stays locked against removal until the record
-// names it (adoptMember's save).
+// settings. From the template's load on, sb counts as a user of it
+// (fillTemplate), so that it cannot be removed.
 func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
-	m.tplMu.RLock()
-	defer m.tplMu.RUnlock()
-	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template))
+	tpl, err := m.holdTemplate(sb, req.Template)
 	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return errdefs.InvalidField("template", "template %q does not exist", req.Template)
-		}
 		return err
 	}
 	began := time.Now()
@@ -244,6 +258,24 @@ func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, req node.CreateSpe
 		"targets_ms", ms(targeted.Sub(prepared)), "idmap_ms", ms(mapped.Sub(targeted)),
 		"take_ms", ms(took.Sub(mapped)), "agent_ms", ms(time.Since(took)))
 	return nil
+}
+
+// holdTemplate loads template name for spare sb and makes sb a user of
+// it (Templates.TemplateInUse), under the lock that keeps removals out.
+func (m *Manager) holdTemplate(sb *Sandbox, name string) (*storage.Template, error) {
+	m.tplMu.RLock()
+	defer m.tplMu.RUnlock()
+	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(name))
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, errdefs.InvalidField("template", "template %q does not exist", name)
+		}
+		return nil, err
+	}
+	sb.mu.Lock()
+	sb.fillTemplate = name
+	sb.mu.Unlock()
+	return tpl, nil
 }
 
 // makeTargets makes the directories dirs and the empty files files

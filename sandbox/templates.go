@@ -71,12 +71,16 @@ func (ts *Templates) TemplateExists(name string) bool {
 }
 
 // TemplateInUse reports whether a live session (not counting warm-pool
-// members) runs on template name.
+// members, but counting a spare being given the template) runs on
+// template name.
 func (ts *Templates) TemplateInUse(name string) bool {
 	ts.m.mu.Lock()
 	defer ts.m.mu.Unlock()
 	for _, sb := range ts.m.live {
-		if r := sb.Record(); r.Template == name && r.State != node.StatePooled {
+		sb.mu.Lock()
+		filling := sb.fillTemplate == name
+		sb.mu.Unlock()
+		if r := sb.Record(); filling || r.Template == name && r.State != node.StatePooled {
 			return true
 		}
 	}

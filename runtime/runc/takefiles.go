@@ -157,6 +157,15 @@ func cloneMount(path string, recursive bool, attr uint64) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", path, err)
 	}
+	// Private, whatever the source's propagation: a clone of a shared
+	// mount joins its peer group, and pivot_root refuses a shared root
+	// (systemd makes / shared); nor may a sandbox's mounts be peers of
+	// the host's.
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
+		&unix.MountAttr{Propagation: unix.MS_PRIVATE}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mount_setattr %s (private): %w", path, err)
+	}
 	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: attr}); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("mount_setattr %s: %w", path, err)
@@ -210,6 +219,31 @@ func pivotInto(root int, trees []int, mounts []runtime.Mount, olds []string) err
 		return err
 	}
 	defer unix.Close(next)
+	// As at a start: the kernel filesystems first, then the files'
+	// mounts, then the sandbox's own files and the agent.
+	var kernel, rest []string
+	for _, p := range olds {
+		switch {
+		case p == runtime.SpareNext:
+		case p == "/proc" || p == "/dev" || p == "/sys":
+			kernel = append(kernel, p)
+		default:
+			rest = append(rest, p)
+		}
+	}
+	move := func(ps []string) error {
+		for _, p := range ps {
+			if err := attach(next, p, func(t int) error {
+				return unix.MoveMount(unix.AT_FDCWD, p, t, "", unix.MOVE_MOUNT_T_EMPTY_PATH)
+			}); err != nil {
+				return fmt.Errorf("move %s: %w", p, err)
+			}
+		}
+		return nil
+	}
+	if err := move(kernel); err != nil {
+		return err
+	}
 	for i, m := range mounts {
 		if err := attach(next, m.Target, func(t int) error {
 			return unix.MoveMount(trees[i], "", t, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
@@ -217,15 +251,8 @@ func pivotInto(root int, trees []int, mounts []runtime.Mount, olds []string) err
 			return fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
-	for _, p := range olds {
-		if p == runtime.SpareNext {
-			continue
-		}
-		if err := attach(next, p, func(t int) error {
-			return unix.MoveMount(unix.AT_FDCWD, p, t, "", unix.MOVE_MOUNT_T_EMPTY_PATH)
-		}); err != nil {
-			return fmt.Errorf("move %s: %w", p, err)
-		}
+	if err := move(rest); err != nil {
+		return err
 	}
 	if err := unix.Fchdir(next); err != nil {
 		return err
