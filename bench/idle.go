@@ -1,0 +1,439 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+// The idle rows: what sandboxes that do nothing cost the host. N idle
+// sessions of a tier are created at once (in parallel, closeParallel at a
+// time), left to settle, and then:
+//
+//   - memory per sandbox, two ways: the host's MemAvailable before minus
+//     after, over N (every process on the host moves it: a figure for a
+//     quiet machine), and the sum of the sessions' memory cgroups (GET
+//     /v1/sessions/{id}/usage; for gVisor the Sentry and the gofer share
+//     the sandbox's cgroup) plus the private daemon's RSS growth, over N;
+//   - CPU per sandbox over idleWindow: the sessions' cgroup CPU time plus
+//     the private daemon's own (with the helper processes it waited for,
+//     such as runsc events), over N, as a percentage of one core; the
+//     host's busy time over the same window (/proc/stat, every process on
+//     the host) is given beside it; and for gVisor the CPU and RSS of the
+//     runsc processes (Sentry, gofer) found by their command line, a check
+//     that the cgroup figure includes them.
+//
+// Every session is destroyed at the end, also on error or cancellation.
+
+// Defaults for the idle rows.
+const (
+	// DefaultIdleRunc is how many idle runc sessions the idle row holds.
+	DefaultIdleRunc = 50
+	// DefaultIdleGVisor is how many idle gVisor sessions it holds.
+	DefaultIdleGVisor = 10
+	// DefaultIdleWindow is how long idle CPU is measured.
+	DefaultIdleWindow = 10 * time.Second
+)
+
+// idleSettle is how long the sessions are left alone after the last
+// create before anything is measured (start-up work ending).
+const idleSettle = 3 * time.Second
+
+// idleTimeoutS is the timeout of idle sessions: long enough that none
+// ends while a thousand are created and measured.
+const idleTimeoutS = 3600
+
+// IdleResult is the idle cost of one tier's sandboxes.
+type IdleResult struct {
+	// Isolation is the tier: "runc" or "gvisor".
+	Isolation string `json:"isolation"`
+	// Sandboxes is how many idle sessions were held at once.
+	Sandboxes int `json:"sandboxes"`
+	// CreateS and DestroyS are how long creating and destroying all of
+	// them took, in seconds (closeParallel at a time).
+	CreateS  float64 `json:"create_s"`
+	DestroyS float64 `json:"destroy_s"`
+	// HostMemMiBPer is MemAvailable before minus after, over Sandboxes,
+	// in MiB (2^20 bytes).
+	HostMemMiBPer float64 `json:"host_mem_mib_per_sandbox"`
+	// CgroupMemMiBPer is the sessions' memory cgroups summed plus the
+	// private daemon's RSS growth, over Sandboxes, in MiB.
+	CgroupMemMiBPer float64 `json:"cgroup_mem_mib_per_sandbox"`
+	// DaemonRSSMiB is the private daemon's RSS growth in all, in MiB
+	// (0 for a daemon measured at a URL: not known).
+	DaemonRSSMiB float64 `json:"daemon_rss_delta_mib"`
+	// WindowS is how long CPU was measured, in seconds.
+	WindowS float64 `json:"window_s"`
+	// CPUPctPer is the sessions' cgroup CPU plus the private daemon's
+	// over the window, over Sandboxes, in percent of one core.
+	CPUPctPer float64 `json:"cpu_pct_per_sandbox"`
+	// DaemonCPUPct is the private daemon's part of that in all (not per
+	// sandbox), percent of one core.
+	DaemonCPUPct float64 `json:"daemon_cpu_pct"`
+	// HostCPUPct is the whole host's busy time over the window (any
+	// process, other work included), percent of one core.
+	HostCPUPct float64 `json:"host_cpu_pct"`
+	// RuntimeProcs, RuntimeCPUPctPer and RuntimeRSSMiBPer describe the
+	// runsc processes of the daemon's sandboxes (gVisor only): how many,
+	// their CPU over the window and their RSS, per sandbox.
+	RuntimeProcs     int     `json:"runtime_procs,omitempty"`
+	RuntimeCPUPctPer float64 `json:"runtime_cpu_pct_per_sandbox,omitempty"`
+	RuntimeRSSMiBPer float64 `json:"runtime_rss_mib_per_sandbox,omitempty"`
+	// Note says how to read the row; Error why it could not be measured.
+	Note  string `json:"note,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// measureIdle measures the idle rows of the runc tier and, when the
+// daemon has it, of the gVisor tier; they go into e.idle.
+func (e *env) measureIdle(ctx context.Context) []Result {
+	e.idle = append(e.idle, e.fb.idle(ctx, "runc", e.opts.IdleRunc))
+	if e.fb.hasDriver(ctx, driverGVisor) {
+		e.idle = append(e.idle, e.fb.idle(ctx, driverGVisor, e.opts.IdleGVisor))
+	} else {
+		e.idle = append(e.idle, IdleResult{Isolation: driverGVisor, Error: "the daemon has no gvisor driver"})
+	}
+	return nil
+}
+
+// idle holds n idle sessions of isolation and measures them (see above).
+func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleResult) {
+	res = IdleResult{Isolation: isolation, Sandboxes: n, WindowS: f.opts.IdleWindow.Seconds()}
+	if n <= 0 {
+		res.Error = "no sandboxes asked for"
+		return res
+	}
+	info, err := f.c.Info(ctx)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	// The smallest sandbox the daemon allows: its idle cost does not
+	// depend on its limits, and a thousand fit in the host's capacity.
+	req := client.CreateRequest{Isolation: isolation, MemoryMB: info.Limits.MinMemoryMB,
+		DiskMB: info.Limits.MinDiskMB, TimeoutS: min(idleTimeoutS, max(info.Limits.MaxTimeoutS, 0))}
+	if req.TimeoutS == 0 {
+		req.TimeoutS = idleTimeoutS
+	}
+	memBefore, err := memAvailable()
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	rssBefore := f.daemonRSS()
+
+	f.opts.progressf("idle %s: create %d sessions, %d at a time", isolation, n, closeParallel)
+	ids := make([]string, n)
+	errs := make([]error, n)
+	start := time.Now()
+	sem := make(chan struct{}, closeParallel)
+	var wg sync.WaitGroup
+	for i := range n {
+		if ctx.Err() != nil {
+			errs[i] = ctx.Err()
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s, _, err := f.createWith(ctx, req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ids[i] = s.ID
+		}()
+	}
+	wg.Wait()
+	res.CreateS = round2(time.Since(start).Seconds())
+	var live []string
+	for _, id := range ids {
+		if id != "" {
+			live = append(live, id)
+		}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout+time.Duration(len(live))*perSessionCleanup)
+		defer cancel()
+		f.opts.progressf("idle %s: destroy %d sessions", isolation, len(live))
+		d, err := timed(func() error { return f.destroyAll(dctx, live) })
+		res.DestroyS = round2(d.Seconds())
+		if err != nil && res.Error == "" {
+			res.Error = "destroy: " + oneLine(err.Error(), 300)
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		res.Error = fmt.Sprintf("%d of %d creates failed: %s", n-len(live), n, oneLine(err.Error(), 300))
+		return res
+	}
+
+	select {
+	case <-time.After(idleSettle):
+	case <-ctx.Done():
+		res.Error = ctx.Err().Error()
+		return res
+	}
+	memAfter, err := memAvailable()
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	rssAfter := f.daemonRSS()
+	cg0, err := f.usage(ctx, live)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	res.HostMemMiBPer = round2(float64(memBefore-memAfter) / float64(n) / (1 << 20))
+	if f.d != nil {
+		res.DaemonRSSMiB = round2(float64(rssAfter-rssBefore) / (1 << 20))
+	}
+	res.CgroupMemMiBPer = round2((float64(cg0.memory) + float64(max(0, rssAfter-rssBefore))) / float64(n) / (1 << 20))
+
+	f.opts.progressf("idle %s: CPU over %s", isolation, f.opts.IdleWindow)
+	host0, hostErr := hostBusy()
+	self0 := selfCPU()
+	rt0 := runtimeProcs(f.dataDir, isolation)
+	t0 := time.Now()
+	select {
+	case <-time.After(f.opts.IdleWindow):
+	case <-ctx.Done():
+		res.Error = ctx.Err().Error()
+		return res
+	}
+	window := time.Since(t0).Seconds()
+	host1, _ := hostBusy()
+	self1 := selfCPU()
+	rt1 := runtimeProcs(f.dataDir, isolation)
+	cg1, err := f.usage(ctx, live)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	pct := func(cpuSeconds float64) float64 { return 100 * cpuSeconds / window }
+	res.WindowS = round2(window)
+	daemonCPU := 0.0
+	if f.d != nil {
+		daemonCPU = self1 - self0
+		res.DaemonCPUPct = round2(pct(daemonCPU))
+	}
+	res.CPUPctPer = round3(pct(cg1.cpu-cg0.cpu+daemonCPU) / float64(n))
+	if hostErr == nil {
+		res.HostCPUPct = round2(pct(host1 - host0))
+	}
+	if len(rt1.cpu) > 0 {
+		var cpu float64
+		for pid, c := range rt1.cpu {
+			cpu += c - rt0.cpu[pid] // a process that started in the window counts from 0
+		}
+		res.RuntimeProcs = len(rt1.cpu)
+		res.RuntimeCPUPctPer = round3(pct(cpu) / float64(n))
+		res.RuntimeRSSMiBPer = round2(float64(rt1.rss) / float64(n) / (1 << 20))
+	}
+	res.Note = "memory: MemAvailable delta (whole host); cgroups = sum of the sessions' memory cgroups + daemon RSS growth"
+	if f.d == nil {
+		res.Note += "; daemon at a URL: its own RSS and CPU are not counted"
+	}
+	return res
+}
+
+// usageSum is the sum of sessions' usage.
+type usageSum struct {
+	cpu    float64 // CPU-seconds
+	memory int64   // bytes
+}
+
+// usage sums the usage of sessions ids, closeParallel calls at a time.
+func (f *forkbox) usage(ctx context.Context, ids []string) (usageSum, error) {
+	var mu sync.Mutex
+	var sum usageSum
+	var first error
+	sem := make(chan struct{}, closeParallel)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			u, err := f.c.Usage(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = fmt.Errorf("usage of %s: %w", id, err)
+				}
+				return
+			}
+			sum.cpu += u.CPUSeconds
+			sum.memory += u.MemoryBytes
+		}()
+	}
+	wg.Wait()
+	return sum, first
+}
+
+// daemonRSS returns the private daemon's resident memory in bytes (it runs
+// in this process), 0 for a daemon at a URL or when it cannot be read.
+func (f *forkbox) daemonRSS() int64 {
+	if f.d == nil {
+		return 0
+	}
+	return procRSS("self")
+}
+
+// procRSS returns the VmRSS of /proc/pid in bytes, 0 when unreadable.
+func procRSS(pid string) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				kb, _ := strconv.ParseInt(fields[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// memAvailable returns the host's MemAvailable (/proc/meminfo), in bytes.
+func memAvailable() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("meminfo: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				kb, err := strconv.ParseInt(fields[0], 10, 64)
+				if err == nil {
+					return kb << 10, nil
+				}
+			}
+		}
+	}
+	return 0, errors.New("meminfo: no MemAvailable")
+}
+
+// clockTick is the kernel's USER_HZ, the unit of /proc CPU times (100 on
+// every Linux architecture Go supports).
+const clockTick = 100
+
+// hostBusy returns the CPU-seconds all CPUs spent not idle since boot
+// (/proc/stat: user, nice, system, irq, softirq, steal; not idle and
+// iowait).
+func hostBusy() (float64, error) {
+	f, err := os.Open("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return 0, errors.New("/proc/stat is empty")
+	}
+	fields := strings.Fields(sc.Text())
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, errors.New("/proc/stat: no cpu line")
+	}
+	var busy float64
+	for i, v := range fields[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		busy += x
+	}
+	return busy / clockTick, nil
+}
+
+// selfCPU returns this process's CPU-seconds, user and system, with those
+// of the children it waited for (/proc/self/stat utime, stime, cutime,
+// cstime).
+func selfCPU() float64 {
+	ticks, _ := statTicks("self", true)
+	return ticks / clockTick
+}
+
+// statTicks returns utime+stime of /proc/pid/stat (and cutime+cstime
+// when children), in clock ticks.
+func statTicks(pid string, children bool) (float64, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces; fields follow its ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(s[i+1:]) // fields[0] is field 3 (state)
+	if len(fields) < 15 {
+		return 0, false
+	}
+	last := 13 // utime (14), stime (15)
+	if children {
+		last = 15 // cutime (16), cstime (17)
+	}
+	var t float64
+	for _, v := range fields[11:last] {
+		x, _ := strconv.ParseFloat(v, 64)
+		t += x
+	}
+	return t, true
+}
+
+// procSet is CPU-seconds by pid, and the RSS summed, of a set of processes.
+type procSet struct {
+	cpu map[string]float64
+	rss int64
+}
+
+// runtimeProcs finds the runsc processes of the private daemon's gVisor
+// sandboxes (their command line names runsc and the daemon's data
+// directory) and returns their CPU time and RSS; empty for runc, or
+// without a private daemon.
+func runtimeProcs(dataDir, isolation string) procSet {
+	set := procSet{cpu: map[string]float64{}}
+	if dataDir == "" || isolation != driverGVisor {
+		return set
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return set
+	}
+	for _, e := range entries {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+		if err != nil || !strings.Contains(string(cmd), "runsc") || !strings.Contains(string(cmd), dataDir) {
+			continue
+		}
+		if t, ok := statTicks(pid, false); ok {
+			set.cpu[pid] = t / clockTick
+			set.rss += procRSS(pid)
+		}
+	}
+	return set
+}
+
+// round3 rounds x to 3 decimals (small percentages).
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
