@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/datadir"
 )
 
 // The idle rows: what sandboxes that do nothing cost the host. N idle
@@ -22,16 +23,22 @@ import (
 //
 //   - memory per sandbox, two ways: the host's MemAvailable before minus
 //     after, over N (every process on the host moves it: a figure for a
-//     quiet machine), and the sum of the sessions' memory cgroups (GET
-//     /v1/sessions/{id}/usage; for gVisor the Sentry and the gofer share
-//     the sandbox's cgroup) plus the private daemon's RSS growth, over N;
-//   - CPU per sandbox over idleWindow: the sessions' cgroup CPU time plus
+//     quiet machine), and the growth of the sessions' memory cgroups plus
+//     the private daemon's RSS growth, over N;
+//   - CPU per sandbox over IdleWindow: the sessions' cgroup CPU time plus
 //     the private daemon's own (with the helper processes it waited for,
 //     such as runsc events), over N, as a percentage of one core; the
 //     host's busy time over the same window (/proc/stat, every process on
-//     the host) is given beside it; and for gVisor the CPU and RSS of the
+//     the host) is given beside it; and for gVisor the CPU and PSS of the
 //     runsc processes (Sentry, gofer) found by their command line, a check
-//     that the cgroup figure includes them.
+//     that the cgroup figures include them (the Sentry and the gofer run
+//     in the sandbox's cgroups).
+//
+// For a private daemon the cgroup figures are read from the daemon's
+// cgroup parent (cgroup v1 cpuacct and memory hierarchies), which holds
+// every sandbox of the daemon and nothing else; for a daemon at a URL
+// they are the sum of GET /v1/sessions/{id}/usage, whose CPU figure the
+// daemon samples (so it may lag the window).
 //
 // Every session is destroyed at the end, also on error or cancellation.
 
@@ -66,8 +73,8 @@ type IdleResult struct {
 	// HostMemMiBPer is MemAvailable before minus after, over Sandboxes,
 	// in MiB (2^20 bytes).
 	HostMemMiBPer float64 `json:"host_mem_mib_per_sandbox"`
-	// CgroupMemMiBPer is the sessions' memory cgroups summed plus the
-	// private daemon's RSS growth, over Sandboxes, in MiB.
+	// CgroupMemMiBPer is the growth of the sessions' memory cgroups plus
+	// the private daemon's RSS growth, over Sandboxes, in MiB.
 	CgroupMemMiBPer float64 `json:"cgroup_mem_mib_per_sandbox"`
 	// DaemonRSSMiB is the private daemon's RSS growth in all, in MiB
 	// (0 for a daemon measured at a URL: not known).
@@ -83,12 +90,13 @@ type IdleResult struct {
 	// HostCPUPct is the whole host's busy time over the window (any
 	// process, other work included), percent of one core.
 	HostCPUPct float64 `json:"host_cpu_pct"`
-	// RuntimeProcs, RuntimeCPUPctPer and RuntimeRSSMiBPer describe the
-	// runsc processes of the daemon's sandboxes (gVisor only): how many,
-	// their CPU over the window and their RSS, per sandbox.
+	// RuntimeProcs, RuntimeCPUPctPer and RuntimePSSMiBPer describe the
+	// runsc processes of the private daemon's sandboxes (gVisor only): how
+	// many, their CPU over the window and their proportional set size, per
+	// sandbox (included in the cgroup figures: a cross-check).
 	RuntimeProcs     int     `json:"runtime_procs,omitempty"`
 	RuntimeCPUPctPer float64 `json:"runtime_cpu_pct_per_sandbox,omitempty"`
-	RuntimeRSSMiBPer float64 `json:"runtime_rss_mib_per_sandbox,omitempty"`
+	RuntimePSSMiBPer float64 `json:"runtime_pss_mib_per_sandbox,omitempty"`
 	// Note says how to read the row; Error why it could not be measured.
 	Note  string `json:"note,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -131,6 +139,7 @@ func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleRe
 		return res
 	}
 	rssBefore := f.daemonRSS()
+	cgBefore, _ := f.cgroupTotals(ctx, nil)
 
 	f.opts.progressf("idle %s: create %d sessions, %d at a time", isolation, n, closeParallel)
 	ids := make([]string, n)
@@ -190,7 +199,7 @@ func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleRe
 		return res
 	}
 	rssAfter := f.daemonRSS()
-	cg0, err := f.usage(ctx, live)
+	cg0, err := f.cgroupTotals(ctx, live)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -199,7 +208,7 @@ func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleRe
 	if f.d != nil {
 		res.DaemonRSSMiB = round2(float64(rssAfter-rssBefore) / (1 << 20))
 	}
-	res.CgroupMemMiBPer = round2((float64(cg0.memory) + float64(max(0, rssAfter-rssBefore))) / float64(n) / (1 << 20))
+	res.CgroupMemMiBPer = round2((float64(cg0.memory-cgBefore.memory) + float64(max(0, rssAfter-rssBefore))) / float64(n) / (1 << 20))
 
 	f.opts.progressf("idle %s: CPU over %s", isolation, f.opts.IdleWindow)
 	host0, hostErr := hostBusy()
@@ -216,7 +225,7 @@ func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleRe
 	host1, _ := hostBusy()
 	self1 := selfCPU()
 	rt1 := runtimeProcs(f.dataDir, isolation)
-	cg1, err := f.usage(ctx, live)
+	cg1, err := f.cgroupTotals(ctx, live)
 	if err != nil {
 		res.Error = err.Error()
 		return res
@@ -239,11 +248,10 @@ func (f *forkbox) idle(ctx context.Context, isolation string, n int) (res IdleRe
 		}
 		res.RuntimeProcs = len(rt1.cpu)
 		res.RuntimeCPUPctPer = round3(pct(cpu) / float64(n))
-		res.RuntimeRSSMiBPer = round2(float64(rt1.rss) / float64(n) / (1 << 20))
+		res.RuntimePSSMiBPer = round2(float64(rt1.pss) / float64(n) / (1 << 20))
 	}
-	res.Note = "memory: MemAvailable delta (whole host); cgroups = sum of the sessions' memory cgroups + daemon RSS growth"
 	if f.d == nil {
-		res.Note += "; daemon at a URL: its own RSS and CPU are not counted"
+		res.Note = "daemon at a URL: cgroups from its usage API (CPU sampled), its own RSS and CPU not counted"
 	}
 	return res
 }
@@ -283,6 +291,46 @@ func (f *forkbox) usage(ctx context.Context, ids []string) (usageSum, error) {
 	return sum, first
 }
 
+// cgroupTotals returns the CPU time and memory of the daemon's
+// sandboxes: for a private daemon, its cgroup parent's (every sandbox,
+// ids not needed); otherwise the sum of ids' usage.
+func (f *forkbox) cgroupTotals(ctx context.Context, ids []string) (usageSum, error) {
+	if f.d == nil {
+		return f.usage(ctx, ids)
+	}
+	layout, err := datadir.New(f.dataDir)
+	if err != nil {
+		return usageSum{}, err
+	}
+	parent := layout.HostNames().CgroupParent
+	cpuNS, err := readCgroupInt("cpuacct", parent, "cpuacct.usage")
+	if err != nil {
+		return usageSum{}, err
+	}
+	mem, err := readCgroupInt("memory", parent, "memory.usage_in_bytes")
+	if err != nil {
+		return usageSum{}, err
+	}
+	return usageSum{cpu: float64(cpuNS) / 1e9, memory: mem}, nil
+}
+
+// readCgroupInt reads the integer in file of cgroup v1 hierarchy
+// controller's cgroup path; a cgroup not made yet reads as 0.
+func readCgroupInt(controller, path, file string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, path, file))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", controller, err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s/%s/%s: %w", controller, path, file, err)
+	}
+	return v, nil
+}
+
 // daemonRSS returns the private daemon's resident memory in bytes (it runs
 // in this process), 0 for a daemon at a URL or when it cannot be read.
 func (f *forkbox) daemonRSS() int64 {
@@ -293,13 +341,21 @@ func (f *forkbox) daemonRSS() int64 {
 }
 
 // procRSS returns the VmRSS of /proc/pid in bytes, 0 when unreadable.
-func procRSS(pid string) int64 {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+func procRSS(pid string) int64 { return procField(pid, "status", "VmRSS:") }
+
+// procPSS returns the proportional set size of /proc/pid in bytes (shared
+// pages split between the processes sharing them), 0 when unreadable.
+func procPSS(pid string) int64 { return procField(pid, "smaps_rollup", "Pss:") }
+
+// procField returns the "key: N kB" value of /proc/pid/file in bytes, 0
+// when unreadable.
+func procField(pid, file, key string) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, file))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, key); ok {
 			fields := strings.Fields(rest)
 			if len(fields) > 0 {
 				kb, _ := strconv.ParseInt(fields[0], 10, 64)
@@ -399,15 +455,16 @@ func statTicks(pid string, children bool) (float64, bool) {
 	return t, true
 }
 
-// procSet is CPU-seconds by pid, and the RSS summed, of a set of processes.
+// procSet is CPU-seconds by pid, and the PSS summed, of a set of
+// processes.
 type procSet struct {
 	cpu map[string]float64
-	rss int64
+	pss int64
 }
 
 // runtimeProcs finds the runsc processes of the private daemon's gVisor
 // sandboxes (their command line names runsc and the daemon's data
-// directory) and returns their CPU time and RSS; empty for runc, or
+// directory) and returns their CPU time and PSS; empty for runc, or
 // without a private daemon.
 func runtimeProcs(dataDir, isolation string) procSet {
 	set := procSet{cpu: map[string]float64{}}
@@ -429,7 +486,7 @@ func runtimeProcs(dataDir, isolation string) procSet {
 		}
 		if t, ok := statTicks(pid, false); ok {
 			set.cpu[pid] = t / clockTick
-			set.rss += procRSS(pid)
+			set.pss += procPSS(pid)
 		}
 	}
 	return set

@@ -13,7 +13,9 @@ import (
 // versions of what was measured and how to read the columns.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "OPERATION\tN\tFORKBOX P50 / P99 MS\tPEER\tPEER P50 / P99 MS\tPAIRED RATIO\tTARGET / NOTE")
+	if len(r.Results) > 0 {
+		fmt.Fprintln(tw, "OPERATION\tN\tFORKBOX P50 / P99 MS\tPEER\tPEER P50 / P99 MS\tPAIRED RATIO\tTARGET / NOTE")
+	}
 	for _, op := range r.operations() {
 		var fb *Result
 		var others []Result
@@ -40,6 +42,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 				lab, nn, cols, fnote = "", "", "", ""
 			}
 			pn := note(p)
+			if pn != "" && p.Error == "" {
+				pn = p.System + ": " + pn
+			}
 			if fnote != "" && pn != "" {
 				pn = "; " + pn
 			}
@@ -50,9 +55,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	if len(r.Idle) > 0 {
-		fmt.Fprintln(w)
+		if len(r.Results) > 0 {
+			fmt.Fprintln(w)
+		}
 		tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "IDLE\tSANDBOXES\tMEM/SANDBOX MIB (HOST / CGROUPS)\tCPU/SANDBOX % CORE\tDAEMON CPU %\tHOST CPU %\tRUNSC PROCS (CPU % / RSS MIB PER SANDBOX)\tCREATE / DESTROY S\tNOTE")
+		fmt.Fprintln(tw, "IDLE\tSANDBOXES\tMEM/SANDBOX MIB (HOST / CGROUPS)\tCPU/SANDBOX % CORE\tDAEMON CPU %\tHOST CPU %\tRUNSC PROCS (CPU % / PSS MIB PER SANDBOX)\tCREATE / DESTROY S\tNOTE")
 		for _, idle := range r.Idle {
 			if idle.Error != "" {
 				fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t-\t-\terror: %s\n", idle.Isolation, idle.Sandboxes, oneLine(idle.Error, 160))
@@ -60,7 +67,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			procs := "-"
 			if idle.RuntimeProcs > 0 {
-				procs = fmt.Sprintf("%d (%.3f / %.2f)", idle.RuntimeProcs, idle.RuntimeCPUPctPer, idle.RuntimeRSSMiBPer)
+				procs = fmt.Sprintf("%d (%.3f / %.2f)", idle.RuntimeProcs, idle.RuntimeCPUPctPer, idle.RuntimePSSMiBPer)
 			}
 			target := ""
 			if idle.Isolation == driverGVisor {
@@ -85,9 +92,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "fork rows: the call and an exec of true in every child, until all answered; runc: as many `runc run --detach`")
 	fmt.Fprintln(w, "at once until each answered `runc exec`. create = cold (no warm pool for it); the pool row counts only")
 	fmt.Fprintln(w, "creates that took a ready member. sustained: per-cycle p50/p99, rate in the note, ratio per window.")
-	fmt.Fprintln(w, "IDLE: memory per sandbox as the host's MemAvailable drop (every process on the host moves it) and as the")
-	fmt.Fprintln(w, "sessions' memory cgroups + the daemon's RSS growth; CPU per sandbox = the sessions' cgroup CPU + the daemon's")
-	fmt.Fprintln(w, "own (with helpers it reaped) over the window; HOST CPU is the whole machine's busy time, other work included.")
+	if len(r.Idle) > 0 {
+		fmt.Fprintln(w, "IDLE: memory per sandbox as the host's MemAvailable drop (every process on the host moves it) and as the")
+		fmt.Fprintln(w, "growth of the sandboxes' memory cgroups + the daemon's RSS; CPU per sandbox = the sandboxes' cgroup CPU + the")
+		fmt.Fprintln(w, "daemon's own (with helpers it reaped) over the window, % of one core; HOST CPU is the whole machine's busy")
+		fmt.Fprintln(w, "time, other work included; the runsc processes (Sentry, gofer) are inside the sandboxes' cgroups.")
+	}
 	if r.Storage != "" {
 		fmt.Fprintf(w, "forkbox storage driver: %s.\n", r.Storage)
 	}
