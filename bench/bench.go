@@ -30,8 +30,9 @@ import (
 
 // Defaults for Options.
 const (
-	// DefaultN is the number of measured iterations per operation.
-	DefaultN = 30
+	// DefaultN is the number of measured rounds per operation (some rows
+	// cap it: fork64MaxN, gvisorMaxN, gvisorForkMaxN).
+	DefaultN = 10
 	// DefaultWarmup is the number of uncounted iterations before them.
 	DefaultWarmup = 2
 	// DefaultSnapshotMB is how many MB (10^6 bytes) a sandbox writes before

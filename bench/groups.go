@@ -108,11 +108,11 @@ func (e *env) group(ctx context.Context, name string) []Result {
 	case GroupSnapshot:
 		return e.measureSnapshot(ctx)
 	case GroupFork:
-		return e.measureFork(ctx, OpFork, forkCount, e.opts.N)
+		return e.measureFork(ctx, OpFork, forkCount, e.opts.Warmup, e.opts.N)
 	case GroupFork64:
-		return e.measureFork(ctx, OpFork64, fork64Count, min(e.opts.N, fork64MaxN))
+		return e.measureFork(ctx, OpFork64, fork64Count, min(e.opts.Warmup, heavyWarmup), min(e.opts.N, fork64MaxN))
 	case GroupRestore:
-		return e.measureFork(ctx, OpRestoreFiles, 1, e.opts.N)
+		return e.measureFork(ctx, OpRestoreFiles, 1, e.opts.Warmup, e.opts.N)
 	case GroupFreeze:
 		return e.fb.measureFreeze(ctx)
 	case GroupSustained:
@@ -124,6 +124,10 @@ func (e *env) group(ctx context.Context, name string) []Result {
 	}
 	return nil
 }
+
+// heavyWarmup caps the warm-up rounds of the rows whose round takes many
+// seconds (fork 64, the gVisor fork).
+const heavyWarmup = 1
 
 // one adapts a step timing a single operation to contender.step.
 func one(f func(ctx context.Context) (time.Duration, error)) func(ctx context.Context) ([]time.Duration, error) {
@@ -137,10 +141,10 @@ func one(f func(ctx context.Context) (time.Duration, error)) func(ctx context.Co
 }
 
 // compete interleaves forkbox (fb) with those of peers that can be
-// measured, n rounds after the warm-ups, and returns the rows; a peer
+// measured, n rounds after warmup uncounted ones, and returns the rows; a peer
 // that cannot be measured gets a skipped row per operation saying why
 // (none at all with SkipPeers).
-func (e *env) compete(ctx context.Context, n int, ops []string, fb contender, peers ...contender) []Result {
+func (e *env) compete(ctx context.Context, warmup, n int, ops []string, fb contender, peers ...contender) []Result {
 	cs := []contender{fb}
 	var skippedRows []Result
 	for _, c := range peers {
@@ -155,7 +159,7 @@ func (e *env) compete(ctx context.Context, n int, ops []string, fb contender, pe
 		}
 		cs = append(cs, c)
 	}
-	return append(interleave(ctx, e.opts.Warmup, n, ops, cs), skippedRows...)
+	return append(interleave(ctx, warmup, n, ops, cs), skippedRows...)
 }
 
 // failRows returns an error row of system for each of ops.
@@ -168,7 +172,7 @@ func failRows(ops []string, system string, err error) []Result {
 func (e *env) measureCreate(ctx context.Context) []Result {
 	f := e.fb
 	e.opts.progressf("forkbox: create + destroy x %d", e.opts.Warmup+e.opts.N)
-	return e.compete(ctx, e.opts.N, []string{OpCreate, OpDestroy}, contender{system: SystemForkbox,
+	return e.compete(ctx, e.opts.Warmup, e.opts.N, []string{OpCreate, OpDestroy}, contender{system: SystemForkbox,
 		step: func(ctx context.Context) ([]time.Duration, error) {
 			id, c, err := f.create(ctx)
 			if err != nil {
@@ -184,7 +188,7 @@ func (e *env) measureCreate(ctx context.Context) []Result {
 func (e *env) measureRun(ctx context.Context) []Result {
 	f := e.fb
 	e.opts.progressf("run true to completion x %d, interleaved with runc run and podman run --rm", e.opts.Warmup+e.opts.N)
-	return e.compete(ctx, e.opts.N, []string{OpRun},
+	return e.compete(ctx, e.opts.Warmup, e.opts.N, []string{OpRun},
 		contender{system: SystemForkbox, step: one(func(ctx context.Context) (time.Duration, error) {
 			return timed(func() error {
 				id, _, err := f.create(ctx)
@@ -213,7 +217,7 @@ func (e *env) measureExec(ctx context.Context) []Result {
 	}
 	defer f.destroy(ctx, id) // close retries a failed destroy
 	e.opts.progressf("exec true x %d, interleaved with runc exec and podman exec", e.opts.Warmup+e.opts.N)
-	return e.compete(ctx, e.opts.N, ops,
+	return e.compete(ctx, e.opts.Warmup, e.opts.N, ops,
 		contender{system: SystemForkbox, step: one(func(ctx context.Context) (time.Duration, error) { return f.exec(ctx, id) })},
 		contender{system: SystemRunc, step: one(func(ctx context.Context) (time.Duration, error) {
 			c, err := e.p.runcSleeping(ctx)
@@ -270,7 +274,7 @@ func (e *env) measurePause(ctx context.Context) []Result {
 		runc = contender{system: SystemRunc, step: cli(func() *tool { return e.p.runc }, e.p.runcSleeping, "pause", "resume")}
 		podman = contender{system: SystemPodman, step: cli(func() *tool { return e.p.podman }, e.p.podmanSleeping, "pause", "unpause")}
 	}
-	return e.compete(ctx, e.opts.N, ops, contender{system: SystemForkbox, step: pair(
+	return e.compete(ctx, e.opts.Warmup, e.opts.N, ops, contender{system: SystemForkbox, step: pair(
 		func(ctx context.Context) (time.Duration, error) {
 			return timedCall("pause "+id, func() error { _, err := f.c.Pause(ctx, id); return err })
 		},
@@ -283,15 +287,15 @@ func (e *env) measurePause(ctx context.Context) []Result {
 // session that wrote SnapshotMB (k = 1: a create from that snapshot), each
 // timed until every child answered an exec of `true`, beside the runc CLI
 // starting k containers at once until each answered `runc exec`.
-func (e *env) measureFork(ctx context.Context, op string, k, n int) []Result {
+func (e *env) measureFork(ctx context.Context, op string, k, warmup, n int) []Result {
 	ops := []string{op}
 	mb := e.opts.SnapshotMB
 	sn, disk, err := e.fb.filesSnapshot(ctx, mb)
 	if err != nil {
 		return dataRows(failRows(ops, SystemForkbox, err), mb)
 	}
-	e.opts.progressf("%s x %d, interleaved with %d runc containers", op, e.opts.Warmup+n, k)
-	rows := e.compete(ctx, n, ops,
+	e.opts.progressf("%s x %d, interleaved with %d runc containers", op, warmup+n, k)
+	rows := e.compete(ctx, warmup, n, ops,
 		contender{system: SystemForkbox, step: one(func(ctx context.Context) (time.Duration, error) {
 			return e.fb.forkUntilExec(ctx, sn, k, disk)
 		})},

@@ -31,6 +31,9 @@ const (
 	// each one moves residentMB through the disk (and the fork row five
 	// times that).
 	gvisorMaxN = 10
+	// gvisorForkMaxN caps the measured rounds of the gVisor fork row
+	// (five restores a round, for each system).
+	gvisorForkMaxN = 5
 	// driverGVisor is the gVisor driver's isolation name.
 	driverGVisor = "gvisor"
 )
@@ -65,7 +68,7 @@ func (e *env) measureGVisor(ctx context.Context) []Result {
 		rs, cleanup, err = openRunsc(ctx, e.opts, e.p.versions)
 		defer cleanup()
 		if err != nil {
-			peerRows, rs = failOps(ops[:3], SystemRunsc, err), nil
+			peerRows, rs = failOps(ops, SystemRunsc, err), nil
 		}
 	}
 	// peer returns the runsc contender for a step, none without runsc.
@@ -123,7 +126,8 @@ func (e *env) measureGVisor(ctx context.Context) []Result {
 		}
 	}()
 
-	e.opts.progressf("gVisor: restore x %d, fork %d x %d, interleaved with runsc restore", w+mn, gvisorForkCount, w+mn)
+	e.opts.progressf("gVisor: restore x %d, fork %d x %d, interleaved with runsc restore", w+mn, gvisorForkCount,
+		min(w, heavyWarmup)+min(mn, gvisorForkMaxN))
 	rows = append(rows, dataRows(interleave(ctx, w, mn, ops[2:3], slices.Concat([]contender{{system: SystemForkbox,
 		step: one(func(ctx context.Context) (time.Duration, error) {
 			r, d, err := f.createWith(ctx, client.CreateRequest{Snapshot: last.ID})
@@ -133,7 +137,7 @@ func (e *env) measureGVisor(ctx context.Context) []Result {
 			_, err = f.destroy(ctx, r.ID)
 			return d, err
 		})}}, peer(func(ctx context.Context) (time.Duration, error) { return rs.restoreN(ctx, 1) }))), residentMB)...)
-	rows = append(rows, dataRows(interleave(ctx, w, mn, ops[3:], slices.Concat([]contender{{system: SystemForkbox,
+	rows = append(rows, dataRows(interleave(ctx, min(w, heavyWarmup), min(mn, gvisorForkMaxN), ops[3:], slices.Concat([]contender{{system: SystemForkbox,
 		step: one(func(ctx context.Context) (time.Duration, error) {
 			var res *client.ForkResult
 			d, err := timedCall("fork "+last.ID, func() (err error) {

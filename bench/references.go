@@ -62,7 +62,7 @@ func (e *env) measureSnapshot(ctx context.Context) []Result {
 		}
 	}
 	e.opts.progressf("snapshot of %d MB written x %d, interleaved with podman commit and cp", mb, e.opts.Warmup+e.opts.N)
-	rows := append(e.compete(ctx, e.opts.N, ops, fb, cs...), extra...)
+	rows := append(e.compete(ctx, e.opts.Warmup, e.opts.N, ops, fb, cs...), extra...)
 	for i := range rows {
 		switch rows[i].System {
 		case SystemForkbox:

@@ -22,8 +22,8 @@ const (
 	forkCount = 8
 	// fork64Count is how many the large fork row starts (the API's most).
 	fork64Count = 64
-	// fork64MaxN caps the measured iterations of the large fork row.
-	fork64MaxN = 5
+	// fork64MaxN caps the measured rounds of the large fork row.
+	fork64MaxN = 3
 	// poolTemplate is the template whose warm pool the pool row uses.
 	poolTemplate = "base"
 	// poolSize is the warm pool's size during the pool row. Before every

@@ -100,12 +100,8 @@ func (e *env) measureSustained(ctx context.Context) []Result {
 	runc := contender{system: SystemRunc, step: step(SystemRunc, func(ctx context.Context, client int) (time.Duration, error) {
 		return e.p.runcRun(ctx, client%maxStartSlots)
 	})}
-	// No warm-up window: the rows before warmed both up, and a window is
-	// long against any start-up cost.
-	saved := e.opts.Warmup
-	e.opts.Warmup = 0
-	rows := e.compete(ctx, rounds, []string{OpSustained}, fb, runc)
-	e.opts.Warmup = saved
+	// No warm-up window: a window is long against any start-up cost.
+	rows := e.compete(ctx, 0, rounds, []string{OpSustained}, fb, runc)
 	for i := range rows {
 		r := &rows[i]
 		t, ok := tallies[r.System]
