@@ -38,7 +38,7 @@ func TestRun(t *testing.T) {
 	t.Setenv("FORKBOX_URL", "")
 	t.Setenv("FORKBOX_API_KEY", "")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// 20 and 30 MB instead of 500 and 300, and few idle sandboxes for a
 	// short time, keep the test short; the shape is the same.
