@@ -162,11 +162,6 @@ func (e *env) compete(ctx context.Context, warmup, n int, ops []string, fb conte
 	return append(interleave(ctx, warmup, n, ops, cs), skippedRows...)
 }
 
-// failRows returns an error row of system for each of ops.
-func failRows(ops []string, system string, err error) []Result {
-	return failOps(ops, system, err)
-}
-
 // measureCreate measures forkbox's cold create and destroy, in pairs.
 // There is no peer (the run row holds the runc and podman starts).
 func (e *env) measureCreate(ctx context.Context) []Result {
@@ -213,7 +208,7 @@ func (e *env) measureExec(ctx context.Context) []Result {
 	ops := []string{OpExec}
 	id, _, err := f.create(ctx)
 	if err != nil {
-		return failRows(ops, SystemForkbox, err)
+		return failOps(ops, SystemForkbox, err)
 	}
 	defer f.destroy(ctx, id) // close retries a failed destroy
 	e.opts.progressf("exec true x %d, interleaved with runc exec and podman exec", e.opts.Warmup+e.opts.N)
@@ -243,7 +238,7 @@ func (e *env) measurePause(ctx context.Context) []Result {
 	ops := []string{OpPause, OpResume}
 	id, _, err := f.create(ctx)
 	if err != nil {
-		return failRows(ops, SystemForkbox, err)
+		return failOps(ops, SystemForkbox, err)
 	}
 	defer f.destroy(ctx, id)
 	pair := func(pause, resume func(ctx context.Context) (time.Duration, error)) func(ctx context.Context) ([]time.Duration, error) {
@@ -292,7 +287,7 @@ func (e *env) measureFork(ctx context.Context, op string, k, warmup, n int) []Re
 	mb := e.opts.SnapshotMB
 	sn, disk, err := e.fb.filesSnapshot(ctx, mb)
 	if err != nil {
-		return dataRows(failRows(ops, SystemForkbox, err), mb)
+		return dataRows(failOps(ops, SystemForkbox, err), mb)
 	}
 	e.opts.progressf("%s x %d, interleaved with %d runc containers", op, warmup+n, k)
 	rows := e.compete(ctx, warmup, n, ops,

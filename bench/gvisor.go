@@ -188,12 +188,6 @@ func (f *forkbox) holdMemory(ctx context.Context, id string) error {
 	return fmt.Errorf("hold memory in %s: not ready within a minute", id)
 }
 
-// dataRow sets a row's DataMB.
-func dataRow(r Result, mb int) Result {
-	r.DataMB = mb
-	return r
-}
-
 // failOps returns a failed row of system for each of ops.
 func failOps(ops []string, system string, err error) []Result {
 	rows := make([]Result, 0, len(ops))

@@ -29,7 +29,7 @@ func (e *env) measureSnapshot(ctx context.Context) []Result {
 	ops := []string{OpSnapshot}
 	id, err := f.writeSession(ctx, mb)
 	if err != nil {
-		return dataRows(failRows(ops, SystemForkbox, err), mb)
+		return dataRows(failOps(ops, SystemForkbox, err), mb)
 	}
 	defer f.destroy(ctx, id) // close retries a failed destroy
 	fb := contender{system: SystemForkbox, step: one(func(ctx context.Context) (time.Duration, error) {
