@@ -115,7 +115,9 @@ func (e *env) measureSustained(ctx context.Context) []Result {
 			ps := round2(float64(t.ops) / t.elapsed.Seconds())
 			r.PerSecond = &ps
 		}
-		r.Note = fmt.Sprintf("%d clients, %d windows of %s", clients, rounds, sustainWindow)
+		if r.System == SystemForkbox {
+			r.Note = fmt.Sprintf("%d clients, %d windows of %s each", clients, rounds, sustainWindow)
+		}
 	}
 	return rows
 }

@@ -85,9 +85,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			return fmt.Errorf("write report: %w", err)
 		}
 	}
-	fmt.Fprintf(w, "\n%d measured rounds per row after %d warm-ups (at most: fork 64 %d after %d, gVisor memory rows %d, gVisor fork %d"+
-		" after %d); percentiles are nearest-rank.\n", r.N, r.Warmup, fork64MaxN, min(r.Warmup, heavyWarmup), gvisorMaxN,
-		gvisorForkMaxN, min(r.Warmup, heavyWarmup))
+	fmt.Fprintf(w, "\n%d measured rounds per row after %d warm-ups; percentiles are nearest-rank. Heavy rows run fewer:"+
+		" fork 64 at most %d rounds and the gVisor fork at most %d, both after %d warm-up; the gVisor memory rows at most %d.\n",
+		r.N, r.Warmup, fork64MaxN, gvisorForkMaxN, min(r.Warmup, heavyWarmup), gvisorMaxN)
 	fmt.Fprintln(w, "Each round runs forkbox and every peer of the row once, back to back (the first system rotating);")
 	fmt.Fprintln(w, "PAIRED RATIO = median over the rounds of peer time / forkbox time in the same round (above 1: forkbox is faster).")
 	fmt.Fprintln(w, "fork rows: the call and an exec of true in every child, until all answered; runc: as many `runc run --detach`")
