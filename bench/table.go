@@ -148,6 +148,9 @@ func paired(res Result) string {
 	if res.PairedRatio == nil {
 		return "-"
 	}
+	if res.Pairs == 1 {
+		return fmt.Sprintf("%.2fx (1 pair)", *res.PairedRatio)
+	}
 	return fmt.Sprintf("%.2fx (%d pairs)", *res.PairedRatio, res.Pairs)
 }
 
