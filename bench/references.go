@@ -71,7 +71,7 @@ func (e *env) measureSnapshot(ctx context.Context) []Result {
 			}
 		case SystemCopy:
 			if rows[i].Error == "" {
-				rows[i].Note = fmt.Sprintf("a reference: --reflink=never + fsync + fsync on %s (%s)", f.scratchDir(), fsType(f.scratchDir()))
+				rows[i].Note = fmt.Sprintf("reference only: cp --reflink=never + fsync on %s (%s)", f.scratchDir(), fsType(f.scratchDir()))
 			}
 		}
 	}
