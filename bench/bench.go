@@ -1,17 +1,21 @@
 // Package bench is `forkbox bench`: it measures forkbox (through its REST
 // API, against a private in-process daemon or a running one) and, in the
 // same run and on the same machine, its peers: the raw runc CLI and podman
-// with runc, both on a busybox root filesystem, and for snapshots a plain
-// copy of as much data as reference. It reports nearest-rank
-// p50/p99 and means in milliseconds, each peer's ratio to forkbox for the
-// operations they share, and whether forkbox meets the targets of DESIGN.md
-// section 6.
+// with runc, both on a busybox root filesystem, the runsc (gVisor) CLI,
+// and for snapshots a plain copy of as much data as reference. It reports
+// nearest-rank p50/p99 and means in milliseconds, each peer's paired ratio
+// to forkbox, the idle memory and CPU of many sandboxes held at once, and
+// whether forkbox meets its targets.
 //
-// Every operation runs Warmup uncounted times, then N measured times, one
-// after the other (never concurrently). Everything the benchmark creates
-// (sessions, snapshots, warm-pool settings, containers, images, cgroups,
-// temporary directories, the private daemon and its storage mount) is
-// removed or put back before Run returns.
+// Every operation runs Warmup uncounted rounds, then N measured rounds.
+// Where forkbox has a peer, each round runs forkbox and every peer once,
+// back to back (interleave.go), so that a machine whose load moves slows
+// all of one round alike; the ratio to forkbox is taken round by round.
+// Options.Only picks the row groups (groups.go). Everything the benchmark
+// creates (sessions, snapshots, warm-pool settings, containers, images,
+// cgroups, temporary directories, the private daemon and its storage
+// mount) is removed or put back before Run returns, also when it fails or
+// ctx is cancelled.
 package bench
 
 import (
@@ -20,13 +24,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"time"
 )
 
 // Defaults for Options.
 const (
-	// DefaultN is the number of measured iterations per operation.
-	DefaultN = 30
+	// DefaultN is the number of measured rounds per operation (some rows
+	// cap it: fork64MaxN, gvisorMaxN, gvisorForkMaxN).
+	DefaultN = 10
 	// DefaultWarmup is the number of uncounted iterations before them.
 	DefaultWarmup = 2
 	// DefaultSnapshotMB is how many MB (10^6 bytes) a sandbox writes before
@@ -54,6 +60,22 @@ type Options struct {
 	// UnsyncedMB is how many MB (10^6 bytes) a sandbox writes without
 	// sync before the unsynced-snapshot rows (DefaultUnsyncedMB when 0).
 	UnsyncedMB int
+
+	// Only lists the row groups to run (Groups; ParseGroups reads a
+	// flag); empty runs DefaultGroups.
+	Only []string
+	// Clients is how many clients the sustained row runs at once
+	// (DefaultClients when 0).
+	Clients int
+	// Sustain is how long the sustained row runs each system
+	// (DefaultSustain when 0).
+	Sustain time.Duration
+	// IdleRunc and IdleGVisor are how many idle sessions of each tier the
+	// idle rows hold at once (DefaultIdleRunc, DefaultIdleGVisor when 0).
+	IdleRunc, IdleGVisor int
+	// IdleWindow is how long the idle rows measure CPU (DefaultIdleWindow
+	// when 0).
+	IdleWindow time.Duration
 
 	// URL is the base URL of a running daemon to measure; "" reads
 	// FORKBOX_URL, and when that is empty too Run starts a private daemon.
@@ -98,6 +120,24 @@ func (o Options) withDefaults() Options {
 	if o.UnsyncedMB <= 0 {
 		o.UnsyncedMB = DefaultUnsyncedMB
 	}
+	if len(o.Only) == 0 {
+		o.Only = DefaultGroups
+	}
+	if o.Clients <= 0 {
+		o.Clients = DefaultClients
+	}
+	if o.Sustain <= 0 {
+		o.Sustain = DefaultSustain
+	}
+	if o.IdleRunc <= 0 {
+		o.IdleRunc = DefaultIdleRunc
+	}
+	if o.IdleGVisor <= 0 {
+		o.IdleGVisor = DefaultIdleGVisor
+	}
+	if o.IdleWindow <= 0 {
+		o.IdleWindow = DefaultIdleWindow
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -115,37 +155,45 @@ func (o Options) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// Run measures forkbox and, unless SkipPeers, a plain copy, runc and
-// podman, and returns the report. An operation that fails is reported in
-// its row (Result.Error) and the rest still run; Report.ForkboxErr tells
-// whether forkbox's rows all succeeded. Run itself fails only when forkbox
-// cannot be reached (the private daemon does not start), when ctx is
-// cancelled, or when cleaning up fails.
+// Run measures the row groups of opts.Only on forkbox and, unless
+// SkipPeers, beside it on its peers, and returns the report. An operation
+// that fails is reported in its row (Result.Error) and the rest still run;
+// Report.ForkboxErr tells whether forkbox's rows all succeeded. Run itself
+// fails only when forkbox cannot be reached (the private daemon does not
+// start), when a group name is unknown, when ctx is cancelled, or when
+// cleaning up fails.
 func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 	opts = opts.withDefaults()
-	rep = &Report{N: opts.N, Warmup: opts.Warmup, Started: time.Now().UTC(), Versions: map[string]string{}}
+	for _, g := range opts.Only {
+		if !slices.Contains(Groups, g) {
+			return nil, fmt.Errorf("unknown row group %q", g)
+		}
+	}
+	rep = &Report{N: opts.N, Warmup: opts.Warmup, Started: time.Now().UTC(), Versions: map[string]string{},
+		Groups: opts.Only}
 
 	fb, err := openForkbox(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	rep.Versions[SystemForkbox] = fb.describe(ctx)
-	rep.Results = append(rep.Results, fb.measure(ctx)...)
-	rep.Storage = fb.storage
-	if !opts.SkipPeers && ctx.Err() == nil {
-		rep.Results = append(rep.Results, measureCopy(ctx, opts, fb.scratchDir()))
+	e := &env{opts: opts, fb: fb}
+	if !opts.SkipPeers {
+		e.p = openPeers(opts, rep.Versions)
 	}
+	rep.Versions[SystemForkbox] = fb.describe(ctx)
+	for _, g := range opts.Only {
+		if ctx.Err() != nil {
+			break
+		}
+		rep.Results = append(rep.Results, e.group(ctx, g)...)
+	}
+	rep.Idle = e.idle
+	rep.Storage = fb.storage
 	if err := fb.close(context.WithoutCancel(ctx)); err != nil {
 		retErr = errors.Join(retErr, fmt.Errorf("clean up forkbox: %w", err))
 	}
-
-	if !opts.SkipPeers && ctx.Err() == nil {
-		rows, cerr := measurePeers(ctx, opts, rep.Versions)
-		rep.Results = append(rep.Results, rows...)
-		rep.Results = append(rep.Results, measureRunsc(ctx, opts, rep.Versions)...)
-		if cerr != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("clean up peers: %w", cerr))
-		}
+	if err := e.p.close(context.WithoutCancel(ctx)); err != nil {
+		retErr = errors.Join(retErr, fmt.Errorf("clean up peers: %w", err))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(fmt.Errorf("bench interrupted: %w", err), retErr)
@@ -183,27 +231,4 @@ func timed(f func() error) (time.Duration, error) {
 	start := time.Now()
 	err := f()
 	return time.Since(start), err
-}
-
-// pairSeries is series for operations measured in pairs (create then
-// destroy, pause then resume): each iteration runs first then second and
-// both durations are kept. The first error stops both series.
-func pairSeries(ctx context.Context, warmup, n int, first, second func(ctx context.Context) (time.Duration, error)) (a, b []time.Duration, err error) {
-	var seconds []time.Duration
-	firsts, err := series(ctx, warmup, n, func(ctx context.Context) (time.Duration, error) {
-		d1, err := first(ctx)
-		if err != nil {
-			return 0, err
-		}
-		d2, err := second(ctx)
-		if err != nil {
-			return 0, err
-		}
-		seconds = append(seconds, d2)
-		return d1, nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return firsts, seconds[warmup:], nil
 }

@@ -6,12 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/defaults"
@@ -21,15 +25,28 @@ import (
 // creates; its value is the run's id, so leftovers can be recognised.
 const benchLabel = "forkbox-bench"
 
+const (
+	// closeParallel is how many sessions are destroyed at once when many
+	// are (the idle rows, clean-up).
+	closeParallel = 8
+	// perSessionCleanup is added to cleanupTimeout per session left to
+	// destroy at the end.
+	perSessionCleanup = 200 * time.Millisecond
+)
+
 // forkbox is the forkbox side of a run: a client of the daemon under test
-// and, for a private daemon, the daemon and its data directory. Not safe
-// for concurrent use.
+// and, for a private daemon, the daemon and its data directory. create,
+// destroy, exec and the snapshot calls may be used from several goroutines
+// at once; the rest may not.
 type forkbox struct {
 	opts  Options
 	c     *client.Client
-	runID string          // value of the benchLabel metadata
-	live  map[string]bool // sessions created and not destroyed yet
-	snaps map[string]bool // snapshots taken and not deleted yet
+	runID string // value of the benchLabel metadata
+
+	mu    sync.Mutex
+	live  map[string]bool   // sessions created and not destroyed yet
+	snaps map[string]bool   // snapshots taken and not deleted yet
+	files map[int]filesSnap // files snapshots by MB written, reused by the fork rows
 
 	storage   string       // storage driver of the snapshots taken ("" before one)
 	snapBytes int64        // SizeBytes of the last snapshot taken
@@ -48,7 +65,8 @@ func openForkbox(ctx context.Context, opts Options) (*forkbox, error) {
 	if _, err := rand.Read(raw); err != nil {
 		return nil, fmt.Errorf("run id: %w", err)
 	}
-	f := &forkbox{opts: opts, runID: hex.EncodeToString(raw), live: map[string]bool{}, snaps: map[string]bool{}}
+	f := &forkbox{opts: opts, runID: hex.EncodeToString(raw), live: map[string]bool{}, snaps: map[string]bool{},
+		files: map[int]filesSnap{}}
 	base := opts.URL
 	if base == "" {
 		base = os.Getenv(client.EnvURL)
@@ -127,6 +145,9 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
 		StorageImageBytes: f.opts.StorageImageBytes,
 		Log:               f.opts.logger(),
+		// Room for the idle rows' sessions beside the largest fork.
+		Capacity: admission.Capacity{MaxSessions: max(daemon.DefaultCapacity().MaxSessions,
+			max(f.opts.IdleRunc, f.opts.IdleGVisor)+fork64Count+poolSize)},
 		// A data directory of the run's own goes with it: nothing of it
 		// may stay on the host (its nftables table, cgroup parent).
 		StopSessions: f.removeDir,
@@ -161,70 +182,6 @@ func (f *forkbox) describe(ctx context.Context) string {
 	return fmt.Sprintf("%s, driver %s, %s", info.Version, info.DefaultDriver, where)
 }
 
-// measure runs every forkbox operation and returns their rows: create and
-// destroy (measured in pairs), exec of `true` in one session, whole runs
-// (create + exec + destroy), pause and resume, snapshot and fork (see
-// snapshots.go), the freeze of a snapshot after an unsynced write
-// (freeze.go), and create from a warm pool.
-func (f *forkbox) measure(ctx context.Context) []Result {
-	w, n := f.opts.Warmup, f.opts.N
-	var rows []Result
-
-	f.opts.progressf("forkbox: create + destroy x %d", w+n)
-	var id string
-	creates, destroys, err := pairSeries(ctx, w, n,
-		func(ctx context.Context) (d time.Duration, err error) {
-			id, d, err = f.create(ctx)
-			return d, err
-		},
-		func(ctx context.Context) (time.Duration, error) { return f.destroy(ctx, id) })
-	rows = append(rows, newResult(OpCreate, SystemForkbox, creates, err),
-		newResult(OpDestroy, SystemForkbox, destroys, err))
-
-	f.opts.progressf("forkbox: exec true x %d in one session", w+n)
-	execs, err := f.execSeries(ctx)
-	rows = append(rows, newResult(OpExec, SystemForkbox, execs, err))
-
-	f.opts.progressf("forkbox: create + exec true + destroy x %d", w+n)
-	runs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		start := time.Now()
-		id, _, err := f.create(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := f.exec(ctx, id); err != nil {
-			return 0, err
-		}
-		if _, err := f.destroy(ctx, id); err != nil {
-			return 0, err
-		}
-		return time.Since(start), nil
-	})
-	rows = append(rows, newResult(OpRun, SystemForkbox, runs, err))
-
-	rows = append(rows, f.measurePauseResume(ctx)...)
-	rows = append(rows, f.measureSnapshots(ctx)...)
-	rows = append(rows, f.measureFreeze(ctx)...)
-	rows = append(rows, f.measurePool(ctx))
-	return append(rows, f.measureGVisor(ctx)...)
-}
-
-// execSeries creates one session (untimed), measures exec of `true` in it
-// and destroys it (close retries a failed destroy).
-func (f *forkbox) execSeries(ctx context.Context) ([]time.Duration, error) {
-	id, _, err := f.create(ctx)
-	if err != nil {
-		return nil, err
-	}
-	samples, err := series(ctx, f.opts.Warmup, f.opts.N, func(ctx context.Context) (time.Duration, error) {
-		return f.exec(ctx, id)
-	})
-	if _, derr := f.destroy(ctx, id); derr != nil && err == nil {
-		err = derr
-	}
-	return samples, err
-}
-
 // create creates a session with the daemon's defaults and returns its id
 // and how long POST /v1/sessions took (the session's agent has answered
 // when it returns).
@@ -248,7 +205,7 @@ func (f *forkbox) createWith(ctx context.Context, req client.CreateRequest) (*cl
 	if err != nil {
 		return nil, 0, fmt.Errorf("create: %w", err)
 	}
-	f.live[s.ID] = true
+	f.track(s.ID)
 	return s, d, nil
 }
 
@@ -277,8 +234,38 @@ func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error)
 	if err != nil {
 		return 0, fmt.Errorf("destroy %s: %w", id, err)
 	}
+	f.mu.Lock()
 	delete(f.live, id)
+	f.mu.Unlock()
 	return d, nil
+}
+
+// track records session id as alive (close destroys it if nothing else
+// does).
+func (f *forkbox) track(id string) {
+	f.mu.Lock()
+	f.live[id] = true
+	f.mu.Unlock()
+}
+
+// destroyAll destroys sessions ids, at most closeParallel at a time, and
+// returns the errors (a session already gone is not one).
+func (f *forkbox) destroyAll(ctx context.Context, ids []string) error {
+	errs := make([]error, len(ids))
+	sem := make(chan struct{}, closeParallel)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := f.destroy(ctx, id); err != nil && !client.IsNotFound(err) {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // close puts the base warm pool back as it was, destroys the sessions
@@ -286,20 +273,26 @@ func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error)
 // waits for the warm-pool members it tears down in the background, shuts
 // it down and removes the temporary data directory (unmounting the
 // storage volume the daemon leaves mounted for its next start). It runs within
-// cleanupTimeout even when ctx is cancelled.
+// cleanupTimeout (plus perSessionCleanup per session left) even when ctx
+// is cancelled.
 func (f *forkbox) close(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	f.mu.Lock()
+	timeout := cleanupTimeout + time.Duration(len(f.live))*perSessionCleanup
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var errs []error
 	if err := f.restorePool(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	for id := range f.live {
-		if _, err := f.destroy(ctx, id); err != nil && !client.IsNotFound(err) {
-			errs = append(errs, err)
-		}
+	f.mu.Lock()
+	ids := slices.Collect(maps.Keys(f.live))
+	snaps := slices.Collect(maps.Keys(f.snaps))
+	f.mu.Unlock()
+	if err := f.destroyAll(ctx, ids); err != nil {
+		errs = append(errs, err)
 	}
-	for id := range f.snaps { // force: also any session started from it
+	for _, id := range snaps { // force: also any session started from it
 		if err := f.deleteSnapshot(ctx, id, true); err != nil && !client.IsNotFound(err) {
 			errs = append(errs, err)
 		}

@@ -8,16 +8,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/client"
 )
 
 // The gVisor tier's rows: exec through the agent, and memory snapshot,
-// restore and fork of a sandbox with residentMB of process memory; beside
-// them the runsc CLI doing the same (exec, checkpoint --leave-running,
-// restore) on a container holding as much.
+// restore and fork of a sandbox with residentMB of process memory;
+// interleaved with them the runsc CLI doing the same (exec, checkpoint
+// --leave-running, restore) on a container holding as much.
 
 const (
 	// residentMB is the memory (10^6 bytes) a process holds in the sandbox
@@ -29,6 +31,9 @@ const (
 	// each one moves residentMB through the disk (and the fork row five
 	// times that).
 	gvisorMaxN = 10
+	// gvisorForkMaxN caps the measured rounds of the gVisor fork row
+	// (five restores a round, for each system).
+	gvisorForkMaxN = 5
 	// driverGVisor is the gVisor driver's isolation name.
 	driverGVisor = "gvisor"
 )
@@ -41,83 +46,116 @@ open("/tmp/ready", "w").write("1")
 time.sleep(1e6)'`, residentMB*1_000_000)
 
 // measureGVisor measures the gVisor rows when the daemon has the gvisor
-// driver; otherwise each row says why it is missing.
-func (f *forkbox) measureGVisor(ctx context.Context) []Result {
+// driver (otherwise each row says why it is missing), each interleaved with
+// the runsc CLI doing the same on a container holding as much memory:
+// exec of `true` (`runsc exec`), the memory snapshot of a sandbox holding
+// residentMB (`runsc checkpoint --leave-running`), a restore of it into a
+// new session until its agent answers (`runsc restore --detach`), and a
+// fork of gvisorForkCount sessions from it, the whole call (as many
+// `runsc restore --detach` at once).
+func (e *env) measureGVisor(ctx context.Context) []Result {
+	f := e.fb
 	ops := []string{OpGVisorExec, OpMemSnapshot, OpMemRestore, OpMemFork}
 	if !f.hasDriver(ctx, driverGVisor) {
 		return failOps(ops, SystemForkbox, errors.New("the daemon has no gvisor driver (install runsc from bookworm-backports)"))
 	}
-	w, n, mn := f.opts.Warmup, f.opts.N, min(f.opts.N, gvisorMaxN)
-	f.opts.progressf("forkbox gVisor: exec true x %d in one session", w+n)
+	w, n, mn := e.opts.Warmup, e.opts.N, min(e.opts.N, gvisorMaxN)
+	var rs *runscPeer
+	var peerRows []Result
+	if e.p != nil {
+		var cleanup func()
+		var err error
+		rs, cleanup, err = openRunsc(ctx, e.opts, e.p.versions)
+		defer cleanup()
+		if err != nil {
+			peerRows, rs = failOps(ops, SystemRunsc, err), nil
+		}
+	}
+	// peer returns the runsc contender for a step, none without runsc.
+	peer := func(step func(ctx context.Context) (time.Duration, error)) []contender {
+		if rs == nil {
+			return nil
+		}
+		return []contender{{system: SystemRunsc, step: one(step)}}
+	}
+
 	s, _, err := f.createWith(ctx, client.CreateRequest{Isolation: driverGVisor})
 	if err != nil {
-		return failOps(ops, SystemForkbox, err)
+		return append(failOps(ops, SystemForkbox, err), peerRows...)
 	}
-	execs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) { return f.exec(ctx, s.ID) })
-	rows := []Result{newResult(OpGVisorExec, SystemForkbox, execs, err)}
+	defer f.destroy(ctx, s.ID) // a no-op once destroyed below; close retries
+	e.opts.progressf("gVisor: exec true x %d, interleaved with runsc exec", w+n)
+	rows := interleave(ctx, w, n, ops[:1], slices.Concat([]contender{{system: SystemForkbox,
+		step: one(func(ctx context.Context) (time.Duration, error) { return f.exec(ctx, s.ID) })}},
+		peer(func(ctx context.Context) (time.Duration, error) { return rs.tool.run(ctx, "exec", rs.id, "true") })))
 
-	f.opts.progressf("forkbox gVisor: hold %d MB in a process, memory snapshot x %d", residentMB, w+mn)
-	err = f.holdMemory(ctx, s.ID)
+	e.opts.progressf("gVisor: hold %d MB in a process, memory snapshot x %d, interleaved with runsc checkpoint", residentMB, w+mn)
+	if err := f.holdMemory(ctx, s.ID); err != nil {
+		return append(append(rows, failOps(ops[1:], SystemForkbox, err)...), peerRows...)
+	}
 	var last *client.Snapshot
-	var snaps []time.Duration
-	if err == nil {
-		snaps, err = series(ctx, w, mn, func(ctx context.Context) (time.Duration, error) {
+	snapRows := interleave(ctx, w, mn, ops[1:2], slices.Concat([]contender{{system: SystemForkbox,
+		step: one(func(ctx context.Context) (time.Duration, error) {
 			if last != nil {
 				if err := f.deleteSnapshot(ctx, last.ID, true); err != nil {
 					return 0, err
 				}
+				last = nil
 			}
-			return timedCall("memory snapshot "+s.ID, func() (err error) {
-				last, err = f.c.SnapshotWith(ctx, s.ID, client.SnapshotRequest{Memory: true, ExpiresInS: snapshotExpiryS})
+			return timedCall("memory snapshot "+s.ID, func() error {
+				sn, err := f.c.SnapshotWith(ctx, s.ID, client.SnapshotRequest{Memory: true, ExpiresInS: snapshotExpiryS})
 				if err == nil {
-					f.snaps[last.ID] = true
+					f.mu.Lock()
+					f.snaps[sn.ID] = true
+					f.mu.Unlock()
+					last = sn
 				}
 				return err
 			})
-		})
-	}
-	rows = append(rows, dataRow(newResult(OpMemSnapshot, SystemForkbox, snaps, err), residentMB))
-	if err != nil {
-		_, _ = f.destroy(ctx, s.ID)
-		return append(rows, failOps(ops[2:], SystemForkbox, err)...)
+		})}}, peer(rs.checkpoint)))
+	rows = append(rows, dataRows(snapRows, residentMB)...)
+	if snapRows[0].Error != "" || last == nil {
+		return append(append(rows, failOps(ops[2:], SystemForkbox, errors.New("no memory snapshot"))...), peerRows...)
 	}
 	if _, err := f.destroy(ctx, s.ID); err != nil {
-		return append(rows, failOps(ops[2:], SystemForkbox, err)...)
+		return append(append(rows, failOps(ops[2:], SystemForkbox, err)...), peerRows...)
 	}
+	defer func() {
+		if err := f.deleteSnapshot(ctx, last.ID, true); err != nil {
+			e.opts.progressf("gVisor: delete snapshot %s: %v", last.ID, err)
+		}
+	}()
 
-	f.opts.progressf("forkbox gVisor: restore x %d, fork %d x %d", w+mn, gvisorForkCount, w+mn)
-	restores, err := series(ctx, w, mn, func(ctx context.Context) (time.Duration, error) {
-		r, d, err := f.createWith(ctx, client.CreateRequest{Snapshot: last.ID})
-		if err != nil {
-			return 0, err
-		}
-		_, err = f.destroy(ctx, r.ID)
-		return d, err
-	})
-	rows = append(rows, dataRow(newResult(OpMemRestore, SystemForkbox, restores, err), residentMB))
-	forks, err := series(ctx, w, mn, func(ctx context.Context) (time.Duration, error) {
-		var res *client.ForkResult
-		d, err := timedCall("fork "+last.ID, func() (err error) {
-			res, err = f.c.ForkSnapshot(ctx, last.ID, client.ForkRequest{Count: gvisorForkCount,
-				CreateRequest: client.CreateRequest{Metadata: f.labels()}})
-			return err
-		})
-		if err != nil {
-			return 0, err
-		}
-		for _, fs := range res.Sessions {
-			f.live[fs.ID] = true
-			if _, err := f.destroy(ctx, fs.ID); err != nil {
+	e.opts.progressf("gVisor: restore x %d, fork %d x %d, interleaved with runsc restore", w+mn, gvisorForkCount,
+		min(w, heavyWarmup)+min(mn, gvisorForkMaxN))
+	rows = append(rows, dataRows(interleave(ctx, w, mn, ops[2:3], slices.Concat([]contender{{system: SystemForkbox,
+		step: one(func(ctx context.Context) (time.Duration, error) {
+			r, d, err := f.createWith(ctx, client.CreateRequest{Snapshot: last.ID})
+			if err != nil {
 				return 0, err
 			}
-		}
-		return d, nil
-	})
-	rows = append(rows, dataRow(newResult(OpMemFork, SystemForkbox, forks, err), residentMB))
-	if err := f.deleteSnapshot(ctx, last.ID, true); err != nil {
-		f.opts.progressf("forkbox gVisor: delete snapshot %s: %v", last.ID, err)
-	}
-	return rows
+			_, err = f.destroy(ctx, r.ID)
+			return d, err
+		})}}, peer(func(ctx context.Context) (time.Duration, error) { return rs.restoreN(ctx, 1) }))), residentMB)...)
+	rows = append(rows, dataRows(interleave(ctx, min(w, heavyWarmup), min(mn, gvisorForkMaxN), ops[3:], slices.Concat([]contender{{system: SystemForkbox,
+		step: one(func(ctx context.Context) (time.Duration, error) {
+			var res *client.ForkResult
+			d, err := timedCall("fork "+last.ID, func() (err error) {
+				res, err = f.c.ForkSnapshot(ctx, last.ID, client.ForkRequest{Count: gvisorForkCount,
+					CreateRequest: client.CreateRequest{Metadata: f.labels()}})
+				return err
+			})
+			if err != nil {
+				return 0, err
+			}
+			var ids []string
+			for _, fs := range res.Sessions {
+				f.track(fs.ID)
+				ids = append(ids, fs.ID)
+			}
+			return d, f.destroyAll(ctx, ids)
+		})}}, peer(func(ctx context.Context) (time.Duration, error) { return rs.restoreN(ctx, gvisorForkCount) }))), residentMB)...)
+	return append(rows, peerRows...)
 }
 
 // hasDriver reports whether the daemon lists the isolation driver name.
@@ -150,12 +188,6 @@ func (f *forkbox) holdMemory(ctx context.Context, id string) error {
 	return fmt.Errorf("hold memory in %s: not ready within a minute", id)
 }
 
-// dataRow sets a row's DataMB.
-func dataRow(r Result, mb int) Result {
-	r.DataMB = mb
-	return r
-}
-
 // failOps returns a failed row of system for each of ops.
 func failOps(ops []string, system string, err error) []Result {
 	rows := make([]Result, 0, len(ops))
@@ -165,82 +197,106 @@ func failOps(ops []string, system string, err error) []Result {
 	return rows
 }
 
-// measureRunsc measures the runsc CLI (systrap, no network) on a container
-// whose root is the host's, read-only, with a tmpfs /tmp: exec of true, and
-// checkpoint --leave-running and restore while a process holds residentMB.
-// Every container and its state are removed at the end.
-func measureRunsc(ctx context.Context, opts Options, versions map[string]string) []Result {
-	ops := []string{OpGVisorExec, OpMemSnapshot, OpMemRestore}
+// runscPeer is the runsc CLI (systrap, no network) with a private state
+// root, and a container whose root is the host's, read-only, with a tmpfs
+// /tmp, holding residentMB in a process.
+type runscPeer struct {
+	tool   tool
+	dir    string // temporary directory: state, bundle, image
+	bundle string
+	image  string // where checkpoint writes and restore reads
+	id     string // the running container
+
+	mu  sync.Mutex
+	ids []string // every container made, deleted by cleanup
+	seq int
+}
+
+// openRunsc starts the runsc peer's container and waits until it holds
+// its memory. cleanup deletes every container it made and its directory
+// (call it also on error). versions gets runsc's line.
+func openRunsc(ctx context.Context, opts Options, versions map[string]string) (rs *runscPeer, cleanup func(), err error) {
+	cleanup = func() {}
 	bin, err := exec.LookPath("runsc")
 	if err != nil {
-		return failOps(ops, SystemRunsc, errors.New("runsc is not installed"))
+		return nil, cleanup, errors.New("runsc is not installed")
 	}
 	dir, err := os.MkdirTemp("", "forkbox-bench-runsc-*")
 	if err != nil {
-		return failOps(ops, SystemRunsc, err)
+		return nil, cleanup, err
 	}
-	defer os.RemoveAll(dir)
-	root := filepath.Join(dir, "state")
-	rs := tool{bin: bin, pre: []string{"--root", root, "--platform=systrap", "--network=none"}, dir: dir}
-	versions[SystemRunsc] = rs.version(ctx)
-	bundle := filepath.Join(dir, "bundle")
-	if err := runscBundle(ctx, bin, bundle); err != nil {
-		return failOps(ops, SystemRunsc, err)
-	}
-	id := fmt.Sprintf("fbb-runsc-%d", os.Getpid())
-	ids := []string{id}
-	defer func() {
-		for _, c := range ids {
-			_, _ = rs.run(context.WithoutCancel(ctx), "delete", "--force", c)
+	rs = &runscPeer{dir: dir, bundle: filepath.Join(dir, "bundle"), image: filepath.Join(dir, "image"),
+		id: fmt.Sprintf("fbb-runsc-%d", os.Getpid())}
+	rs.tool = tool{bin: bin, pre: []string{"--root", filepath.Join(dir, "state"), "--platform=systrap", "--network=none"}, dir: dir}
+	cleanup = func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		for _, c := range rs.ids {
+			_, _ = rs.tool.run(cctx, "delete", "--force", c)
 		}
-	}()
-	if err := rs.start(ctx, "run", "--detach", "--bundle", bundle, id); err != nil {
-		return failOps(ops, SystemRunsc, err)
-	}
-	w, n, mn := opts.Warmup, opts.N, min(opts.N, gvisorMaxN)
-	ready := func() error {
-		deadline := time.Now().Add(time.Minute)
-		for time.Now().Before(deadline) {
-			if _, err := rs.run(ctx, "exec", id, "test", "-f", "/tmp/ready"); err == nil {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := removeTree(dir); err != nil {
+			opts.progressf("runsc: %v", err)
 		}
-		return errors.New("runsc: the container did not fill its memory within a minute")
 	}
-	if err := ready(); err != nil {
-		return failOps(ops, SystemRunsc, err)
+	versions[SystemRunsc] = rs.tool.version(ctx)
+	if err := runscBundle(ctx, bin, rs.bundle); err != nil {
+		return nil, cleanup, err
 	}
-	opts.progressf("runsc CLI: exec true x %d, checkpoint x %d, restore x %d", w+n, w+mn, w+mn)
-	execs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) { return rs.run(ctx, "exec", id, "true") })
-	rows := []Result{newResult(OpGVisorExec, SystemRunsc, execs, err)}
-	image := filepath.Join(dir, "image")
-	ckpts, err := series(ctx, w, mn, func(ctx context.Context) (time.Duration, error) {
-		if err := os.RemoveAll(image); err != nil {
-			return 0, err
+	rs.ids = append(rs.ids, rs.id)
+	if err := rs.tool.start(ctx, "run", "--detach", "--bundle", rs.bundle, rs.id); err != nil {
+		return nil, cleanup, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if _, err := rs.tool.run(ctx, "exec", rs.id, "test", "-f", "/tmp/ready"); err == nil {
+			return rs, cleanup, nil
 		}
-		return rs.run(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path", image, id)
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil, cleanup, errors.New("runsc: the container did not fill its memory within a minute")
+}
+
+// checkpoint is `runsc checkpoint --leave-running` of the container into
+// the image directory (emptied first, untimed).
+func (rs *runscPeer) checkpoint(ctx context.Context) (time.Duration, error) {
+	if err := os.RemoveAll(rs.image); err != nil {
+		return 0, err
+	}
+	return rs.tool.run(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path", rs.image, rs.id)
+}
+
+// restoreN restores k new containers from the image at once (`runsc
+// restore --detach`) and returns how long until all had; they are deleted
+// afterwards, untimed.
+func (rs *runscPeer) restoreN(ctx context.Context, k int) (time.Duration, error) {
+	ids := make([]string, k)
+	rs.mu.Lock()
+	for i := range ids {
+		rs.seq++
+		ids[i] = rs.id + "r" + strconv.Itoa(rs.seq)
+		rs.ids = append(rs.ids, ids[i])
+	}
+	rs.mu.Unlock()
+	errs := make([]error, k)
+	d, _ := timed(func() error {
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Detached: its output goes to a file (a pipe would stay open).
+				errs[i] = rs.tool.start(ctx, "restore", "--detach", "--image-path", rs.image, "--bundle", rs.bundle, id)
+			}()
+		}
+		wg.Wait()
+		return nil
 	})
-	rows = append(rows, dataRow(newResult(OpMemSnapshot, SystemRunsc, ckpts, err), residentMB))
-	if err != nil {
-		return append(rows, dataRow(newResult(OpMemRestore, SystemRunsc, nil, err), residentMB))
-	}
-	i := 0
-	restores, err := series(ctx, w, mn, func(ctx context.Context) (time.Duration, error) {
-		i++
-		rid := id + "r" + strconv.Itoa(i)
-		ids = append(ids, rid)
-		// Detached: its output goes to a file (a pipe would stay open).
-		d, err := timed(func() error {
-			return rs.start(ctx, "restore", "--detach", "--image-path", image, "--bundle", bundle, rid)
-		})
-		if err != nil {
-			return 0, err
+	for _, id := range ids {
+		if _, err := rs.tool.run(context.WithoutCancel(ctx), "delete", "--force", id); err != nil && errors.Join(errs...) == nil {
+			errs = append(errs, err)
 		}
-		_, err = rs.run(ctx, "delete", "--force", rid)
-		return d, err
-	})
-	return append(rows, dataRow(newResult(OpMemRestore, SystemRunsc, restores, err), residentMB))
+	}
+	return d, errors.Join(errs...)
 }
 
 // runscBundle writes an OCI bundle into dir (made by `runsc spec`): the

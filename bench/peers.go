@@ -3,12 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,177 +23,252 @@ var podmanFlags = []string{
 	"--network", "none",
 }
 
-// peerOps are the operations measured on every peer, in table order.
-var peerOps = []string{OpRun, OpExec, OpPause, OpResume}
+// maxStartSlots is how many runc containers the peer starts at once at
+// most (the largest fork row).
+const maxStartSlots = 64
 
-// opsOf returns the operations measured on system: peerOps, and for
-// podman also a snapshot (podman commit).
-func opsOf(system string) []string {
-	if system == SystemPodman {
-		return append(slices.Clone(peerOps), OpSnapshot)
-	}
-	return peerOps
+// peers are the systems measured beside forkbox: the runc CLI and podman
+// (with runc) on a busybox root filesystem, and the runsc CLI. A peer that
+// is not installed or could not be set up is nil, with the reason in
+// why. Long-lived containers (a sleeper per tool) are started on first
+// use and removed by close. Its methods may be called from several
+// goroutines.
+type peers struct {
+	opts   Options
+	dir    string // temporary directory holding everything below
+	rootfs string // the busybox root filesystem
+	prefix string // of every container name, unique to the run
+
+	runc, podman *tool
+	why          map[string]string // system -> why it is not measured
+	versions     map[string]string // the report's, for peers set up later (runsc)
+
+	// runc bundles: /bin/true to completion and /bin/sleep, one per slot
+	// (each with its own cgroup) so that slots can run at once.
+	trueBundles, sleepBundles []string
+
+	mu            sync.Mutex
+	runcSleeper   string   // runc container running /bin/sleep; "" before
+	podmanSleeper string   // podman container running /bin/sleep; "" before
+	seq           int      // counter for unique container names
+	leftRunc      []string // runc containers that may still exist
+	leftPodman    []string // podman containers that may still exist
 }
 
-// withData returns r with DataMB set when it is a snapshot row.
-func withData(opts Options, r Result) Result {
-	if r.Operation == OpSnapshot {
-		r.DataMB = opts.SnapshotMB
+// openPeers finds runc and podman and builds their root filesystem and
+// bundles in a temporary directory. It does not fail: a peer that cannot
+// be used is left nil and why says why. versions gets a line per peer.
+func openPeers(opts Options, versions map[string]string) *peers {
+	p := &peers{opts: opts, why: map[string]string{}, versions: versions, prefix: fmt.Sprintf("fbb-%d", os.Getpid())}
+	fail := func(err error) *peers {
+		p.why[SystemRunc], p.why[SystemPodman] = err.Error(), err.Error()
+		p.runc, p.podman = nil, nil
+		return p
 	}
-	return r
-}
-
-// measurePeers builds a busybox root filesystem in a temporary directory
-// and measures the runc CLI and podman on it, one after the other. Failures
-// become error rows; the returned error is only about cleaning up.
-// versions gets a line per peer.
-func measurePeers(ctx context.Context, opts Options, versions map[string]string) ([]Result, error) {
 	dir, err := os.MkdirTemp("", "forkbox-bench-peers-*")
 	if err != nil {
-		err = fmt.Errorf("peer directory: %w", err)
-		return append(failAll(opts, SystemRunc, err), failAll(opts, SystemPodman, err)...), nil
+		return fail(fmt.Errorf("peer directory: %w", err))
 	}
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := buildRootFS(rootfs); err != nil {
-		return append(failAll(opts, SystemRunc, err), failAll(opts, SystemPodman, err)...), removeTree(dir)
+	p.dir, p.rootfs = dir, filepath.Join(dir, "rootfs")
+	if err := buildRootFS(p.rootfs); err != nil {
+		return fail(err)
 	}
-	prefix := fmt.Sprintf("fbb-%d", os.Getpid())
-	rows := measureRunc(ctx, opts, dir, rootfs, prefix, versions)
-	rows = append(rows, measurePodman(ctx, opts, dir, rootfs, prefix, versions)...)
+	ctx := context.Background()
+	if bin, err := exec.LookPath("runc"); err != nil {
+		p.why[SystemRunc] = "runc not in PATH"
+	} else {
+		p.runc = &tool{bin: bin, pre: []string{"--root", filepath.Join(dir, "runc-root")}, dir: dir}
+		versions[SystemRunc] = p.runc.version(ctx) + " (" + bin + "), busybox rootfs"
+		if err := p.writeBundles(); err != nil {
+			p.why[SystemRunc], p.runc = err.Error(), nil
+		}
+	}
+	if bin, err := exec.LookPath("podman"); err != nil {
+		p.why[SystemPodman] = "podman not in PATH"
+	} else {
+		p.podman = &tool{bin: bin, dir: dir}
+		versions[SystemPodman] = p.podman.version(ctx) + " (" + bin + "), " + strings.Join(podmanFlags, " ") + " --rootfs"
+	}
+	return p
+}
+
+// writeBundles writes the runc bundles of every slot.
+func (p *peers) writeBundles() error {
+	for i := range maxStartSlots {
+		tb, sb := filepath.Join(p.dir, fmt.Sprintf("bundle-true-%d", i)), filepath.Join(p.dir, fmt.Sprintf("bundle-sleep-%d", i))
+		if err := writeBundle(tb, p.rootfs, fmt.Sprintf("%s-run-%d", p.prefix, i), []string{"/bin/true"}); err != nil {
+			return err
+		}
+		if err := writeBundle(sb, p.rootfs, fmt.Sprintf("%s-sleep-%d", p.prefix, i), []string{"/bin/sleep", "3600"}); err != nil {
+			return err
+		}
+		p.trueBundles, p.sleepBundles = append(p.trueBundles, tb), append(p.sleepBundles, sb)
+	}
+	return nil
+}
+
+// name returns a container name unique to the run, with kind in it.
+func (p *peers) name(kind string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	return fmt.Sprintf("%s-%s-%d", p.prefix, kind, p.seq)
+}
+
+// remember records a container that close removes if it still exists.
+func (p *peers) remember(list *[]string, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	*list = append(*list, name)
+}
+
+// missing returns a contender list entry's reason for system being
+// absent, or "" when it can be measured.
+func (p *peers) missing(system string) string {
+	if p == nil {
+		return "peers skipped"
+	}
+	switch system {
+	case SystemRunc:
+		if p.runc != nil {
+			return ""
+		}
+	case SystemPodman:
+		if p.podman != nil {
+			return ""
+		}
+	}
+	return p.why[system]
+}
+
+// runcRun is `runc run` of /bin/true to completion in slot's bundle.
+func (p *peers) runcRun(ctx context.Context, slot int) (time.Duration, error) {
+	id := p.name("run")
+	d, err := p.runc.run(ctx, "run", "--bundle", p.trueBundles[slot], id)
+	if err != nil {
+		p.runcDelete(ctx, id)
+	}
+	return d, err
+}
+
+// runcDelete force-deletes runc container id (no error when it is gone),
+// even after ctx is cancelled.
+func (p *peers) runcDelete(ctx context.Context, id string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = p.runc.run(cctx, "delete", "--force", id)
+}
+
+// runcStartN starts k runc containers running /bin/sleep at once (slots
+// 0..k-1) and returns how long it took until every one of them had
+// answered a `runc exec /bin/true`; they are deleted afterwards, untimed.
+func (p *peers) runcStartN(ctx context.Context, k int) (time.Duration, error) {
+	ids := make([]string, k)
+	for i := range ids {
+		ids[i] = p.name("start")
+		p.remember(&p.leftRunc, ids[i])
+	}
+	defer func() {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.runcDelete(ctx, id) }()
+		}
+		wg.Wait()
+	}()
+	errs := make([]error, k)
+	d, _ := timed(func() error {
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if errs[i] = p.runc.start(ctx, "run", "--detach", "--bundle", p.sleepBundles[i], id); errs[i] == nil {
+					_, errs[i] = p.runc.run(ctx, "exec", id, "/bin/true")
+				}
+			}()
+		}
+		wg.Wait()
+		return nil
+	})
+	return d, errors.Join(errs...)
+}
+
+// runcSleeping returns the run's runc container running /bin/sleep,
+// starting it on first use (slot 0's bundle).
+func (p *peers) runcSleeping(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.runcSleeper != "" {
+		return p.runcSleeper, nil
+	}
+	id := p.prefix + "-sleeper"
+	p.leftRunc = append(p.leftRunc, id)
+	if err := p.runc.start(ctx, "run", "--detach", "--bundle", p.sleepBundles[0], id); err != nil {
+		return "", err
+	}
+	p.runcSleeper = id
+	return id, nil
+}
+
+// podmanRunArgs returns `podman run` with podmanFlags, then args.
+func podmanRunArgs(args ...string) []string {
+	return slices.Concat([]string{"run"}, podmanFlags, args)
+}
+
+// podmanRemove force-removes podman container name (no error when it is
+// gone), even after ctx is cancelled.
+func (p *peers) podmanRemove(ctx context.Context, name string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = p.podman.run(cctx, "rm", "--force", "--ignore", "--time", "0", name)
+}
+
+// podmanRun is `podman run --rm` of /bin/true to completion.
+func (p *peers) podmanRun(ctx context.Context) (time.Duration, error) {
+	name := p.name("prun")
+	d, err := p.podman.run(ctx, podmanRunArgs("--rm", "--name", name, "--rootfs", p.rootfs, "/bin/true")...)
+	if err != nil {
+		p.podmanRemove(ctx, name)
+	}
+	return d, err
+}
+
+// podmanSleeping returns the run's podman container running /bin/sleep,
+// starting it on first use.
+func (p *peers) podmanSleeping(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.podmanSleeper != "" {
+		return p.podmanSleeper, nil
+	}
+	name := p.prefix + "-psleeper"
+	p.leftPodman = append(p.leftPodman, name)
+	if err := p.podman.start(ctx, podmanRunArgs("--detach", "--name", name, "--rootfs", p.rootfs, "/bin/sleep", "3600")...); err != nil {
+		return "", err
+	}
+	p.podmanSleeper = name
+	return name, nil
+}
+
+// close removes every container the peers made, the cgroups runc leaves
+// and the temporary directory, even after ctx is cancelled.
+func (p *peers) close(ctx context.Context) error {
+	if p == nil || p.dir == "" {
+		return nil
+	}
+	if p.runc != nil {
+		for _, id := range p.leftRunc {
+			p.runcDelete(ctx, id)
+		}
+	}
+	if p.podman != nil {
+		for _, name := range p.leftPodman {
+			p.podmanRemove(ctx, name)
+		}
+	}
 	removeCgroupParent()
-	return rows, removeTree(dir)
-}
-
-// failAll returns an error row for every operation of system.
-func failAll(opts Options, system string, err error) []Result {
-	rows := failOps(opsOf(system), system, err)
-	for i := range rows {
-		rows[i] = withData(opts, rows[i])
-	}
-	return rows
-}
-
-// skipAll returns a skipped row for every operation of system.
-func skipAll(opts Options, system, why string) []Result {
-	var rows []Result
-	for _, op := range opsOf(system) {
-		rows = append(rows, withData(opts, skipped(op, system, why)))
-	}
-	return rows
-}
-
-// measureRunc measures the runc CLI with a private --root under dir:
-// `runc run` of /bin/true to completion, and `runc exec`, `runc pause` and
-// `runc resume` on a container running /bin/sleep.
-func measureRunc(ctx context.Context, opts Options, dir, rootfs, prefix string, versions map[string]string) []Result {
-	bin, err := exec.LookPath("runc")
-	if err != nil {
-		opts.progressf("runc: skipped (not in PATH)")
-		return skipAll(opts, SystemRunc, "runc not in PATH")
-	}
-	runc := tool{bin: bin, pre: []string{"--root", filepath.Join(dir, "runc-root")}, dir: dir}
-	versions[SystemRunc] = runc.version(ctx) + " (" + bin + "), busybox rootfs"
-	trueBundle, sleepBundle := filepath.Join(dir, "bundle-true"), filepath.Join(dir, "bundle-sleep")
-	if err := writeBundle(trueBundle, rootfs, prefix+"-run", []string{"/bin/true"}); err != nil {
-		return failAll(opts, SystemRunc, err)
-	}
-	if err := writeBundle(sleepBundle, rootfs, prefix+"-sleep", []string{"/bin/sleep", "3600"}); err != nil {
-		return failAll(opts, SystemRunc, err)
-	}
-	w, n := opts.Warmup, opts.N
-	cleanup := func(id string) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_, _ = runc.run(cctx, "delete", "--force", id) // gone already when it succeeded
-	}
-
-	opts.progressf("runc: run /bin/true x %d", w+n)
-	i := 0
-	runs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		i++
-		id := fmt.Sprintf("%s-run-%d", prefix, i)
-		d, err := runc.run(ctx, "run", "--bundle", trueBundle, id)
-		if err != nil {
-			cleanup(id)
-		}
-		return d, err
-	})
-	rows := []Result{newResult(OpRun, SystemRunc, runs, err)}
-
-	id := prefix + "-sleep"
-	defer cleanup(id)
-	if err := runc.start(ctx, "run", "--detach", "--bundle", sleepBundle, id); err != nil {
-		return append(rows, newResult(OpExec, SystemRunc, nil, err),
-			newResult(OpPause, SystemRunc, nil, err), newResult(OpResume, SystemRunc, nil, err))
-	}
-	opts.progressf("runc: exec /bin/true x %d", w+n)
-	execs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		return runc.run(ctx, "exec", id, "/bin/true")
-	})
-	rows = append(rows, newResult(OpExec, SystemRunc, execs, err))
-
-	opts.progressf("runc: pause + resume x %d", w+n)
-	pauses, resumes, err := pairSeries(ctx, w, n,
-		func(ctx context.Context) (time.Duration, error) { return runc.run(ctx, "pause", id) },
-		func(ctx context.Context) (time.Duration, error) { return runc.run(ctx, "resume", id) })
-	return append(rows, newResult(OpPause, SystemRunc, pauses, err), newResult(OpResume, SystemRunc, resumes, err))
-}
-
-// measurePodman measures podman (with runc) on the same root filesystem:
-// `podman run --rm` of /bin/true to completion, and `podman exec`,
-// `podman pause` and `podman unpause` on a container running /bin/sleep;
-// then (once that container is gone) `podman commit` (measurePodmanCommit).
-// Skipped when podman is not in PATH.
-func measurePodman(ctx context.Context, opts Options, dir, rootfs, prefix string, versions map[string]string) (rows []Result) {
-	bin, err := exec.LookPath("podman")
-	if err != nil {
-		opts.progressf("podman: skipped (not in PATH)")
-		return skipAll(opts, SystemPodman, "podman not in PATH")
-	}
-	podman := tool{bin: bin, dir: dir}
-	versions[SystemPodman] = podman.version(ctx) + " (" + bin + "), " + strings.Join(podmanFlags, " ") + " --rootfs"
-	// Deferred first, so it runs last: after the sleep container is removed.
-	defer func() { rows = append(rows, measurePodmanCommit(ctx, opts, podman, dir, prefix)) }()
-	w, n := opts.Warmup, opts.N
-	cleanup := func(name string) {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		_, _ = podman.run(cctx, "rm", "--force", "--ignore", "--time", "0", name)
-	}
-	runArgs := func(args ...string) []string { // podman run with podmanFlags, then args
-		return slices.Concat([]string{"run"}, podmanFlags, args)
-	}
-
-	opts.progressf("podman: run --rm /bin/true x %d", w+n)
-	i := 0
-	runs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		i++
-		name := fmt.Sprintf("%s-run-%d", prefix, i)
-		d, err := podman.run(ctx, runArgs("--rm", "--name", name, "--rootfs", rootfs, "/bin/true")...)
-		if err != nil {
-			cleanup(name)
-		}
-		return d, err
-	})
-	rows = []Result{newResult(OpRun, SystemPodman, runs, err)}
-
-	name := prefix + "-sleep"
-	defer cleanup(name)
-	if err := podman.start(ctx, runArgs("--detach", "--name", name, "--rootfs", rootfs, "/bin/sleep", "3600")...); err != nil {
-		return append(rows, newResult(OpExec, SystemPodman, nil, err),
-			newResult(OpPause, SystemPodman, nil, err), newResult(OpResume, SystemPodman, nil, err))
-	}
-	opts.progressf("podman: exec /bin/true x %d", w+n)
-	execs, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		return podman.run(ctx, "exec", name, "/bin/true")
-	})
-	rows = append(rows, newResult(OpExec, SystemPodman, execs, err))
-
-	opts.progressf("podman: pause + unpause x %d", w+n)
-	pauses, resumes, err := pairSeries(ctx, w, n,
-		func(ctx context.Context) (time.Duration, error) { return podman.run(ctx, "pause", name) },
-		func(ctx context.Context) (time.Duration, error) { return podman.run(ctx, "unpause", name) })
-	return append(rows, newResult(OpPause, SystemPodman, pauses, err), newResult(OpResume, SystemPodman, resumes, err))
+	return removeTree(p.dir)
 }
 
 // tool is a command-line program run once per operation.

@@ -2,22 +2,28 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/client"
 )
 
-// The snapshot milestone's forkbox measurements: pause and resume,
-// snapshot and fork of a sandbox that wrote data, create from a warm pool.
-// The references beside them (podman commit, a plain copy) are in
-// references.go.
+// forkbox's side of the snapshot rows: files snapshots of a sandbox that
+// wrote data, forks and creates from them, and creates from a warm pool.
+// The references beside the snapshot row (podman commit, a plain copy)
+// are in references.go.
 
 const (
 	// forkCount is how many sessions the fork row starts in one call.
 	forkCount = 8
+	// fork64Count is how many the large fork row starts (the API's most).
+	fork64Count = 64
+	// fork64MaxN caps the measured rounds of the large fork row.
+	fork64MaxN = 3
 	// poolTemplate is the template whose warm pool the pool row uses.
 	poolTemplate = "base"
 	// poolSize is the warm pool's size during the pool row. Before every
@@ -39,31 +45,6 @@ func writeCmd(mb int) string {
 	return fmt.Sprintf("head -c %d /dev/urandom > big && sync", int64(mb)*1_000_000)
 }
 
-// measurePauseResume creates one session (untimed) and measures Pause then
-// Resume of it, in pairs.
-func (f *forkbox) measurePauseResume(ctx context.Context) []Result {
-	w, n := f.opts.Warmup, f.opts.N
-	f.opts.progressf("forkbox: pause + resume x %d in one session", w+n)
-	id, _, err := f.create(ctx)
-	if err == nil {
-		var pauses, resumes []time.Duration
-		pauses, resumes, err = pairSeries(ctx, w, n,
-			func(ctx context.Context) (time.Duration, error) {
-				return timedCall("pause "+id, func() error { _, err := f.c.Pause(ctx, id); return err })
-			},
-			func(ctx context.Context) (time.Duration, error) {
-				return timedCall("resume "+id, func() error { _, err := f.c.Resume(ctx, id); return err })
-			})
-		if _, derr := f.destroy(ctx, id); derr != nil && err == nil {
-			err = derr
-		}
-		if err == nil {
-			return []Result{newResult(OpPause, SystemForkbox, pauses, nil), newResult(OpResume, SystemForkbox, resumes, nil)}
-		}
-	}
-	return []Result{newResult(OpPause, SystemForkbox, nil, err), newResult(OpResume, SystemForkbox, nil, err)}
-}
-
 // timedCall times f and prefixes its error with what.
 func timedCall(what string, f func() error) (time.Duration, error) {
 	d, err := timed(f)
@@ -73,81 +54,100 @@ func timedCall(what string, f func() error) (time.Duration, error) {
 	return d, nil
 }
 
-// measureSnapshots creates a session with room for SnapshotMB, writes that
-// much random data in it (untimed), then measures Snapshot of it (each
-// snapshot deleted afterwards, untimed) and ForkSnapshot of forkCount
-// sessions from one snapshot of it (the sessions destroyed afterwards,
-// untimed). It records the storage driver in f.storage, and the size the
-// daemon reports for the snapshots in the snapshot row's note (a check
-// that the data is in them).
-func (f *forkbox) measureSnapshots(ctx context.Context) []Result {
-	mb, w, n := f.opts.SnapshotMB, f.opts.Warmup, f.opts.N
-	rows := func(snap, fork Result) []Result {
-		snap.DataMB, fork.DataMB = mb, mb
-		return []Result{snap, fork}
-	}
-	fail := func(err error) []Result {
-		return rows(newResult(OpSnapshot, SystemForkbox, nil, err), newResult(OpFork, SystemForkbox, nil, err))
-	}
-	// Enough for the data, not much more: with the overlay driver on a
-	// kernel without project quotas, every fork reserves its whole limit.
-	disk := int64(max(1024, 2*mb))
+// filesSnap is a files snapshot the fork rows start sessions from.
+type filesSnap struct {
+	id     string // snapshot id
+	diskMB int64  // disk limit of the session it was taken of
+}
+
+// snapDisk returns the disk limit for a session that writes mb MB: enough
+// for the data, not much more (with the overlay driver on a kernel without
+// project quotas, every fork reserves its whole limit).
+func snapDisk(mb int) int64 { return int64(max(1024, 2*mb)) }
+
+// writeSession creates a session with room for mb MB and writes that much
+// random data in it (untimed); the caller destroys it.
+func (f *forkbox) writeSession(ctx context.Context, mb int) (string, error) {
+	disk := snapDisk(mb)
 	f.opts.progressf("forkbox: write %d MB in a session (disk %d MB)", mb, disk)
 	s, _, err := f.createWith(ctx, client.CreateRequest{DiskMB: disk})
 	if err != nil {
-		return fail(err)
+		return "", err
 	}
-	defer f.destroy(ctx, s.ID) // close retries a failed destroy
 	out, err := f.c.ExecCollect(ctx, s.ID, client.ExecRequest{Cmd: writeCmd(mb), TimeoutS: writeTimeoutS})
 	if err == nil && out.ExitCode != 0 {
 		err = fmt.Errorf("exit code %d (stderr %q)", out.ExitCode, out.Stderr)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("write %d MB in %s: %w", mb, s.ID, err))
+		_, _ = f.destroy(ctx, s.ID)
+		return "", fmt.Errorf("write %d MB in %s: %w", mb, s.ID, err)
 	}
+	return s.ID, nil
+}
 
-	f.opts.progressf("forkbox: snapshot x %d", w+n)
-	snaps, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		sn, d, err := f.snapshot(ctx, s.ID)
-		if err != nil {
-			return 0, err
-		}
-		return d, f.deleteSnapshot(ctx, sn.ID, false)
-	})
-	snapRow := newResult(OpSnapshot, SystemForkbox, snaps, err)
-	if err == nil {
-		snapRow.Note = fmt.Sprintf("size_bytes %.0f MB", float64(f.snapBytes)/1e6)
+// filesSnapshot returns a files snapshot of a session that wrote mb MB,
+// taking it (and destroying the session) on first use; close deletes it.
+func (f *forkbox) filesSnapshot(ctx context.Context, mb int) (string, int64, error) {
+	if fs, ok := f.files[mb]; ok {
+		return fs.id, fs.diskMB, nil
 	}
-
-	f.opts.progressf("forkbox: fork %d from a snapshot x %d", forkCount, w+n)
-	sn, _, err := f.snapshot(ctx, s.ID)
+	id, err := f.writeSession(ctx, mb)
 	if err != nil {
-		return rows(snapRow, newResult(OpFork, SystemForkbox, nil, err))
+		return "", 0, err
 	}
-	req := client.ForkRequest{Count: forkCount, CreateRequest: client.CreateRequest{DiskMB: disk, Metadata: f.labels()}}
-	forks, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
-		var res *client.ForkResult
-		d, err := timedCall("fork "+sn.ID, func() (err error) { res, err = f.c.ForkSnapshot(ctx, sn.ID, req); return err })
-		if err != nil {
-			return 0, err
-		}
-		for _, c := range res.Sessions {
-			f.live[c.ID] = true
-		}
-		for _, c := range res.Sessions {
-			if _, err := f.destroy(ctx, c.ID); err != nil {
-				return 0, err
-			}
-		}
-		if len(res.Sessions) != forkCount {
-			return 0, fmt.Errorf("fork %s: %d sessions, want %d", sn.ID, len(res.Sessions), forkCount)
-		}
-		return d, nil
-	})
-	if derr := f.deleteSnapshot(ctx, sn.ID, false); derr != nil && err == nil {
+	sn, _, err := f.snapshot(ctx, id)
+	if _, derr := f.destroy(ctx, id); derr != nil && err == nil {
 		err = derr
 	}
-	return rows(snapRow, newResult(OpFork, SystemForkbox, forks, err))
+	if err != nil {
+		return "", 0, err
+	}
+	f.files[mb] = filesSnap{id: sn.ID, diskMB: snapDisk(mb)}
+	return sn.ID, snapDisk(mb), nil
+}
+
+// forkUntilExec starts k sessions from files snapshot snap (one create
+// when k is 1, a fork call otherwise) and returns how long it took until
+// every one of them had answered an exec of `true` (the execs run at
+// once); the sessions are destroyed afterwards, untimed.
+func (f *forkbox) forkUntilExec(ctx context.Context, snap string, k int, diskMB int64) (time.Duration, error) {
+	var ids []string
+	defer func() {
+		if err := f.destroyAll(ctx, ids); err != nil {
+			f.opts.progressf("forkbox: %v", err)
+		}
+	}()
+	req := client.CreateRequest{Snapshot: snap, DiskMB: diskMB}
+	return timed(func() error {
+		if k == 1 {
+			s, _, err := f.createWith(ctx, req)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, s.ID)
+		} else {
+			req.Snapshot, req.Metadata = "", f.labels()
+			res, err := f.c.ForkSnapshot(ctx, snap, client.ForkRequest{Count: k, CreateRequest: req})
+			if err != nil {
+				return fmt.Errorf("fork %s: %w", snap, err)
+			}
+			for _, c := range res.Sessions {
+				f.track(c.ID)
+				ids = append(ids, c.ID)
+			}
+			if len(ids) != k {
+				return fmt.Errorf("fork %s: %d sessions, want %d", snap, len(ids), k)
+			}
+		}
+		errs := make([]error, len(ids))
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, errs[i] = f.exec(ctx, id) }()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
 }
 
 // snapshot snapshots session id and returns the snapshot and how long the
@@ -158,8 +158,10 @@ func (f *forkbox) snapshot(ctx context.Context, id string) (*client.Snapshot, ti
 	if err != nil {
 		return nil, 0, err
 	}
+	f.mu.Lock()
 	f.snaps[sn.ID] = true
 	f.storage, f.snapBytes = sn.Storage, sn.SizeBytes
+	f.mu.Unlock()
 	return sn, d, nil
 }
 
@@ -168,7 +170,14 @@ func (f *forkbox) deleteSnapshot(ctx context.Context, id string, force bool) err
 	if err := f.c.DeleteSnapshot(ctx, id, force); err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
+	f.mu.Lock()
 	delete(f.snaps, id)
+	for mb, fs := range f.files {
+		if fs.id == id {
+			delete(f.files, mb)
+		}
+	}
+	f.mu.Unlock()
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/bench"
@@ -12,29 +14,52 @@ import (
 func newBenchCmd(g *globals) *cobra.Command {
 	var opts bench.Options
 	var storageGiB int64
+	var only string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Benchmark forkbox beside the runc and runsc CLIs and podman (as root)",
-		Long: `Measure forkbox through its REST API (create, exec true, destroy, a whole
-create + exec + destroy run, pause, resume, a snapshot of a session that wrote
-500 MB, a fork of 8 sessions from that snapshot, a snapshot right after
-writing 300 MB without sync with how long it froze the sandbox (and the
-freeze after a sync), and a create from a warm pool)
-and, in the same run, the raw runc CLI and podman on a busybox root filesystem
-(run to completion, exec, pause, resume, podman commit after writing 500 MB),
-and a plain copy of 500 MB for reference. Prints p50/p99/mean in milliseconds,
-each peer's p50 relative to forkbox's, and the targets of the design notes.
+		Long: `Measure forkbox through its REST API and, in the same run, its peers: the raw
+runc CLI and podman on a busybox root filesystem, the runsc (gVisor) CLI, and a
+plain copy for snapshots. Wherever forkbox has a peer, the systems alternate
+round by round (forkbox, runc, podman, forkbox, ...), and each peer's ratio to
+forkbox is the median of the ratios within a round, so that a load spike on a
+shared machine hits both of a pair.
+
+Row groups (--only, comma-separated; "default" or "all" too):
+  create     cold create (no warm pool) and destroy
+  pool       create taking a ready warm-pool member
+  run        create + exec true + destroy; runc run, podman run --rm
+  exec       exec true; runc exec, podman exec
+  pause      pause and resume; runc and podman's
+  snapshot   snapshot of a session that wrote --snapshot-mb; podman commit, cp (not in default)
+  fork       fork 8 from a files snapshot until every child answers exec; 8 runc containers at once
+  fork64     the same with 64 (at most 5 rounds)
+  restore    one session from a files snapshot until it answers exec; one runc container
+  freeze     snapshot right after an unsynced write and the freeze it causes (not in default)
+  sustained  create -> exec -> destroy by --clients at once for --sustain; runc run the same way
+  gvisor     gVisor exec, memory snapshot (100 MB resident), restore, fork 5; the runsc CLI
+  idle       memory and CPU per idle sandbox, --idle-runc and --idle-gvisor held at once
+
+Prints p50/p99 in milliseconds per system, the paired ratio, and the targets.
 
 By default forkbox is a private daemon started in-process on a temporary data
 directory and removed at the end (--storage picks its storage driver); --url
 (or FORKBOX_URL) measures a running daemon instead. Against a running daemon
 the benchmark sets the base template's warm pool for a while and puts it back
-as it was at the end.`,
+as it was at the end. Every session, snapshot and peer container it makes is
+removed at the end, also after an error or an interrupt.`,
 		Example: `  forkbox bench -n 20
-  forkbox bench --skip-peers --json
+  forkbox bench --only fork,exec -n 10
+  forkbox bench --only idle --idle-runc 1000 --idle-gvisor 200
+  forkbox bench --only all --skip-peers --json
   FORKBOX_URL=http://127.0.0.1:7070 forkbox bench`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			groups, err := bench.ParseGroups(only)
+			if err != nil {
+				return err
+			}
+			opts.Only = groups
 			opts.StorageImageBytes = storageGiB << 30
 			opts.APIKeyFile = g.keyFile
 			opts.Progress = cmd.ErrOrStderr()
@@ -55,8 +80,15 @@ as it was at the end.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVarP(&opts.N, "iterations", "n", bench.DefaultN, "measured iterations per operation (after 2 warm-ups)")
-	f.BoolVar(&opts.SkipPeers, "skip-peers", false, "measure forkbox only (not runc and podman)")
+	f.IntVarP(&opts.N, "iterations", "n", bench.DefaultN, "measured rounds per operation (after 2 warm-ups)")
+	f.StringVar(&only, "only", "default", "row groups to run, comma-separated: default, all, "+strings.Join(bench.Groups, ", "))
+	f.IntVar(&opts.SnapshotMB, "snapshot-mb", bench.DefaultSnapshotMB, "MB a session writes before the snapshot and fork rows")
+	f.IntVar(&opts.Clients, "clients", bench.DefaultClients, "clients at once in the sustained row")
+	f.DurationVar(&opts.Sustain, "sustain", bench.DefaultSustain, "how long the sustained row runs each system")
+	f.IntVar(&opts.IdleRunc, "idle-runc", bench.DefaultIdleRunc, "idle runc sessions the idle row holds at once")
+	f.IntVar(&opts.IdleGVisor, "idle-gvisor", bench.DefaultIdleGVisor, "idle gVisor sessions the idle row holds at once")
+	f.DurationVar(&opts.IdleWindow, "idle-window", bench.DefaultIdleWindow, "how long the idle row measures CPU")
+	f.BoolVar(&opts.SkipPeers, "skip-peers", false, "measure forkbox only (not runc, runsc, podman and cp)")
 	f.StringVar(&opts.URL, "url", "", "measure the daemon at this URL (default "+client.EnvURL+"; unset: a private daemon)")
 	f.StringVar(&opts.APIKey, "api-key", "", "API key of the daemon at --url (default "+client.EnvAPIKey+", then --api-key-file)")
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary of the private daemon (default: beside forkbox, then PATH)")
