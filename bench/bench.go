@@ -70,6 +70,9 @@ type Options struct {
 	// Sustain is how long the sustained row runs each system
 	// (DefaultSustain when 0).
 	Sustain time.Duration
+	// Spares is how many spare sandboxes the private daemon keeps
+	// (daemon.Options.Spares; forkbox serve's default is defaults.Spares).
+	Spares int
 	// IdleRunc and IdleGVisor are how many idle sessions of each tier the
 	// idle rows hold at once (DefaultIdleRunc, DefaultIdleGVisor when 0).
 	IdleRunc, IdleGVisor int

@@ -151,6 +151,7 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		// A data directory of the run's own goes with it: nothing of it
 		// may stay on the host (its nftables table, cgroup parent).
 		StopSessions: f.removeDir,
+		Spares:       f.opts.Spares,
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/forkbox/forkbox/bench"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/defaults"
 )
 
 // newBenchCmd returns `forkbox bench`, a thin wrapper over package bench:
@@ -85,6 +86,7 @@ removed at the end, also after an error or an interrupt.`,
 	f.IntVar(&opts.SnapshotMB, "snapshot-mb", bench.DefaultSnapshotMB, "MB a session writes before the snapshot and fork rows")
 	f.IntVar(&opts.Clients, "clients", bench.DefaultClients, "clients at once in the sustained row")
 	f.DurationVar(&opts.Sustain, "sustain", bench.DefaultSustain, "how long the sustained row runs each system")
+	f.IntVar(&opts.Spares, "spares", defaults.Spares, "spare sandboxes the private daemon keeps ready (as forkbox serve --spares)")
 	f.IntVar(&opts.IdleRunc, "idle-runc", bench.DefaultIdleRunc, "idle runc sessions the idle row holds at once")
 	f.IntVar(&opts.IdleGVisor, "idle-gvisor", bench.DefaultIdleGVisor, "idle gVisor sessions the idle row holds at once")
 	f.DurationVar(&opts.IdleWindow, "idle-window", bench.DefaultIdleWindow, "how long the idle row measures CPU")
