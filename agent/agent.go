@@ -45,6 +45,12 @@ type Agent struct {
 	reaper *reaper
 	procs  *procTable
 	stages *stageTable
+	// accounts caches the users processes and file calls run as.
+	accounts accountCache
+	// null is the stdin of processes started without one (devNull).
+	nullOnce sync.Once
+	null     *os.File
+	nullErr  error
 	// errorLog receives the HTTP server's own errors; nil means the
 	// standard logger.
 	errorLog *stdlog.Logger

@@ -100,7 +100,7 @@ func (a *Agent) fileUser(r *http.Request) (*account, error) {
 	if name == "" {
 		name = userFromRequest(r.Header, a.config().DefaultUser)
 	}
-	acc, err := lookupAccount(name)
+	acc, err := a.accounts.lookup(name)
 	if err != nil {
 		if connect.CodeOf(err) == connect.CodeUnauthenticated {
 			return nil, &httpError{status: http.StatusUnauthorized, msg: err.Error()}

@@ -47,7 +47,7 @@ func newFilesystemService(a *Agent) *filesystemService {
 // caller resolves the calling user from the request headers h; an unknown
 // user is an unauthenticated error.
 func (s *filesystemService) caller(h http.Header) (*account, error) {
-	return lookupAccount(userFromRequest(h, s.a.config().DefaultUser))
+	return s.a.accounts.lookup(userFromRequest(h, s.a.config().DefaultUser))
 }
 
 // callerPath resolves the calling user and p (made absolute against the

@@ -264,11 +264,10 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 			childFiles = append(childFiles, r)
 			files[0], p.stdin, p.stdinPipe = r, w, w
 		} else {
-			null, err := os.Open(os.DevNull)
+			null, err := a.devNull()
 			if err != nil {
 				return nil, err
 			}
-			childFiles = append(childFiles, null)
 			files[0] = null
 		}
 		var err error
@@ -311,7 +310,7 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 	p.pid, p.began = pid, time.Now()
 	closeChild()
 	childFiles = nil
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(userOOMScoreAdj), 0)
+	setOOMScoreAdj(pid)
 	a.procs.add(p)
 	if ls.stdinData != nil {
 		// Taken before the start event is sent: input sent after it waits
@@ -382,4 +381,26 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		a.procs.forgetLater(p)
 	}()
 	return p, nil
+}
+
+// devNull returns the agent's one read-only descriptor of /dev/null, the
+// stdin of processes started without one (each gets a copy as its fd 0;
+// the agent's own is close-on-exec). It is opened on first use.
+func (a *Agent) devNull() (*os.File, error) {
+	a.nullOnce.Do(func() { a.null, a.nullErr = os.Open(os.DevNull) })
+	return a.null, a.nullErr
+}
+
+// setOOMScoreAdj makes started process pid the OOM killer's first choice
+// (userOOMScoreAdj), with a plain open, write and close of its
+// oom_score_adj (the runtime's file machinery costs more syscalls, each of
+// them dear in a sandbox). Best effort: a process that is already gone has
+// no score to set.
+func setOOMScoreAdj(pid int) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	_, _ = unix.Write(fd, []byte(userOOMScoreAdj))
+	_ = unix.Close(fd)
 }

@@ -94,7 +94,7 @@ func (s *processService) prepareLaunch(req *connect.Request[processpb.StartReque
 			}
 		}
 	}
-	acc, err := lookupAccount(userFromRequest(req.Header(), s.a.config().DefaultUser))
+	acc, err := s.a.accounts.lookup(userFromRequest(req.Header(), s.a.config().DefaultUser))
 	if err != nil {
 		closeAll()
 		return nil, err

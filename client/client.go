@@ -37,11 +37,29 @@ type Client struct {
 	http    *http.Client
 }
 
+// maxIdlePerHost is how many idle connections to one daemon the shared
+// transport keeps (Go's default transport keeps 2: a program running
+// more calls at once than that would open and close a connection per
+// call).
+const maxIdlePerHost = 64
+
+// sharedHTTP is the HTTP client of every Client made without one: Go's
+// default transport's settings with up to maxIdlePerHost idle
+// connections kept alive per daemon.
+var sharedHTTP = func() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = maxIdlePerHost
+	tr.MaxIdleConnsPerHost = maxIdlePerHost
+	return &http.Client{Transport: tr}
+}()
+
 // New returns a client for the daemon at baseURL ("http://host:port")
-// authenticating with apiKey. hc may be nil for http.DefaultClient.
+// authenticating with apiKey. hc may be nil for a client shared by every
+// Client made that way: Go's default transport's settings, keeping up to
+// 64 idle connections to each daemon alive.
 func New(baseURL, apiKey string, hc *http.Client) *Client {
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = sharedHTTP
 	}
 	return &Client{baseURL: strings.TrimRight(baseURL, "/"), apiKey: apiKey, http: hc}
 }
@@ -225,13 +243,25 @@ func (c *Client) doJSON(ctx context.Context, method, path string, query url.Valu
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer closeBody(resp)
 	if out != nil && resp.StatusCode != http.StatusNoContent {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 			return resp, fmt.Errorf("decode %s %s reply: %w", method, path, err)
 		}
 	}
 	return resp, nil
+}
+
+// maxDrain is the most bytes closeBody reads past what a caller decoded.
+const maxDrain = 4 << 10
+
+// closeBody reads what is left of resp's body (a JSON document's
+// trailing newline, the end of a chunked body; at most maxDrain bytes)
+// and closes it, so that the connection is kept alive for the next call:
+// Go's transport closes a connection whose body was closed unread.
+func closeBody(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	resp.Body.Close()
 }
 
 // IsNotFound reports whether err is an API not-found error.

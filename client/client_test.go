@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -86,5 +90,52 @@ func TestMissingIDRefusedLocally(t *testing.T) {
 	}
 	if err := c.DeleteSession(ctx, ""); err == nil || !strings.Contains(err.Error(), "a session id is required") {
 		t.Errorf("DeleteSession(\"\"): %v", err)
+	}
+}
+
+// TestConnectionsKeptAlive proves a Client made without an HTTP client
+// keeps its connections to the daemon alive: 8 callers at once making 20
+// calls each open at most 16 connections (Go's default transport keeps 2
+// idle, so the others would be opened and closed per call), also when a
+// JSON answer is chunked and ends after the document (its trailing
+// newline comes in a write of its own). (A connection goes back to the
+// pool a moment after its answer was read, so a few more than 8 may open.)
+func TestConnectionsKeptAlive(t *testing.T) {
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(2 * time.Millisecond) // so that the 8 callers' calls overlap
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"pid":7}`)
+		w.(http.Flusher).Flush() // chunked from here on
+		time.Sleep(time.Millisecond)
+		io.WriteString(w, "\n") // after the client decoded the document
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := New(srv.URL, "key", nil)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if pid, err := c.ExecBackground(context.Background(), "s1", ExecRequest{Cmd: "sleep 1"}); err != nil || pid != 7 {
+					t.Errorf("ExecBackground: %d, %v", pid, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A connection goes back to the pool a moment after its answer was
+	// read, so a caller's next call may open another: hence 2 x 8.
+	if n := opened.Load(); n > 16 {
+		t.Fatalf("160 calls by 8 callers opened %d connections, want at most 16", n)
 	}
 }

@@ -251,6 +251,15 @@ type Sampler interface {
 	Sample(ctx context.Context, id string) (Stats, error)
 }
 
+// OOMCounter is implemented by drivers that can count a sandbox's
+// out-of-memory kills (Stats.OOMKills) with one read of a host file
+// instead of a whole Stats reading: the exec path takes the count before
+// and after every command to tell a command the kernel killed for memory.
+// OOMKills returns the count so far; ErrNotFound for an unknown sandbox.
+type OOMCounter interface {
+	OOMKills(ctx context.Context, id string) (int64, error)
+}
+
 // Process is one process of a sandbox as the host sees it.
 type Process struct {
 	// Pid is the process id (the host's for runc, the sandbox's for gVisor).

@@ -130,9 +130,9 @@ func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, st
 	// call per exec.
 	drv := cs.m.runtimes.driverOf(sb)
 	processOOM := !drv.Capabilities().SandboxOOM
-	var before runtime.Stats
+	var before int64
 	if processOOM {
-		before, _ = drv.Stats(ctx, id)
+		before, _ = oomKills(ctx, drv, id)
 	}
 
 	// The stream's context: the agent gets a deadline slightly after ours.
@@ -249,11 +249,21 @@ func (cs *Commands) exec(ctx context.Context, p *ExecPrep, req node.ExecSpec, st
 	}
 	res.TimedOut = timedOut.Load()
 	if processOOM && res.Signal == int(syscall.SIGKILL) && !res.TimedOut {
-		if after, err := drv.Stats(ctx, id); err == nil && after.OOMKills > before.OOMKills {
+		if after, err := oomKills(ctx, drv, id); err == nil && after > before {
 			res.OOMKilled = true
 		}
 	}
 	return res, nil
+}
+
+// oomKills returns sandbox id's out-of-memory kills so far: with one file
+// read where drv is a runtime.OOMCounter, else from a whole Stats reading.
+func oomKills(ctx context.Context, drv runtime.Driver, id string) (int64, error) {
+	if c, ok := drv.(runtime.OOMCounter); ok {
+		return c.OOMKills(ctx, id)
+	}
+	st, err := drv.Stats(ctx, id)
+	return st.OOMKills, err
 }
 
 // armKiller kills pid's process group after d and sets flag.

@@ -36,22 +36,27 @@ type AuditRecord struct {
 
 const auditColumns = `seq, time, tenant, session, kind, outcome, key_id, request_id, idempotency_key, detail`
 
-// AppendAudit appends records in one transaction and sets their Seq.
+// AppendAudit appends records in one transaction and sets their Seq. It
+// returns once that transaction committed, so a record AppendAudit
+// returned nil for survives the daemon's end (the database is in WAL mode
+// with synchronous=NORMAL: a commit is in the write-ahead log, not yet
+// synced to the disk). Appends that arrive while another commits are
+// written together in the next transaction (auditbatch.go), so the
+// records of concurrent requests share one commit. ctx's cancellation
+// does not end the write (other callers' records ride on it).
 func (s *Store) AppendAudit(ctx context.Context, recs ...*AuditRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
+	rows := make([]auditRow, 0, len(recs))
 	for _, r := range recs {
-		if err := appendAudit(ctx, tx, r); err != nil {
+		row, err := prepareAudit(r)
+		if err != nil {
 			return err
 		}
+		rows = append(rows, row)
 	}
-	return tx.Commit()
+	return s.auditQ.append(context.WithoutCancel(ctx), s, rows)
 }
 
 // Bounds of what one audit record keeps: every string (a path, an error)
@@ -98,10 +103,21 @@ func plainID(s string) bool {
 	return true
 }
 
-// appendAudit inserts r inside tx and sets r.Seq. Strings are bounded
-// (boundDetail); a session that is no id is kept, cut, as detail
-// "session_ref".
-func appendAudit(ctx context.Context, tx *sql.Tx, r *AuditRecord) error {
+// insertAuditSQL inserts one record; its arguments are an auditRow's.
+const insertAuditSQL = `INSERT INTO audit (time, tenant, session, kind, outcome, key_id, request_id,
+	idempotency_key, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// auditRow is a record ready to insert: bounded and cleaned, its detail
+// encoded, in the order of insertAuditSQL's arguments.
+type auditRow struct {
+	rec  *AuditRecord
+	args []any
+}
+
+// prepareAudit bounds and cleans r (boundDetail; a session that is no id
+// is kept, cut, as detail "session_ref") and encodes it for insertAuditSQL.
+// The error is the detail's encoding's.
+func prepareAudit(r *AuditRecord) (auditRow, error) {
 	if r.Session != "" && !plainID(r.Session) {
 		if r.Detail == nil {
 			r.Detail = map[string]any{}
@@ -118,22 +134,41 @@ func appendAudit(ctx context.Context, tx *sql.Tx, r *AuditRecord) error {
 	if len(r.Detail) > 0 {
 		b, err := json.Marshal(r.Detail)
 		if err != nil {
-			return fmt.Errorf("audit detail: %w", err)
+			return auditRow{}, fmt.Errorf("audit detail: %w", err)
 		}
 		detail = b
 	}
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO audit (time, tenant, session, kind, outcome, key_id, request_id,
-		idempotency_key, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		ms(r.Time), r.Tenant, r.Session, r.Kind, r.Outcome, r.KeyID, sanitizeText(r.RequestID, 128),
-		sanitizeText(r.IdempotencyKey, 255), string(detail))
+	return auditRow{rec: r, args: []any{ms(r.Time), r.Tenant, r.Session, r.Kind, r.Outcome, r.KeyID,
+		sanitizeText(r.RequestID, 128), sanitizeText(r.IdempotencyKey, 255), string(detail)}}, nil
+}
+
+// insertAudit inserts row with ins (insertAuditSQL, prepared in the
+// row's transaction) and sets the record's Seq.
+func insertAudit(ctx context.Context, ins *sql.Stmt, row auditRow) error {
+	res, err := ins.ExecContext(ctx, row.args...)
 	if err != nil {
 		return fmt.Errorf("audit record: %w", err)
 	}
-	r.Seq, err = res.LastInsertId()
+	row.rec.Seq, err = res.LastInsertId()
 	return err
+}
+
+// appendAudit inserts r inside tx (prepareAudit, then insertAudit) and
+// sets r.Seq.
+func appendAudit(ctx context.Context, tx *sql.Tx, r *AuditRecord) error {
+	row, err := prepareAudit(r)
+	if err != nil {
+		return err
+	}
+	ins, err := tx.PrepareContext(ctx, insertAuditSQL)
+	if err != nil {
+		return err
+	}
+	defer ins.Close()
+	return insertAudit(ctx, ins, row)
 }
 
 // AuditFilter selects records in ListAudit. Zero fields do not filter.

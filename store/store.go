@@ -27,6 +27,10 @@ type Store struct {
 	// ro serves long reads (the audit trail) on connections of their own,
 	// so that they never queue the writes every request makes on db.
 	ro *sql.DB
+	// auditIns is insertAuditSQL prepared on db; auditQ batches the
+	// audit records that arrive together into one commit.
+	auditIns *sql.Stmt
+	auditQ   auditQueue
 
 	keyMu    sync.Mutex
 	keyCache map[string]APIKey // by key hash: keys that authenticated recently
@@ -228,6 +232,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	ro.SetMaxOpenConns(4)
 	s.ro = ro
+	if s.auditIns, err = s.prepareAuditInsert(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	return s, nil
 }
 
@@ -249,6 +257,9 @@ func restrictDBFiles(path string) error {
 
 // Close closes the database.
 func (s *Store) Close() error {
+	if s.auditIns != nil {
+		s.auditIns.Close()
+	}
 	s.ro.Close()
 	return s.db.Close()
 }

@@ -92,6 +92,14 @@ func (e *env) testLimits(t *testing.T) {
 	if err != nil || stats.OOMKills < 1 || stats.MemoryPeakBytes > 65<<20 {
 		t.Fatalf("stats after OOM %+v %v", stats, err)
 	}
+	if c, ok := e.driver.(runtime.OOMCounter); ok {
+		if n, err := c.OOMKills(ctx, sb.id); err != nil || n != stats.OOMKills {
+			t.Fatalf("OOMKills after OOM: %d, %v; Stats counted %d", n, err, stats.OOMKills)
+		}
+		if _, err := c.OOMKills(ctx, "no-such-sandbox"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("OOMKills of an unknown sandbox: %v, want ErrNotFound", err)
+		}
+	}
 	if m := readCgroup(t, "memory", sb.id, "memory.limit_in_bytes"); m != strconv.Itoa(64<<20) {
 		t.Fatalf("memory.limit_in_bytes %q", m)
 	}

@@ -203,6 +203,19 @@ func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 
 var _ runtime.Sampler = (*Driver)(nil)
 
+var _ runtime.OOMCounter = (*Driver)(nil)
+
+// OOMKills reads the oom_kill count of the sandbox's memory cgroup
+// (runtime.OOMCounter): one file. ErrNotFound when the id is invalid or
+// the sandbox has no cgroup.
+func (d *Driver) OOMKills(ctx context.Context, id string) (int64, error) {
+	n, err := d.cg.OOMKills(id)
+	if err != nil {
+		return 0, errdefs.Newf(errdefs.ErrNotFound, "cgroup of sandbox %q: %v", id, err)
+	}
+	return n, nil
+}
+
 // Sample reads the sandbox's CPU time and tasks from its cgroups for the
 // host monitor (runtime.Sampler): fewer files than Stats.
 func (d *Driver) Sample(ctx context.Context, id string) (runtime.Stats, error) {
