@@ -397,6 +397,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
+	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
+		d.log.Warn("release the gVisor state directory", "err", err)
+	}
 	_ = os.RemoveAll(d.scratch)
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
@@ -522,6 +525,7 @@ func openDrivers(opts Options, layout datadir.Layout, names datadir.HostNames, l
 	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent})
 	switch {
 	case err == nil:
+		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version())
 		drivers = append(drivers, gv)
 	case opts.Isolation == runsc.DriverName || opts.RunscPath != "":
 		return nil, err

@@ -37,7 +37,8 @@ import (
 
 // Options configure a Driver.
 type Options struct {
-	// Binary is the runsc executable; "" looks up "runsc" in PATH.
+	// Binary is the runsc executable; "" is PinnedBinary when installed,
+	// else "runsc" in PATH.
 	Binary string
 	// StateRoot is runsc's --root.
 	StateRoot string
@@ -51,10 +52,11 @@ type Options struct {
 
 // Driver runs sandboxes with runsc. Create one with New.
 type Driver struct {
-	runsc *gorunc.Runc
-	bin   string
-	root  string
-	cg    *cgroupv1.Cgroups
+	runsc   *gorunc.Runc
+	bin     string
+	version string // runsc --version's
+	root    string
+	cg      *cgroupv1.Cgroups
 
 	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
 	mu    sync.Mutex
@@ -93,13 +95,14 @@ func (d *Driver) lock(id string) func() {
 	}
 }
 
-// New returns a driver over runsc; ErrUnavailable when it is not installed.
+// New returns a driver over runsc (see Options.Binary); ErrUnavailable
+// when it is not installed or does not say its version.
 func New(opts Options) (*Driver, error) {
-	bin := opts.Binary
-	if bin == "" {
-		bin = "runsc"
+	path, err := findBinary(opts.Binary)
+	if err != nil {
+		return nil, err
 	}
-	path, err := exec.LookPath(bin)
+	version, err := binaryVersion(context.Background(), path)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w: %v", errdefs.ErrUnavailable, err)
 	}
@@ -113,7 +116,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
+		bin:   path, version: version, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
@@ -305,6 +308,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	if err := os.Remove(d.bundleRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
+	if err := d.releaseIfIdle(); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	return nil
