@@ -60,9 +60,13 @@ type Options struct {
 	AgentPath string
 	// RuncPath is the runc binary; "" looks in PATH.
 	RuncPath string
-	// RunscPath is gVisor's runsc binary; "" looks in PATH. Without one
-	// the gvisor driver is not offered.
+	// RunscPath is gVisor's runsc binary; "" is the pinned build the
+	// install script makes (runsc.PinnedBinary) when there, else runsc in
+	// PATH. Without one the gvisor driver is not offered.
 	RunscPath string
+	// GVisorRestore is how gVisor restores read a checkpoint
+	// (runsc.Options.Restore; "" picks O_DIRECT reads where runsc has them).
+	GVisorRestore string
 	// Isolation is the driver of sessions that name none: "runc" (the
 	// default) or "gvisor".
 	Isolation string
@@ -522,12 +526,13 @@ func openDrivers(opts Options, layout datadir.Layout, names datadir.HostNames, l
 		return nil, err
 	}
 	drivers := []runtime.Driver{rc}
-	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent})
+	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent,
+		Restore: opts.GVisorRestore})
 	switch {
 	case err == nil:
-		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version())
+		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version(), "restore_flags", gv.RestoreArgs())
 		drivers = append(drivers, gv)
-	case opts.Isolation == runsc.DriverName || opts.RunscPath != "":
+	case opts.Isolation == runsc.DriverName || opts.RunscPath != "" || errors.Is(err, errdefs.ErrInvalidArgument):
 		return nil, err
 	default:
 		log.Info("gVisor isolation unavailable (install runsc from bookworm-backports)", "err", err)

@@ -63,3 +63,61 @@ func (d *Driver) Binary() string { return d.bin }
 // ("0.0~20240729.0" for the 2024 package, the module version of a build
 // from the Go branch).
 func (d *Driver) Version() string { return d.version }
+
+// Restore modes (Options.Restore): how runsc restore reads a checkpoint.
+const (
+	// RestoreAuto is RestoreDirect when the runsc has --direct, else
+	// RestorePlain.
+	RestoreAuto = ""
+	// RestorePlain reads the pages file through the page cache.
+	RestorePlain = "plain"
+	// RestoreDirect reads it with O_DIRECT (runsc restore --direct).
+	RestoreDirect = "direct"
+	// RestoreBackground returns once the kernel state is restored and
+	// loads the pages while the sandbox runs (--background).
+	RestoreBackground = "background"
+	// RestoreDirectBackground is both.
+	RestoreDirectBackground = "direct+background"
+)
+
+// restoreArgs returns the runsc restore flags of mode for the runsc at
+// path, whose restore --help tells which flags it has. A mode asking for
+// a flag the runsc lacks is ErrInvalidArgument; RestoreAuto uses --direct
+// when it is there.
+func restoreArgs(ctx context.Context, path, mode string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// --help exits non-zero ("help requested") after printing the flags.
+	help, _ := exec.CommandContext(ctx, path, "restore", "--help").CombinedOutput()
+	has := func(flag string) bool { return strings.Contains(string(help), "\n  -"+flag+"\n") }
+	var want []string
+	switch mode {
+	case RestoreAuto:
+		if has("direct") {
+			return []string{"--direct"}, nil
+		}
+		return nil, nil
+	case RestorePlain:
+		return nil, nil
+	case RestoreDirect:
+		want = []string{"direct"}
+	case RestoreBackground:
+		want = []string{"background"}
+	case RestoreDirectBackground:
+		want = []string{"direct", "background"}
+	default:
+		return nil, errdefs.InvalidField("restore", "%q is none of %q, %q, %q, %q", mode,
+			RestorePlain, RestoreDirect, RestoreBackground, RestoreDirectBackground)
+	}
+	args := make([]string, 0, len(want))
+	for _, f := range want {
+		if !has(f) {
+			return nil, errdefs.InvalidField("restore", "runsc %s has no restore --%s", path, f)
+		}
+		args = append(args, "--"+f)
+	}
+	return args, nil
+}
+
+// RestoreArgs returns the flags the driver adds to runsc restore.
+func (d *Driver) RestoreArgs() []string { return d.restoreArgs }

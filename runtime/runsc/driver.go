@@ -44,6 +44,10 @@ type Options struct {
 	StateRoot string
 	// Platform is gVisor's platform; "" is systrap.
 	Platform string
+	// Restore is how restores read a checkpoint: RestoreAuto (""),
+	// RestorePlain, RestoreDirect, RestoreBackground or
+	// RestoreDirectBackground.
+	Restore string
 	// CgroupParent is the host cgroup under which sandboxes' cgroups are
 	// made (the daemon's datadir.HostNames.CgroupParent); "" is
 	// cgroupv1.LegacyParent.
@@ -55,8 +59,10 @@ type Driver struct {
 	runsc   *gorunc.Runc
 	bin     string
 	version string // runsc --version's
-	root    string
-	cg      *cgroupv1.Cgroups
+	// restoreArgs are added to runsc restore (Options.Restore).
+	restoreArgs []string
+	root        string
+	cg          *cgroupv1.Cgroups
 
 	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
 	mu    sync.Mutex
@@ -106,6 +112,10 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w: %v", errdefs.ErrUnavailable, err)
 	}
+	restore, err := restoreArgs(context.Background(), path, opts.Restore)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.StateRoot, 0o700); err != nil {
 		return nil, err
 	}
@@ -116,7 +126,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, version: version, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
+		bin:   path, version: version, restoreArgs: restore, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
@@ -218,7 +228,8 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 		}
 		return nil
 	}
-	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
+	args := append([]string{"restore", "--detach"}, d.restoreArgs...)
+	cmd := d.command(ctx, append(args, "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)...)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
 		return runtime.AsMountError(fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
