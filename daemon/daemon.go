@@ -67,6 +67,10 @@ type Options struct {
 	// GVisorRestore is how gVisor restores read a checkpoint
 	// (runsc.Options.Restore; "" picks O_DIRECT reads where runsc has them).
 	GVisorRestore string
+	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
+	// kept (in tmpfs) for later restores of the same snapshots: 0 is the
+	// default (snapshot.DefaultImageCacheBytes), negative keeps none.
+	MemoryImageCacheMB int
 	// Isolation is the driver of sessions that name none: "runc" (the
 	// default) or "gvisor".
 	Isolation string
@@ -287,7 +291,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	mgr := host.New(sandbox.Options{
-		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
+		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, MemoryImageCacheBytes: int64(opts.MemoryImageCacheMB) << 20, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
