@@ -68,8 +68,8 @@ type Options struct {
 	// (runsc.Options.Restore; "" picks O_DIRECT reads where runsc has them).
 	GVisorRestore string
 	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
-	// kept (in tmpfs) for later restores of the same snapshots: 0 is the
-	// default (snapshot.DefaultImageCacheBytes), negative keeps none.
+	// kept (in tmpfs) for later restores of the same snapshots; 0 keeps
+	// none: plaintext then exists only while a restore runs.
 	MemoryImageCacheMB int
 	// Isolation is the driver of sessions that name none: "runc" (the
 	// default) or "gvisor".

@@ -15,20 +15,18 @@ import (
 
 // Decrypted memory checkpoints (images). A restore needs the checkpoint
 // in the clear (in Layout.Scratch(), a tmpfs); the sessions of one fork
-// share one decrypted copy, and after the last of them has started the
-// copy is kept, up to Options.ImageCacheBytes in all and ImageCacheIdle
-// each, so that the next restores of a recently used snapshot skip the
-// decryption. A kept copy is used again only while every sealed file it
+// share one decrypted copy. By default it is removed once the last of them
+// has started, so plaintext exists only while a restore runs; with
+// Options.ImageCacheBytes > 0 it is kept, up to that many bytes in all and
+// ImageCacheIdle each, so that the next restores of a recently used
+// snapshot skip the decryption (at the price of that plaintext staying in
+// the host's memory meanwhile). A kept copy is used again only while every sealed file it
 // came from is unchanged since it was verified (the same inode, size,
 // modification and change time: any write or replacement changes the
 // change time, which user space cannot set back); otherwise the copy is
 // dropped and the sealed files are verified and decrypted again, so a
 // tampered snapshot is refused as before. Deleting a snapshot drops its
 // copy.
-
-// DefaultImageCacheBytes is the default bound, in bytes, of the decrypted
-// images kept for later restores (Options.ImageCacheBytes).
-const DefaultImageCacheBytes = 512 << 20
 
 // ImageCacheIdle is how long a decrypted image is kept unused.
 const ImageCacheIdle = 5 * time.Minute

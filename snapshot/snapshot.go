@@ -95,8 +95,7 @@ type Options struct {
 	// Log is where the service logs; nil: slog.Default().
 	Log *slog.Logger
 	// ImageCacheBytes bounds the decrypted memory checkpoints kept for
-	// later restores (images.go), in bytes: 0 is DefaultImageCacheBytes,
-	// negative keeps none.
+	// later restores (images.go), in bytes; 0 or less keeps none.
 	ImageCacheBytes int64
 }
 
@@ -123,13 +122,7 @@ func New(opts Options) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	cache := opts.ImageCacheBytes
-	switch {
-	case cache == 0:
-		cache = DefaultImageCacheBytes
-	case cache < 0:
-		cache = 0
-	}
+	cache := max(opts.ImageCacheBytes, 0)
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
 		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache}
 }
