@@ -65,7 +65,8 @@ type Options struct {
 	// PATH. Without one the gvisor driver is not offered.
 	RunscPath string
 	// GVisorRestore is how gVisor restores read a checkpoint
-	// (runsc.Options.Restore; "" picks O_DIRECT reads where runsc has them).
+	// (runsc.Options.Restore; "" reads a checkpoint on a disk with
+	// O_DIRECT where runsc can, one in tmpfs through the page cache).
 	GVisorRestore string
 	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
 	// kept (in tmpfs) for later restores of the same snapshots; 0 keeps
@@ -534,7 +535,9 @@ func openDrivers(opts Options, layout datadir.Layout, names datadir.HostNames, l
 		Restore: opts.GVisorRestore})
 	switch {
 	case err == nil:
-		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version(), "restore_flags", gv.RestoreArgs())
+		flags, direct := gv.RestoreArgs()
+		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version(), "restore_flags", flags,
+			"direct_from_disk", direct)
 		drivers = append(drivers, gv)
 	case opts.Isolation == runsc.DriverName || opts.RunscPath != "" || errors.Is(err, errdefs.ErrInvalidArgument):
 		return nil, err

@@ -76,7 +76,7 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: the pinned build make deps installs, else from PATH)")
 	f.IntVar(&opts.MemoryImageCacheMB, "memory-image-cache-mb", 0, "MiB of decrypted memory snapshots kept in tmpfs (plaintext, root-only) for later restores of the same snapshot (default 0: none, plaintext exists only while a restore runs)")
-	f.StringVar(&opts.GVisorRestore, "gvisor-restore", "", `how gVisor restores read a checkpoint: "plain", "direct", "background" or "direct+background" (default: direct where runsc has it)`)
+	f.StringVar(&opts.GVisorRestore, "gvisor-restore", "", `how gVisor restores read a checkpoint: "plain", "direct", "background" or "direct+background" (default: direct for a checkpoint on a disk where runsc has it, plain from tmpfs)`)
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver: btrfs or overlay (default: btrfs where it works)")

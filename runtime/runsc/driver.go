@@ -59,8 +59,10 @@ type Driver struct {
 	runsc   *gorunc.Runc
 	bin     string
 	version string // runsc --version's
-	// restoreArgs are added to runsc restore (Options.Restore).
+	// restoreArgs are added to runsc restore (Options.Restore), and
+	// --direct for a checkpoint on a disk when autoDirect.
 	restoreArgs []string
+	autoDirect  bool
 	root        string
 	cg          *cgroupv1.Cgroups
 
@@ -112,7 +114,7 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w: %v", errdefs.ErrUnavailable, err)
 	}
-	restore, err := restoreArgs(context.Background(), path, opts.Restore)
+	restore, autoDirect, err := restoreArgs(context.Background(), path, opts.Restore)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +128,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, version: version, restoreArgs: restore, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
+		bin:   path, version: version, restoreArgs: restore, autoDirect: autoDirect, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
@@ -228,7 +230,7 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 		}
 		return nil
 	}
-	args := append([]string{"restore", "--detach"}, d.restoreArgs...)
+	args := append([]string{"restore", "--detach"}, d.directFor(image)...)
 	cmd := d.command(ctx, append(args, "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)...)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
