@@ -60,9 +60,18 @@ type Options struct {
 	AgentPath string
 	// RuncPath is the runc binary; "" looks in PATH.
 	RuncPath string
-	// RunscPath is gVisor's runsc binary; "" looks in PATH. Without one
-	// the gvisor driver is not offered.
+	// RunscPath is gVisor's runsc binary; "" is the pinned build the
+	// install script makes (runsc.PinnedBinary) when there, else runsc in
+	// PATH. Without one the gvisor driver is not offered.
 	RunscPath string
+	// GVisorRestore is how gVisor restores read a checkpoint
+	// (runsc.Options.Restore; "" reads a checkpoint on a disk with
+	// O_DIRECT where runsc can, one in tmpfs through the page cache).
+	GVisorRestore string
+	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
+	// kept (in tmpfs) for later restores of the same snapshots; 0 keeps
+	// none: plaintext then exists only while a restore runs.
+	MemoryImageCacheMB int
 	// Isolation is the driver of sessions that name none: "runc" (the
 	// default) or "gvisor".
 	Isolation string
@@ -288,7 +297,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	mgr := host.New(sandbox.Options{
-		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
+		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, MemoryImageCacheBytes: int64(opts.MemoryImageCacheMB) << 20, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
@@ -402,6 +411,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	d.mgr.Close()
+	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
+		d.log.Warn("release the gVisor state directory", "err", err)
+	}
 	_ = os.RemoveAll(d.scratch)
 	if err := d.sdrv.Close(); err != nil {
 		d.log.Warn("close storage", "err", err)
@@ -524,11 +536,15 @@ func openDrivers(opts Options, layout datadir.Layout, names datadir.HostNames, l
 		return nil, err
 	}
 	drivers := []runtime.Driver{rc}
-	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent})
+	gv, err := runsc.New(runsc.Options{Binary: opts.RunscPath, StateRoot: layout.RunscRoot(), CgroupParent: names.CgroupParent,
+		Restore: opts.GVisorRestore})
 	switch {
 	case err == nil:
+		flags, direct := gv.RestoreArgs()
+		log.Info("gVisor isolation", "runsc", gv.Binary(), "version", gv.Version(), "restore_flags", flags,
+			"direct_from_disk", direct)
 		drivers = append(drivers, gv)
-	case opts.Isolation == runsc.DriverName || opts.RunscPath != "":
+	case opts.Isolation == runsc.DriverName || opts.RunscPath != "" || errors.Is(err, errdefs.ErrInvalidArgument):
 		return nil, err
 	default:
 		log.Info("gVisor isolation unavailable (install runsc from bookworm-backports)", "err", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime/cgroupv1"
+	"github.com/forkbox/forkbox/runtime/runsc"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/loop"
@@ -213,7 +214,8 @@ func releaseHost(layout datadir.Layout, names datadir.HostNames, log *slog.Logge
 			cancel()
 		}
 	}
-	errs = append(errs, netpolicy.RemoveNetworks(layout.Netns()), unmountUnder(layout.Sandboxes()))
+	errs = append(errs, netpolicy.RemoveNetworks(layout.Netns()), unmountUnder(layout.Sandboxes()),
+		runsc.ReleaseRoot(layout.RunscRoot()))
 	// Host id slices of sandboxes the database lost track of.
 	if ids, err := openIDs(layout); err != nil {
 		errs = append(errs, err)

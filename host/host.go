@@ -58,7 +58,8 @@ func New(opts sandbox.Options, hopts Options) *Node {
 	}
 	p := pool.New(pool.Options{Core: m.PoolCore(), Store: opts.Store, Log: opts.Log, Spares: spares})
 	s := snapshot.New(snapshot.Options{Core: snapshotCore{m.SnapshotCore()}, Store: opts.Store, Storage: opts.Storage,
-		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log})
+		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log,
+		ImageCacheBytes: opts.MemoryImageCacheBytes})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
 	c := m.Concerns()

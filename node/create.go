@@ -81,6 +81,9 @@ type Info struct {
 type DriverInfo struct {
 	Name         string
 	Capabilities map[string]bool
+	// Version is the version of the driver's runtime binary, "" when the
+	// driver does not say (runtime.Versioner).
+	Version string
 }
 
 // Usage is a session's resource use, read from outside the sandbox.

@@ -310,3 +310,13 @@ type StartScaler interface {
 	// StartScale is the factor, at least 1.
 	StartScale() float64
 }
+
+// Versioner is implemented by drivers that run a runtime binary whose
+// version they know (GET /v1/info reports it, the daemon logs both at
+// start).
+type Versioner interface {
+	// Binary is the path of the runtime binary.
+	Binary() string
+	// Version is its version as it reports it.
+	Version() string
+}

@@ -50,6 +50,9 @@ type Options struct {
 	// SnapshotKey seals memory checkpoints at rest (storage/seal; the
 	// composition hands it to package snapshot); nil: no memory snapshots.
 	SnapshotKey *seal.Key
+	// MemoryImageCacheBytes bounds the decrypted memory checkpoints the
+	// snapshot service keeps for later restores (snapshot.Options).
+	MemoryImageCacheBytes int64
 	// Storage holds the sandboxes' writable layers and snapshots.
 	Storage storage.Driver
 	// AgentPath is the forkbox-agent binary mounted into sandboxes.

@@ -59,10 +59,14 @@ func (rt *Runtimes) Info() node.Info {
 	info := node.Info{DefaultDriver: rt.DefaultDriver().Name(), Limits: rt.m.opts.Limits}
 	for _, d := range rt.m.opts.Drivers {
 		c := d.Capabilities()
-		info.Drivers = append(info.Drivers, node.DriverInfo{Name: d.Name(), Capabilities: map[string]bool{
+		di := node.DriverInfo{Name: d.Name(), Capabilities: map[string]bool{
 			"pause": c.Pause, "memory_snapshot": c.MemorySnapshot, "fork": c.Fork, "user_namespace": c.UserNamespace,
 			"sandbox_oom": c.SandboxOOM, "network": c.Network, "join_user_namespace": c.JoinUserNamespace,
-		}})
+		}}
+		if v, ok := d.(runtime.Versioner); ok {
+			di.Version = v.Version()
+		}
+		info.Drivers = append(info.Drivers, di)
 	}
 	return info
 }

@@ -4,7 +4,9 @@
 #   runc            the container runtime of the runc isolation tier
 #   runsc           gVisor, the gvisor isolation tier, from bookworm-backports
 #                   (0.0~20240729: bookworm's own 2022 runsc lacks systrap and
-#                   the checkpoint features memory snapshots use)
+#                   the checkpoint features memory snapshots use); the
+#                   fallback of the pinned 2026 runsc built below from Go
+#                   (FORKBOX_RUNSC_BUILD=0 skips that build)
 #   iproute2        ip(8), used by tests to build network namespaces
 #   util-linux      unshare(1): the daemon makes each sandbox's user namespace
 #                   as the sandbox's own host ids with it
@@ -74,8 +76,43 @@ if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
   echo "install-deps: Go is missing; install Go 1.26 into /usr/local/go" >&2
   exit 1
 fi
+
+# The default runsc: gVisor's Go branch at a pinned commit, built from the Go
+# module proxy once (about 3 minutes on 2 cores) into its own versioned
+# directory, with the stable name the daemon looks for first pointing at it.
+# It checkpoints and deletes several times faster than the 2024 package and
+# restores with O_DIRECT reads. The version is stamped into the binary:
+# runsc refuses a checkpoint taken by another version, and an unstamped
+# build would pass that check against any other unstamped build. When the
+# build fails the backports runsc installed above stays the one in use.
+RUNSC_MODULE_VERSION=v0.0.0-20260905035102-160fafc42237
+RUNSC_DIR=/usr/local/lib/forkbox
+runsc_pinned="$RUNSC_DIR/runsc-${RUNSC_MODULE_VERSION#v}/runsc"
+if [ "${FORKBOX_RUNSC_BUILD:-1}" = 1 ] && [ ! -x "$runsc_pinned" ]; then
+  echo "install-deps: building runsc ${RUNSC_MODULE_VERSION} from gvisor.dev/gvisor"
+  gobin=$(command -v go || echo /usr/local/go/bin/go)
+  tmp=$(mktemp -d)
+  started=$(date +%s)
+  if (cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp/bin" GOFLAGS=-buildvcs=false "$gobin" install \
+      -ldflags "-X gvisor.dev/gvisor/runsc/version.version=${RUNSC_MODULE_VERSION#v}" \
+      "gvisor.dev/gvisor/runsc@${RUNSC_MODULE_VERSION}") >"$tmp/build.log" 2>&1 &&
+     "$tmp/bin/runsc" --version 2>/dev/null | grep -qF "${RUNSC_MODULE_VERSION#v}"; then
+    mkdir -p "$(dirname "$runsc_pinned")"
+    install -m 0755 "$tmp/bin/runsc" "$runsc_pinned.new"
+    mv -f "$runsc_pinned.new" "$runsc_pinned"
+    echo "install-deps: runsc ${RUNSC_MODULE_VERSION} built in $(( $(date +%s) - started )) s"
+  else
+    echo "install-deps: building runsc ${RUNSC_MODULE_VERSION} failed; gVisor keeps the backports runsc ($(tail -3 "$tmp/build.log" | tr '\n' ' '))" >&2
+  fi
+  rm -rf "$tmp"
+fi
+if [ -x "$runsc_pinned" ]; then
+  ln -sfn "runsc-${RUNSC_MODULE_VERSION#v}/runsc" "$RUNSC_DIR/runsc"
+fi
 if ! node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=18)?0:1)'; then
   echo "install-deps: Node.js $(node --version) is too old for the e2b SDK suite (compat/e2b); install Node.js 20.18+" >&2
   exit 1
 fi
-echo "install-deps: ok ($(runc --version | head -1); $(runsc --version | head -1); node $(node --version))"
+runsc_default=runsc
+[ -x "$RUNSC_DIR/runsc" ] && runsc_default="$RUNSC_DIR/runsc"
+echo "install-deps: ok ($(runc --version | head -1); $("$runsc_default" --version | head -1); node $(node --version))"

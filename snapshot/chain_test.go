@@ -243,10 +243,12 @@ func TestResolve(t *testing.T) {
 }
 
 // TestOpenMemory: a sealed checkpoint is decrypted once for the restores
-// of a fork and removed when the last one is done; a tampered one is
+// of a fork and, with no decrypted images kept (TestImageCache covers
+// keeping them), removed when the last one is done; a tampered one is
 // refused (ErrConflict) and leaves no plaintext.
 func TestOpenMemory(t *testing.T) {
 	e := newEnv(t)
+	e.s.cacheBytes = 0
 	id := node.NewID()
 	plain := filepath.Join(t.TempDir(), "checkpoint")
 	if err := os.MkdirAll(plain, 0o700); err != nil {

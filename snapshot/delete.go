@@ -47,6 +47,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) err
 	if err := s.storage.RemoveSnapshot(ctx, id); err != nil {
 		return err
 	}
+	s.dropImage(id)
 	if err := os.RemoveAll(s.memoryDir(id)); err != nil {
 		return err
 	}

@@ -94,6 +94,9 @@ type Options struct {
 	Audit *audit.Recorder
 	// Log is where the service logs; nil: slog.Default().
 	Log *slog.Logger
+	// ImageCacheBytes bounds the decrypted memory checkpoints kept for
+	// later restores (images.go), in bytes; 0 or less keeps none.
+	ImageCacheBytes int64
 }
 
 // Service keeps one host's snapshots. It is safe for concurrent use.
@@ -106,10 +109,11 @@ type Service struct {
 	audit   *audit.Recorder
 	log     *slog.Logger
 
-	// images are memory checkpoints decrypted for restores in progress,
-	// by snapshot id (memory.go).
-	imgMu  sync.Mutex
-	images map[string]*openImage
+	// images are memory checkpoints decrypted for restores, in progress
+	// or kept for later ones within cacheBytes, by snapshot id (images.go).
+	imgMu      sync.Mutex
+	images     map[string]*openImage
+	cacheBytes int64
 }
 
 // New returns the snapshot service for opts.
@@ -118,8 +122,9 @@ func New(opts Options) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
+	cache := max(opts.ImageCacheBytes, 0)
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
-		audit: opts.Audit, log: log, images: map[string]*openImage{}}
+		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache}
 }
 
 // Resolve finds the snapshot ref names for ctx's caller: an id, or else a

@@ -365,6 +365,9 @@ type Info struct {
 type DriverInfo struct {
 	Name         string          `json:"name"`
 	Capabilities map[string]bool `json:"capabilities"`
+	// Version is the version of the runtime binary the driver runs (the
+	// gvisor driver's runsc), when it says.
+	Version string `json:"version,omitempty"`
 }
 
 // Problem is an RFC 9457 problem details object, the body of every error

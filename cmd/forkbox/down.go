@@ -40,7 +40,7 @@ it uninstalls forkbox for good.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.DataDir, "data-dir", defaults.DataDir, "the daemon's data directory")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
-	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: from PATH when installed)")
+	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: the pinned build make deps installs, else from PATH)")
 	f.StringVar(&level, "log-level", "warn", "debug, info, warn or error")
 	return cmd
 }

@@ -37,12 +37,17 @@ import (
 
 // Options configure a Driver.
 type Options struct {
-	// Binary is the runsc executable; "" looks up "runsc" in PATH.
+	// Binary is the runsc executable; "" is PinnedBinary when installed,
+	// else "runsc" in PATH.
 	Binary string
 	// StateRoot is runsc's --root.
 	StateRoot string
 	// Platform is gVisor's platform; "" is systrap.
 	Platform string
+	// Restore is how restores read a checkpoint: RestoreAuto (""),
+	// RestorePlain, RestoreDirect, RestoreBackground or
+	// RestoreDirectBackground.
+	Restore string
 	// CgroupParent is the host cgroup under which sandboxes' cgroups are
 	// made (the daemon's datadir.HostNames.CgroupParent); "" is
 	// cgroupv1.LegacyParent.
@@ -51,10 +56,15 @@ type Options struct {
 
 // Driver runs sandboxes with runsc. Create one with New.
 type Driver struct {
-	runsc *gorunc.Runc
-	bin   string
-	root  string
-	cg    *cgroupv1.Cgroups
+	runsc   *gorunc.Runc
+	bin     string
+	version string // runsc --version's
+	// restoreArgs are added to runsc restore (Options.Restore), and
+	// --direct for a checkpoint on a disk when autoDirect.
+	restoreArgs []string
+	autoDirect  bool
+	root        string
+	cg          *cgroupv1.Cgroups
 
 	// locks serialise Pause, Resume and KillProcessGroup per sandbox id.
 	mu    sync.Mutex
@@ -93,15 +103,20 @@ func (d *Driver) lock(id string) func() {
 	}
 }
 
-// New returns a driver over runsc; ErrUnavailable when it is not installed.
+// New returns a driver over runsc (see Options.Binary); ErrUnavailable
+// when it is not installed or does not say its version.
 func New(opts Options) (*Driver, error) {
-	bin := opts.Binary
-	if bin == "" {
-		bin = "runsc"
+	path, err := findBinary(opts.Binary)
+	if err != nil {
+		return nil, err
 	}
-	path, err := exec.LookPath(bin)
+	version, err := binaryVersion(context.Background(), path)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor driver: %w: %v", errdefs.ErrUnavailable, err)
+	}
+	restore, autoDirect, err := restoreArgs(context.Background(), path, opts.Restore)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(opts.StateRoot, 0o700); err != nil {
 		return nil, err
@@ -113,7 +128,7 @@ func New(opts Options) (*Driver, error) {
 	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
 	return &Driver{
 		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
-		bin:   path, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
+		bin:   path, version: version, restoreArgs: restore, autoDirect: autoDirect, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
@@ -215,7 +230,8 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 		}
 		return nil
 	}
-	cmd := d.command(ctx, "restore", "--detach", "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)
+	args := append([]string{"restore", "--detach"}, d.directFor(image)...)
+	cmd := d.command(ctx, append(args, "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)...)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
 		return runtime.AsMountError(fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
@@ -305,6 +321,9 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	if err := os.Remove(d.bundleRecord(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("runsc delete %s: %w", id, err)
+	}
+	if err := d.releaseIfIdle(); err != nil {
 		return fmt.Errorf("runsc delete %s: %w", id, err)
 	}
 	return nil

@@ -11,7 +11,9 @@ import (
 	"github.com/forkbox/forkbox/runtime/runsc"
 )
 
-// TestConformance runs the driver conformance suite against gVisor.
+// TestConformance runs the driver conformance suite against gVisor (the
+// runsc New picks: the pinned build when installed), and checks that no
+// mount of runsc's is left in a state root once its sandboxes are deleted.
 func TestConformance(t *testing.T) {
 	if _, err := exec.LookPath("runsc"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -26,6 +28,14 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("runsc %s (%s)", d.Version(), d.Binary())
+		// Runs before the suite's own clean-up removes the root, after the
+		// sandboxes are deleted.
+		t.Cleanup(func() {
+			if m := mountsUnder(t, stateRoot); len(m) > 0 {
+				t.Errorf("mounts left in the state root after every sandbox was deleted: %v", m)
+			}
+		})
 		return d
 	})
 }
