@@ -301,13 +301,14 @@ func (f *forkbox) close(ctx context.Context) error {
 	if f.d == nil {
 		return errors.Join(errs...)
 	}
-	if err := waitSandboxesGone(ctx, f.dataDir); err != nil {
-		errs = append(errs, err)
-	}
 	if err := f.d.Shutdown(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop the private daemon: %w", err))
 	}
 	f.d = nil
+	// After the shutdown: the daemon's spares live until it stops.
+	if err := waitSandboxesGone(ctx, f.dataDir); err != nil {
+		errs = append(errs, err)
+	}
 	if f.removeDir {
 		if len(errs) > 0 {
 			// A sandbox may still run from it; leave it for inspection.
@@ -321,10 +322,9 @@ func (f *forkbox) close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// waitSandboxesGone waits until the private daemon's data directory holds
-// no sandbox: a daemon tears down the members of a pool set to 0 in the
-// background, and Shutdown does not wait for them (it leaves sandboxes
-// running for its next start).
+// waitSandboxesGone waits until the stopped private daemon's data
+// directory holds no sandbox (its Shutdown with StopSessions tore every
+// one down: sessions, pool members and spares).
 func waitSandboxesGone(ctx context.Context, dataDir string) error {
 	dir := filepath.Join(dataDir, "sandboxes")
 	for {
