@@ -229,6 +229,20 @@ func (f *forkbox) exec(ctx context.Context, id string) (time.Duration, error) {
 	return d, nil
 }
 
+// runTrue creates a session, runs true in it and destroys it: one cycle
+// of the run and sustained rows.
+func (f *forkbox) runTrue(ctx context.Context) error {
+	id, _, err := f.create(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := f.exec(ctx, id); err != nil {
+		return err
+	}
+	_, err = f.destroy(ctx, id)
+	return err
+}
+
 // destroy deletes session id and returns how long DELETE took.
 func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error) {
 	d, err := timed(func() error { return f.c.DeleteSession(ctx, id) })

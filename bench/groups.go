@@ -185,17 +185,7 @@ func (e *env) measureRun(ctx context.Context) []Result {
 	e.opts.progressf("run true to completion x %d, interleaved with runc run and podman run --rm", e.opts.Warmup+e.opts.N)
 	return e.compete(ctx, e.opts.Warmup, e.opts.N, []string{OpRun},
 		contender{system: SystemForkbox, step: one(func(ctx context.Context) (time.Duration, error) {
-			return timed(func() error {
-				id, _, err := f.create(ctx)
-				if err != nil {
-					return err
-				}
-				if _, err := f.exec(ctx, id); err != nil {
-					return err
-				}
-				_, err = f.destroy(ctx, id)
-				return err
-			})
+			return timed(func() error { return f.runTrue(ctx) })
 		})},
 		contender{system: SystemRunc, step: one(func(ctx context.Context) (time.Duration, error) { return e.p.runcRun(ctx, 0) })},
 		contender{system: SystemPodman, step: one(e.p.podmanRun)})
