@@ -160,19 +160,29 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 	if req.Network != nil || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
 		return nil, nil
 	}
-	// A template that cannot be loaded is refused before a spare is
-	// taken: a bad request must not use one up.
-	if _, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template)); err != nil {
+	// The template is loaded before a spare is taken (a bad request must
+	// not use one up), and the spare counts as a user of it from then on
+	// (fillTemplate), all under the lock that keeps removals out.
+	m.tplMu.RLock()
+	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(req.Template))
+	if err != nil {
+		m.tplMu.RUnlock()
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 		}
 		return nil, err
 	}
+	var sb *Sandbox
 	id := m.warm.TakeSpare()
-	if id == "" {
-		return nil, nil
+	if id != "" {
+		sb = m.lookup(id)
 	}
-	sb := m.lookup(id)
+	if sb != nil {
+		sb.mu.Lock()
+		sb.fillTemplate = req.Template
+		sb.mu.Unlock()
+	}
+	m.tplMu.RUnlock()
 	if sb == nil {
 		return nil, nil
 	}
@@ -180,7 +190,7 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 	// caller does, as a cold start does.
 	fillCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	rec, err := m.adoptMember(ctx, sb, req, idempotencyKey, hash, func() error { return m.fillSpare(fillCtx, sb, req) })
+	rec, err := m.adoptMember(ctx, sb, req, idempotencyKey, hash, func() error { return m.fillSpare(fillCtx, sb, tpl, req) })
 	if err == nil {
 		m.spareFailures.Store(0)
 		return rec, nil
@@ -202,16 +212,11 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 // the host (not of the request), no more spares are made.
 const maxSpareFailures = 3
 
-// fillSpare gives spare sb the files and limits of req: its writable
-// layer from req's template or snapshot, id-mapped into its host ids; the
-// template's host mounts and the writable directories; the agent's
-// settings. From the template's load on, sb counts as a user of it
-// (fillTemplate), so that it cannot be removed.
-func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
-	tpl, err := m.holdTemplate(sb, req.Template)
-	if err != nil {
-		return err
-	}
+// fillSpare gives spare sb the files and limits of req from template tpl
+// (which sb already counts as a user of): its writable layer from req's
+// template or snapshot, id-mapped into its host ids; the template's host
+// mounts and the writable directories; the agent's settings.
+func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, tpl *storage.Template, req node.CreateSpec) error {
 	began := time.Now()
 	storageRoot, err := m.opts.Storage.Prepare(ctx, sb.id, storage.Source{Template: req.Template, Snapshot: req.Snapshot}, req.DiskMB<<20)
 	if err != nil {
@@ -258,24 +263,6 @@ func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, req node.CreateSpe
 		"targets_ms", ms(targeted.Sub(prepared)), "idmap_ms", ms(mapped.Sub(targeted)),
 		"take_ms", ms(took.Sub(mapped)), "agent_ms", ms(time.Since(took)))
 	return nil
-}
-
-// holdTemplate loads template name for spare sb and makes sb a user of
-// it (Templates.TemplateInUse), under the lock that keeps removals out.
-func (m *Manager) holdTemplate(sb *Sandbox, name string) (*storage.Template, error) {
-	m.tplMu.RLock()
-	defer m.tplMu.RUnlock()
-	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(name))
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, errdefs.InvalidField("template", "template %q does not exist", name)
-		}
-		return nil, err
-	}
-	sb.mu.Lock()
-	sb.fillTemplate = name
-	sb.mu.Unlock()
-	return tpl, nil
 }
 
 // makeTargets makes the directories dirs and the empty files files
