@@ -41,9 +41,18 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	// 20 and 30 MB instead of 500 and 300, and few idle sandboxes for a
-	// short time, keep the test short; the shape is the same.
+	// short time, keep the test short; the shape is the same. Every group
+	// runs but fork 64: it is the fork group's code with 64 children (and
+	// 64 runc containers beside them each round), which would load the
+	// host for minutes while the other packages' tests run.
+	var only []string
+	for _, g := range Groups {
+		if g != GroupFork64 {
+			only = append(only, g)
+		}
+	}
 	rep, err := Run(ctx, Options{N: 3, AgentPath: agent, SnapshotMB: 20, UnsyncedMB: 30, StorageImageBytes: 4 << 30,
-		Only: Groups, Sustain: 2 * time.Second, IdleRunc: 5, IdleGVisor: 2, IdleWindow: 2 * time.Second,
+		Only: only, Sustain: 2 * time.Second, IdleRunc: 5, IdleGVisor: 2, IdleWindow: 2 * time.Second,
 		Progress: testWriter{t}})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -55,7 +64,7 @@ func TestRun(t *testing.T) {
 	want := map[string]bool{OpCreate: true, OpExec: true, OpDestroy: true, OpRun: true,
 		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true,
 		OpSnapshotUnsynced: true, OpFrozenUnsynced: true, OpFrozenSynced: true,
-		OpFork64: true, OpRestoreFiles: true, OpSustained: true}
+		OpRestoreFiles: true, OpSustained: true}
 	for _, r := range rep.Results {
 		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
 			r.Operation, r.System, r.N, r.P50MS, r.P99MS, r.MeanMS, r.Note, r.Error)
@@ -69,7 +78,7 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		delete(want, r.Operation)
-		wantMB, sized := map[string]int{OpSnapshot: 20, OpFork: 20, OpFork64: 20, OpRestoreFiles: 20,
+		wantMB, sized := map[string]int{OpSnapshot: 20, OpFork: 20, OpRestoreFiles: 20,
 			OpSnapshotUnsynced: 30, OpFrozenUnsynced: 30, OpFrozenSynced: 30}[r.Operation]
 		if sized && r.DataMB != wantMB || !sized && (r.DataMB == 20 || r.DataMB == 30) {
 			t.Errorf("forkbox %s: data_mb = %d", r.Operation, r.DataMB)

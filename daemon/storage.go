@@ -33,7 +33,7 @@ func openStorage(ctx context.Context, layout datadir.Layout, opts Options, log *
 	switch kind {
 	case "btrfs":
 		return btrfs.New(ctx, btrfs.Options{Dir: layout.Storage("btrfs"), ImageBytes: opts.StorageImageBytes,
-			Shift: storage.DefaultIDShift, MaxSnapshotEntries: opts.MaxSnapshotEntries})
+			Shift: storage.DefaultIDShift, MaxSnapshotEntries: opts.MaxSnapshotEntries, Logger: log})
 	case "overlay":
 		return overlay.New(ctx, overlay.Options{Dir: layout.Storage("overlay"), ImageBytes: opts.StorageImageBytes,
 			Shift: storage.DefaultIDShift, MaxSnapshotEntries: opts.MaxSnapshotEntries})

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +41,9 @@ type Options struct {
 	// it fails with ErrResourceExhausted. 0 means
 	// defaults.MaxSnapshotEntries; negative, no bound.
 	MaxSnapshotEntries int64
+	// Logger receives the driver's warnings (qgroup accounting lost and
+	// rebuilt); nil discards them.
+	Logger *slog.Logger
 }
 
 // Driver is the btrfs storage.Driver. Under its directory:
@@ -74,6 +79,19 @@ type Driver struct {
 	// the kernel did not let go of yet (see reapQgroups).
 	staleMu sync.Mutex
 	stale   map[uint64]bool
+
+	// log receives the accounting watch's warnings (accounting.go).
+	log *slog.Logger
+	// qgroupDir is the filesystem's qgroups directory in sysfs ("" when
+	// the kernel has none).
+	qgroupDir string
+	// rescanMu serialises rescans; rescans counts them.
+	rescanMu sync.Mutex
+	rescans  atomic.Int64
+	// closing is closed by Close, which then waits for watchers.
+	closing   chan struct{}
+	closeOnce sync.Once
+	watchers  sync.WaitGroup
 }
 
 var (
@@ -103,7 +121,11 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted, maxEntries: opts.MaxSnapshotEntries}
+	d := &Driver{dir: dir, shift: opts.Shift, rootFd: -1, mounted: mounted, maxEntries: opts.MaxSnapshotEntries,
+		log: opts.Logger, closing: make(chan struct{})}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
 	switch {
 	case d.maxEntries == 0:
 		d.maxEntries = defaults.MaxSnapshotEntries
@@ -122,11 +144,15 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 		d.Close()
 		return nil, err
 	}
+	d.qgroupDir = qgroupSysfsDir(d.rootFd) // there once quotas are on
+	d.raiseDropThreshold()
 	if err := d.cleanup(); err != nil {
 		d.Close()
 		return nil, err
 	}
 	d.sweepQgroups()
+	d.watchers.Add(1)
+	go d.watchAccounting()
 	return d, nil
 }
 
@@ -243,6 +269,12 @@ func (d *Driver) Prepare(ctx context.Context, id string, from storage.Source, qu
 		return "", err
 	}
 	if quotaBytes > 0 {
+		// A limit is enforced only while the kernel accounts (accounting.go).
+		if _, err := d.ensureAccounting(); err != nil {
+			d.destroy(d.layersDir(), id)
+			removeFile(path + ".json")
+			return "", err
+		}
 		if err := d.limit(path, quotaBytes); err != nil {
 			d.destroy(d.layersDir(), id)
 			removeFile(path + ".json")
@@ -333,9 +365,11 @@ func (d *Driver) Snapshots(ctx context.Context) ([]string, error) {
 	return listIDs(d.snapshotsDir(), true)
 }
 
-// Close releases the driver's descriptor. The filesystem stays mounted
-// (sandboxes use it); a later New finds it.
+// Close stops the accounting watch and releases the driver's descriptor.
+// The filesystem stays mounted (sandboxes use it); a later New finds it.
 func (d *Driver) Close() error {
+	d.closeOnce.Do(func() { close(d.closing) })
+	d.watchers.Wait()
 	if d.rootFd >= 0 {
 		err := unix.Close(d.rootFd)
 		d.rootFd = -1

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
@@ -330,5 +331,74 @@ func TestOnExistingBtrfs(t *testing.T) {
 	}
 	if err := d.Verify(ctx, "s"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAccountingRebuilt: once the kernel stops accounting qgroups (here
+// the deletion of a layer whose shared tree reaches the drop threshold,
+// lowered to 0 so that a small tree does; New had raised it to the
+// maximum level), disk limits are no longer enforced until a rescan; the
+// driver rescans, so a limited layer made afterwards still hits EDQUOT,
+// and the background watch clears the flag for running layers too.
+func TestAccountingRebuilt(t *testing.T) {
+	d, _ := newWithTemplate(t)
+	if d.qgroupDir == "" {
+		t.Skip("this kernel shows no qgroups directory in sysfs (Linux 5.9) to provoke and watch the flag with")
+	}
+	knob := filepath.Join(d.qgroupDir, "drop_subtree_threshold")
+	if b, err := os.ReadFile(knob); err == nil && strings.TrimSpace(string(b)) != "8" {
+		t.Fatalf("drop_subtree_threshold after New = %q, want 8", b)
+	}
+	if err := os.WriteFile(knob, []byte("0"), 0); err != nil {
+		t.Skipf("cannot lower drop_subtree_threshold to provoke the kernel: %v", err)
+	}
+	ctx := context.Background()
+	// A tree of more than one level: a few thousand files.
+	wide, err := d.Prepare(ctx, "wide", storage.Source{Template: "t"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3000; i++ {
+		if err := os.WriteFile(filepath.Join(wide, "tmp", fmt.Sprintf("f%d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Snapshot(ctx, "wide", "widesnap", nil); err != nil {
+		t.Fatal(err)
+	}
+	victim, err := d.Prepare(ctx, "victim", storage.Source{Snapshot: "widesnap"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(victim, "tmp/f1"), 1<<20, 'v'); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Sync()
+	if err := d.Remove(ctx, "victim"); err != nil {
+		t.Fatal(err)
+	}
+	// The cleaner drops the subvolume in the background; the flag rises
+	// then (and the watch may already have cleared it again).
+	lost := false
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !lost && d.rescans.Load() == 0; {
+		_ = commitFS(d.rootFd) // a commit wakes the cleaner
+		lost, _ = d.accountingLost()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !lost && d.rescans.Load() == 0 {
+		t.Fatal("deleting a layer over a threshold of 0 never made the kernel give up the accounting; the test provokes nothing")
+	}
+	if err := os.WriteFile(knob, []byte("8"), 0); err != nil {
+		t.Fatal(err)
+	}
+	limited, err := d.Prepare(ctx, "limited", storage.Source{Template: "t"}, 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(limited, "tmp/big"), 32<<20, 'b'); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("32 MiB under an 8 MiB limit after the kernel lost the accounting: %v, want EDQUOT", err)
+	}
+	if lost, err := d.accountingLost(); err != nil || lost || d.rescans.Load() == 0 {
+		t.Fatalf("accounting lost %v (%v) after %d rescans, want rebuilt", lost, err, d.rescans.Load())
 	}
 }

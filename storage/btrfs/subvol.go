@@ -194,7 +194,15 @@ func (d *Driver) usageBytes(path string, flush bool) (qgroupUsage, error) {
 		return qgroupUsage{}, storageErr("open "+path, err)
 	}
 	defer unix.Close(fd)
-	return usageOf(fd, flush)
+	u, err := usageOf(fd, flush)
+	if err != nil {
+		return u, err
+	}
+	// Numbers the kernel stopped keeping are rebuilt first (accounting.go).
+	if rescanned, err := d.ensureAccounting(); err != nil || !rescanned {
+		return u, err
+	}
+	return usageOf(fd, false)
 }
 
 // exclusiveOf returns the exclusive bytes of the subvolume root open as fd
