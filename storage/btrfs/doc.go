@@ -20,6 +20,8 @@
 //     fails with EDQUOT ("Disk quota exceeded"), and after files are
 //     removed writing works again. A snapshot shares everything the layer
 //     held, so after one the limit applies to what is written since.
+//     Limits hold only while the kernel accounts qgroups; accounting.go
+//     keeps it doing so (it rescans when the kernel gives up).
 //   - SnapshotInfo.SizeBytes: how much the layer's referenced bytes grew
 //     since it was made from its template or snapshot, read just before the
 //     snapshot (after a full sync, so the numbers are current). A
