@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,10 +17,12 @@ func TestProcReaders(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hostBusy: %v", err)
 	}
-	for end := time.Now().Add(150 * time.Millisecond); time.Now().Before(end); {
-	}
-	if after := selfCPU(); after-before < 0.05 {
-		t.Errorf("selfCPU grew by %.3f s over 150 ms of spinning, want at least 0.05", after-before)
+	// Spin until getrusage(2) (microseconds) has seen 200 ms more CPU,
+	// however long a loaded host takes to give it; /proc's figure (clock
+	// ticks) must have seen about as much.
+	spun := spinCPU(t, 200*time.Millisecond)
+	if after := selfCPU(); after-before < spun.Seconds()/2 {
+		t.Errorf("selfCPU grew by %.3f s while getrusage saw %s of CPU, want at least half", after-before, spun)
 	}
 	busy1, _ := hostBusy()
 	if busy1 <= busy0 {
@@ -40,5 +43,30 @@ func TestProcReaders(t *testing.T) {
 	}
 	if v, err := readCgroupInt("cpuacct", "", "cpuacct.usage"); v <= 0 || err != nil {
 		t.Errorf("root cpuacct.usage = %d, %v; want a positive total", v, err)
+	}
+}
+
+// spinCPU burns CPU in this goroutine until getrusage(RUSAGE_SELF) has
+// grown by at least d, and returns by how much it grew. It fails t after
+// a minute (a hang guard, not a timing).
+func spinCPU(t *testing.T, d time.Duration) time.Duration {
+	t.Helper()
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatalf("getrusage: %v", err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start, guard := cpu(), time.Now().Add(time.Minute)
+	for {
+		if grown := cpu() - start; grown >= d {
+			return grown
+		}
+		if time.Now().After(guard) {
+			t.Fatalf("a minute of spinning gave this process less than %s of CPU", d)
+		}
+		for i := 0; i < 1e6; i++ {
+		}
 	}
 }
