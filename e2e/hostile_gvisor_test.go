@@ -115,7 +115,10 @@ func TestHostileGVisorForkBombAcrossUsersNamed(t *testing.T) {
 	needGVisor(t)
 	name, _, c := newTenant(t, env.c, "gvbomb2", client.TenantPolicy{})
 	ctx := ctxFor(t, 3*time.Minute)
-	s, _, err := c.CreateSession(ctx, client.CreateRequest{Isolation: "gvisor", Pids: 64}, "")
+	// 2 GiB, so that the bomb's sleeping children (memory in the Sentry)
+	// do not reach the memory limit before the pids limit: with 512 MiB
+	// the 2026 runsc's sandbox sometimes ended over its memory first.
+	s, _, err := c.CreateSession(ctx, client.CreateRequest{Isolation: "gvisor", Pids: 64, MemoryMB: 2048}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
