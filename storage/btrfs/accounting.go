@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/forkbox/forkbox/errdefs"
 )
 
 // Disk limits are qgroup limits, and the kernel enforces them only while
@@ -102,24 +104,34 @@ func (d *Driver) ensureAccounting() (bool, error) {
 		return false, storageErr("quota rescan", err)
 	}
 	d.rescans.Add(1)
+	if lost, err = d.accountingLost(); err != nil || lost {
+		return true, fmt.Errorf("btrfs: qgroups still inconsistent after a rescan (%v): %w", err, errdefs.ErrUnavailable)
+	}
 	d.log.Info("btrfs: qgroup rescan done; disk limits are enforced again", "dir", d.dir, "took", time.Since(began).Round(time.Millisecond))
 	return true, nil
 }
 
 // watchAccounting runs ensureAccounting every accountingCheckInterval
-// until Close.
+// until Close; after a failed check it waits twice as long each time, up
+// to maxAccountingBackoff (a rescan that cannot fix the numbers is not
+// retried every few seconds).
 func (d *Driver) watchAccounting() {
 	defer d.watchers.Done()
-	t := time.NewTicker(accountingCheckInterval)
-	defer t.Stop()
+	wait := accountingCheckInterval
 	for {
 		select {
 		case <-d.closing:
 			return
-		case <-t.C:
+		case <-time.After(wait):
 			if _, err := d.ensureAccounting(); err != nil {
 				d.log.Warn("btrfs: qgroup accounting check", "dir", d.dir, "err", err)
+				wait = min(2*wait, maxAccountingBackoff)
+			} else {
+				wait = accountingCheckInterval
 			}
 		}
 	}
 }
+
+// maxAccountingBackoff bounds the wait between failed accounting checks.
+const maxAccountingBackoff = 5 * time.Minute
