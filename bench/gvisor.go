@@ -277,18 +277,12 @@ func (rs *runscPeer) restoreN(ctx context.Context, k int) (time.Duration, error)
 		rs.ids = append(rs.ids, ids[i])
 	}
 	rs.mu.Unlock()
-	errs := make([]error, k)
+	var errs []error
 	d, _ := timed(func() error {
-		var wg sync.WaitGroup
-		for i, id := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// Detached: its output goes to a file (a pipe would stay open).
-				errs[i] = rs.tool.start(ctx, "restore", "--detach", "--image-path", rs.image, "--bundle", rs.bundle, id)
-			}()
-		}
-		wg.Wait()
+		errs = allAtOnce(k, func(i int) error {
+			// Detached: its output goes to a file (a pipe would stay open).
+			return rs.tool.start(ctx, "restore", "--detach", "--image-path", rs.image, "--bundle", rs.bundle, ids[i])
+		})
 		return nil
 	})
 	for _, id := range ids {

@@ -168,30 +168,32 @@ func (p *peers) runcStartN(ctx context.Context, k int) (time.Duration, error) {
 		ids[i] = p.name("start")
 		p.remember(&p.leftRunc, ids[i])
 	}
-	defer func() {
-		var wg sync.WaitGroup
-		for _, id := range ids {
-			wg.Add(1)
-			go func() { defer wg.Done(); p.runcDelete(ctx, id) }()
-		}
-		wg.Wait()
-	}()
-	errs := make([]error, k)
+	defer allAtOnce(k, func(i int) error { p.runcDelete(ctx, ids[i]); return nil })
+	var errs []error
 	d, _ := timed(func() error {
-		var wg sync.WaitGroup
-		for i, id := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if errs[i] = p.runc.start(ctx, "run", "--detach", "--bundle", p.sleepBundles[i], id); errs[i] == nil {
-					_, errs[i] = p.runc.run(ctx, "exec", id, "/bin/true")
-				}
-			}()
-		}
-		wg.Wait()
+		errs = allAtOnce(k, func(i int) error {
+			if err := p.runc.start(ctx, "run", "--detach", "--bundle", p.sleepBundles[i], ids[i]); err != nil {
+				return err
+			}
+			_, err := p.runc.run(ctx, "exec", ids[i], "/bin/true")
+			return err
+		})
 		return nil
 	})
 	return d, errors.Join(errs...)
+}
+
+// allAtOnce calls f(0) ... f(n-1), each in a goroutine of its own, waits
+// for all of them, and returns their errors by index.
+func allAtOnce(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(i) }()
+	}
+	wg.Wait()
+	return errs
 }
 
 // runcSleeping returns the run's runc container running /bin/sleep,
