@@ -277,20 +277,19 @@ func (rs *runscPeer) restoreN(ctx context.Context, k int) (time.Duration, error)
 		rs.ids = append(rs.ids, ids[i])
 	}
 	rs.mu.Unlock()
-	var errs []error
-	d, _ := timed(func() error {
-		errs = allAtOnce(k, func(i int) error {
+	d, err := timed(func() error {
+		return errors.Join(allAtOnce(k, func(i int) error {
 			// Detached: its output goes to a file (a pipe would stay open).
 			return rs.tool.start(ctx, "restore", "--detach", "--image-path", rs.image, "--bundle", rs.bundle, ids[i])
-		})
-		return nil
+		})...)
 	})
 	for _, id := range ids {
-		if _, err := rs.tool.run(context.WithoutCancel(ctx), "delete", "--force", id); err != nil && errors.Join(errs...) == nil {
-			errs = append(errs, err)
+		// A failed delete is reported only when every restore worked.
+		if _, derr := rs.tool.run(context.WithoutCancel(ctx), "delete", "--force", id); derr != nil && err == nil {
+			err = derr
 		}
 	}
-	return d, errors.Join(errs...)
+	return d, err
 }
 
 // runscBundle writes an OCI bundle into dir (made by `runsc spec`): the

@@ -169,18 +169,15 @@ func (p *peers) runcStartN(ctx context.Context, k int) (time.Duration, error) {
 		p.remember(&p.leftRunc, ids[i])
 	}
 	defer allAtOnce(k, func(i int) error { p.runcDelete(ctx, ids[i]); return nil })
-	var errs []error
-	d, _ := timed(func() error {
-		errs = allAtOnce(k, func(i int) error {
+	return timed(func() error {
+		return errors.Join(allAtOnce(k, func(i int) error {
 			if err := p.runc.start(ctx, "run", "--detach", "--bundle", p.sleepBundles[i], ids[i]); err != nil {
 				return err
 			}
 			_, err := p.runc.run(ctx, "exec", ids[i], "/bin/true")
 			return err
-		})
-		return nil
+		})...)
 	})
-	return d, errors.Join(errs...)
 }
 
 // allAtOnce calls f(0) ... f(n-1), each in a goroutine of its own, waits

@@ -104,8 +104,11 @@ func (d *Driver) ensureAccounting() (bool, error) {
 		return false, storageErr("quota rescan", err)
 	}
 	d.rescans.Add(1)
-	if lost, err = d.accountingLost(); err != nil || lost {
-		return true, fmt.Errorf("btrfs: qgroups still inconsistent after a rescan (%v): %w", err, errdefs.ErrUnavailable)
+	if lost, err = d.accountingLost(); err != nil {
+		return true, err
+	}
+	if lost {
+		return true, errdefs.Newf(errdefs.ErrUnavailable, "btrfs: qgroups still inconsistent after a rescan of %s", d.dir)
 	}
 	d.log.Info("btrfs: qgroup rescan done; disk limits are enforced again", "dir", d.dir, "took", time.Since(began).Round(time.Millisecond))
 	return true, nil
