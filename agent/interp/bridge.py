@@ -1,0 +1,315 @@
+# The Python bridge of forkbox-agent's code interpreter (package interp).
+#
+# The agent runs it as the session's user, one per Python context. It
+# starts one IPython kernel (ipykernel, through jupyter_client) over the ipc
+# transport in a private directory, and speaks JSON lines with the agent:
+#
+#   agent -> bridge (stdin):  {"op": "execute", "id", "code", "env_vars", "seed"}
+#                             {"op": "interrupt", "id"} (the cell's id)
+#   bridge -> agent (stdout): {"type": "ready", "kernel_pid"} once started,
+#                             then per cell the output lines of E2B's
+#                             /execute stream (stdout, stderr, result,
+#                             error, number_of_executions) and
+#                             {"type": "end_of_execution"} last.
+#
+# The kernel's own stdin and stdout are /dev/null and its stderr is the
+# bridge's (the agent's log), so nothing the cell writes reaches this
+# protocol but what the kernel publishes. When the kernel dies the bridge
+# reports an error, ends the cell and exits; the agent starts a new one.
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from jupyter_client import KernelManager
+
+# A stream message is cut into lines of at most this many characters, so
+# one line stays small whatever a cell prints.
+CHUNK = 32 * 1024
+
+# Kernel start-up code: the chart formatter (a figure's E2B chart JSON
+# under the "e2b/chart" MIME type) and the helpers that set and restore a
+# call's environment variables. Run silently once the kernel is ready.
+SETUP = r'''
+def __forkbox_setup(CHARTS_SOURCE):
+    import os as _os
+    _ip = get_ipython()
+
+    def _env_apply(pairs):
+        saved = {}
+        for k, v in pairs.items():
+            saved[k] = _os.environ.get(k)
+            _os.environ[k] = v
+        return saved
+
+    def _env_restore(saved):
+        for k, v in saved.items():
+            if v is None:
+                _os.environ.pop(k, None)
+            else:
+                _os.environ[k] = v
+
+    _ip.user_ns['__forkbox_env_apply'] = _env_apply
+    _ip.user_ns['__forkbox_env_restore'] = _env_restore
+    _ip.user_ns_hidden['__forkbox_env_apply'] = _env_apply
+    _ip.user_ns_hidden['__forkbox_env_restore'] = _env_restore
+
+    try:
+        import matplotlib.figure
+    except ImportError:
+        return
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    class _ChartFormatter(BaseFormatter):
+        format_type = Unicode('e2b/chart')
+        print_method = ObjectName('_repr_e2b_chart_')
+
+        def __call__(self, obj):
+            # Not through for_type: the inline backend drops Figure
+            # printers when pyplot is first imported.
+            if not isinstance(obj, matplotlib.figure.Figure):
+                return None
+            try:
+                return charts.figure_chart(obj)
+            except Exception:
+                return None
+
+    fmt = _ChartFormatter(parent=_ip.display_formatter)
+    _ip.display_formatter.formatters['e2b/chart'] = fmt
+    if 'e2b/chart' not in _ip.display_formatter.active_types:
+        _ip.display_formatter.active_types.append('e2b/chart')
+
+    import sys as _sys
+    import types as _types
+    charts = _types.ModuleType('forkbox_charts')
+    exec(compile(CHARTS_SOURCE, '<forkbox_charts>', 'exec'), charts.__dict__)
+    _sys.modules['forkbox_charts'] = charts
+
+__forkbox_setup(CHARTS_SOURCE)
+del __forkbox_setup
+'''
+
+
+
+def emit(obj):
+    """Writes one protocol line to the agent."""
+    sys.stdout.write(json.dumps(obj, separators=(',', ':'), default=str) + '\n')
+    sys.stdout.flush()
+
+
+def stamp(msg):
+    d = msg.get('header', {}).get('date')
+    if hasattr(d, 'isoformat'):
+        return d.isoformat()
+    return d or time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+
+
+def result_line(data, main):
+    """Maps an IPython MIME bundle to an E2B result line."""
+    data = dict(data)
+    out = {'type': 'result', 'is_main_result': main}
+    text = data.pop('text/plain', None)
+    if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] and text[0] in '\'"':
+        text = text[1:-1]
+    if text is not None:
+        out['text'] = text
+    for mime, key in (('text/html', 'html'), ('text/markdown', 'markdown'),
+                      ('image/svg+xml', 'svg'), ('image/png', 'png'),
+                      ('image/jpeg', 'jpeg'), ('application/pdf', 'pdf'),
+                      ('text/latex', 'latex'), ('application/json', 'json'),
+                      ('application/javascript', 'javascript'),
+                      ('e2b/data', 'data'), ('e2b/chart', 'chart')):
+        if mime in data:
+            out[key] = data.pop(mime)
+    if data:
+        out['extra'] = data
+    return out
+
+
+class Bridge:
+    def __init__(self, cwd, charts):
+        self.private = tempfile.mkdtemp(prefix='forkbox-kernel-')
+        env = dict(os.environ)
+        env['JUPYTER_RUNTIME_DIR'] = self.private
+        env.setdefault('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
+        self.km = KernelManager(transport='ipc', ip=os.path.join(self.private, 'kernel'),
+                                connection_file=os.path.join(self.private, 'kernel.json'))
+        self.km.start_kernel(cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=sys.stderr)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+        self.silent('CHARTS_SOURCE = %s\n' % json.dumps(charts) + SETUP + 'del CHARTS_SOURCE\n')
+        self.seeded = False
+
+    def kernel_pid(self):
+        p = getattr(self.km, 'provisioner', None)
+        proc = getattr(p, 'process', None) if p is not None else None
+        return getattr(proc, 'pid', 0) or 0
+
+    def silent(self, code):
+        """Runs code with no output and no history; returns the reply."""
+        mid = self.kc.execute(code, silent=True, store_history=False)
+        while True:
+            r = self.kc.get_shell_msg(timeout=120)
+            if r['parent_header'].get('msg_id') == mid:
+                return r
+
+    def execute(self, req, interrupts):
+        env_vars = req.get('env_vars') or {}
+        seed = req.get('seed') or {}
+        if not self.seeded and seed:
+            self.silent('import os as _o; _o.environ.update(%s); del _o' % json.dumps(seed))
+        self.seeded = True
+        if env_vars:
+            self.silent('__forkbox_env_saved = __forkbox_env_apply(%s)' % json.dumps(env_vars))
+        try:
+            self.run_cell(req.get('code', ''), lambda: interrupts.take(req.get('id')))
+        finally:
+            if env_vars and self.km.is_alive():
+                self.silent('__forkbox_env_restore(__forkbox_env_saved); del __forkbox_env_saved')
+        emit({'type': 'end_of_execution'})
+
+    def run_cell(self, code, interrupted):
+        mid = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        errored = False
+        idle = False
+        replied = False
+        quiet_since = None
+        while True:
+            if interrupted():
+                self.km.interrupt_kernel()
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except queue.Empty:
+                if not replied:
+                    replied = self.reply_ready(mid)
+                if replied:
+                    # The kernel answered; an idle status lost on the way
+                    # (a full queue) must not hang the cell.
+                    quiet_since = quiet_since or time.monotonic()
+                    if idle or time.monotonic() - quiet_since > 2:
+                        return
+                if not self.km.is_alive():
+                    emit({'type': 'error', 'name': 'KernelDied',
+                          'value': 'The kernel died while running the cell; the next call restarts it',
+                          'traceback': ''})
+                    emit({'type': 'end_of_execution'})
+                    sys.exit(3)
+                continue
+            quiet_since = None
+            if msg['parent_header'].get('msg_id') != mid:
+                continue
+            t = msg['msg_type']
+            c = msg['content']
+            if t == 'stream':
+                name = 'stderr' if c.get('name') == 'stderr' else 'stdout'
+                text = c.get('text', '')
+                ts = stamp(msg)
+                for i in range(0, len(text), CHUNK):
+                    emit({'type': name, 'text': text[i:i + CHUNK], 'timestamp': ts})
+            elif t == 'execute_input':
+                emit({'type': 'number_of_executions', 'execution_count': c.get('execution_count')})
+            elif t in ('display_data', 'update_display_data'):
+                emit(result_line(c.get('data', {}), False))
+            elif t == 'execute_result':
+                emit(result_line(c.get('data', {}), True))
+            elif t == 'error':
+                if not errored:
+                    errored = True
+                    emit({'type': 'error', 'name': c.get('ename', ''), 'value': c.get('evalue', ''),
+                          'traceback': '\n'.join(c.get('traceback', []))})
+            elif t == 'status' and c.get('execution_state') == 'idle':
+                idle = True
+                if not replied:
+                    replied = self.reply_ready(mid)
+                if replied:
+                    return
+
+    def reply_ready(self, mid):
+        """Reads the cell's execute_reply if it arrived (True then)."""
+        while True:
+            try:
+                r = self.kc.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return False
+            if r['parent_header'].get('msg_id') == mid:
+                return True
+
+    def close(self):
+        try:
+            self.kc.stop_channels()
+            self.km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+        shutil.rmtree(self.private, ignore_errors=True)
+
+
+class Interrupts:
+    """The cells (by the agent's id) the agent asked to interrupt."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ids = set()
+
+    def add(self, cell):
+        with self.lock:
+            self.ids.add(cell)
+
+    def take(self, cell):
+        """Reports whether cell was asked to stop since the last call."""
+        with self.lock:
+            if cell in self.ids:
+                self.ids.discard(cell)
+                return True
+            return False
+
+    def forget(self, cell):
+        with self.lock:
+            self.ids = {i for i in self.ids if i > cell}
+
+
+def main():
+    cwd = sys.argv[1]
+    charts = sys.argv[2]
+    try:
+        b = Bridge(cwd, charts)
+    except Exception as e:  # the kernel did not start
+        emit({'type': 'fatal', 'name': type(e).__name__, 'value': str(e)})
+        return 2
+    emit({'type': 'ready', 'kernel_pid': b.kernel_pid()})
+    cells = queue.Queue()
+    interrupts = Interrupts()
+
+    def read():
+        for raw in sys.stdin:
+            try:
+                req = json.loads(raw)
+            except ValueError:
+                continue
+            if req.get('op') == 'interrupt':
+                interrupts.add(req.get('id'))
+            elif req.get('op') == 'execute':
+                cells.put(req)
+        cells.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        while True:
+            req = cells.get()
+            if req is None:
+                return 0
+            b.execute(req, interrupts)
+            interrupts.forget(req.get('id', 0))
+    finally:
+        b.close()
+
+
+if __name__ == '__main__':
+    sys.exit(main())
