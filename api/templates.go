@@ -30,7 +30,7 @@ func templateView(t *storage.Template) v1.Template {
 		source = "upload"
 	}
 	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
-		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt}
+		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf}
 }
 
 func (h *templateAPI) handleTemplates(w http.ResponseWriter, r *http.Request) {

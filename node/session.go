@@ -86,6 +86,11 @@ type Session struct {
 	// EnvdToken is the secret E2B clients send as X-Access-Token to reach
 	// the session's agent through the envd proxy.
 	EnvdToken string
+	// TrafficToken is the secret E2B clients send as
+	// E2B-Traffic-Access-Token to reach the session's other services
+	// (its code-execution service, E2B's port 49999) through the E2B edge;
+	// "" (a session made before it existed) opens them to nobody.
+	TrafficToken string
 	// OnTimeout is what happens when the timeout is reached: OnTimeoutKill
 	// ("" is the same) or OnTimeoutPause.
 	OnTimeout string

@@ -213,7 +213,7 @@ func (m *Manager) launchWith(ctx context.Context, req node.CreateSpec, idempoten
 		DefaultUser: req.User, Workdir: req.Workdir, Env: req.Env, Metadata: req.Metadata,
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
-		EnvdToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
+		EnvdToken: newToken(), TrafficToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
 		Network: copyNetwork(req.Network), Tenant: callerTenant(ctx),
 	}
 	if initial == node.StatePooled {

@@ -19,6 +19,9 @@ type Templates struct{ m *Manager }
 // TemplateUsable reports whether template name exists and ctx's caller
 // may use it (its tenant's own, or shared).
 func (ts *Templates) TemplateUsable(ctx context.Context, name string) bool {
+	if target, ok := storage.TemplateAlias(name); ok {
+		name = target
+	}
 	return ts.TemplateExists(name) && ts.templateVisible(ctx, name)
 }
 

@@ -18,6 +18,12 @@
 #                   SDK needs Node.js 20.18.1+ (bookworm's own nodejs is 18:
 #                   install 20+ from NodeSource first on such a host)
 #   protobuf-compiler  only for `make generate` (generated code is committed)
+#   python3-ipykernel python3-jupyter-client python3-numpy python3-pandas
+#   python3-matplotlib python3-scipy python3-venv python3-pip ca-certificates
+#                   what sandboxes of the base template (and its alias
+#                   code-interpreter-v1) run code with: they see the host's
+#                   /usr read-only, and the base template copies the host's
+#                   CA certificates into its /etc
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -35,6 +41,10 @@ command -v mkfs.xfs >/dev/null 2>&1 || need+=(xfsprogs)
 command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+for p in python3-ipykernel python3-jupyter-client python3-numpy python3-pandas \
+  python3-matplotlib python3-scipy python3-venv python3-pip ca-certificates; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+done
 if [ "${FORKBOX_GENERATE:-0}" = 1 ]; then
   command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 fi

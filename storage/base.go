@@ -48,6 +48,10 @@ services:       files
 if [ -z "$PATH" ]; then
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 fi
+case ":$PATH:" in
+  *:/home/user/.venv/bin:*) ;;
+  *) [ -d /home/user/.venv/bin ] && PATH=/home/user/.venv/bin:$PATH && VIRTUAL_ENV=/home/user/.venv && export VIRTUAL_ENV ;;
+esac
 export PATH
 if [ "$(id -u)" -eq 0 ]; then PS1='# '; else PS1='$ '; fi
 `
@@ -56,8 +60,10 @@ if [ "$(id -u)" -eq 0 ]; then PS1='# '; else PS1='$ '; fi
 // BuildBase writes the built-in "base" template into dir (which must not
 // exist): a rootfs holding mount points for the host's system directories
 // and a synthesized /etc (passwd, group, hosts, resolv.conf, nsswitch.conf,
-// profile, ld.so.cache, and the /etc/alternatives symlinks that point into
-// the mounted system directories). Files are owned by the shifted root.
+// profile, ld.so.cache, the host's CA certificates and the
+// /etc/alternatives symlinks that point into the mounted system
+// directories), and the default Python virtual environment (VenvDir, the
+// user's, first on PATH: BaseEnv). Files are owned by the shifted root.
 func BuildBase(dir string, shift IDShift) (*Template, error) {
 	rootfs := RootFS(dir)
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
@@ -69,7 +75,7 @@ func BuildBase(dir string, shift IDShift) (*Template, error) {
 	}
 	t := &Template{
 		Name: BaseTemplate, Source: "builtin", Version: baseTemplateVersion,
-		Env:       []string{"LANG=C.UTF-8"},
+		Env:       append([]string(nil), BaseEnv...),
 		CreatedAt: time.Now().UTC().Format(time.RFC3339),
 	}
 	for _, d := range hostSystemDirs {
@@ -107,6 +113,9 @@ func BuildBase(dir string, shift IDShift) (*Template, error) {
 	}
 	if err := PrepareUserDirs(rootfs, shift); err != nil {
 		return nil, err
+	}
+	if err := writeVenv(rootfs, shift); err != nil {
+		return nil, fmt.Errorf("default virtual environment: %w", err)
 	}
 	for _, d := range []string{"proc", "sys", "dev", "run", "var", "var/tmp", "mnt", "opt", "srv"} {
 		if err := mkdirOwned(filepath.Join(rootfs, d), 0o755, root, shift.GID(RootUID)); err != nil {
@@ -168,6 +177,9 @@ func writeBaseEtc(etc string, shift IDShift) error {
 			return err
 		}
 		_ = os.Lchown(p, root, rootG)
+	}
+	if err := writeCACerts(etc, root, rootG); err != nil {
+		return fmt.Errorf("CA certificates: %w", err)
 	}
 	return copyAlternatives("/etc/alternatives", filepath.Join(etc, "alternatives"), root, rootG)
 }

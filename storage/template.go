@@ -14,9 +14,27 @@ import (
 // BaseTemplate is the name of the built-in template.
 const BaseTemplate = "base"
 
+// CodeInterpreterTemplate is the template @e2b/code-interpreter's
+// Sandbox.create() asks for (POST /v2/sandboxes {"templateID":
+// "code-interpreter-v1"}: section 7 of the E2B compatibility notes). It is
+// an alias of the base template, which has Python with ipykernel, numpy,
+// pandas, matplotlib and scipy when the host has them (the install
+// script installs them): a session created from it is a base session.
+const CodeInterpreterTemplate = "code-interpreter-v1"
+
+// TemplateAlias returns the template that name is an alias of, and
+// whether it is one (CodeInterpreterTemplate is BaseTemplate's).
+// Aliases are built in: no import can take their names.
+func TemplateAlias(name string) (string, bool) {
+	if name == CodeInterpreterTemplate {
+		return BaseTemplate, true
+	}
+	return "", false
+}
+
 // baseTemplateVersion is bumped whenever BuildBase changes what it writes,
 // so an older base template on disk is rebuilt at start-up.
-const baseTemplateVersion = 3
+const baseTemplateVersion = 4
 
 // Template is a template's metadata, stored as template.json beside its rootfs.
 type Template struct {
@@ -43,6 +61,9 @@ type Template struct {
 	// the root filesystem, which the storage driver copies or uses in
 	// place.
 	Storage string `json:"storage,omitempty"`
+	// AliasOf, in a listing only (never stored), names the template this
+	// one is a built-in alias of (TemplateAlias).
+	AliasOf string `json:"-"`
 	// Version is the base template format version (base only).
 	Version int `json:"version,omitempty"`
 	// CreatedAt is RFC 3339.

@@ -199,6 +199,10 @@ var migrations = []string{
 	// 10: snapshots made for a fork stay provisional until the fork answers
 	// (a daemon restart reclaims those nobody uses).
 	`ALTER TABLE snapshots ADD COLUMN provisional INTEGER NOT NULL DEFAULT 0;`,
+	// 11: the traffic access token a session's E2B clients present for
+	// its services other than envd (the code-execution service); '' for
+	// sessions made before, which opens those services to nobody.
+	`ALTER TABLE sessions ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

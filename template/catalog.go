@@ -207,6 +207,9 @@ func (c *Catalog) CheckImportName(name string) error {
 	if name == storage.BaseTemplate {
 		return errdefs.InvalidField("name", "%q is the built-in template", name)
 	}
+	if target, ok := storage.TemplateAlias(name); ok {
+		return errdefs.InvalidField("name", "%q is a built-in alias of template %q", name, target)
+	}
 	if _, err := os.Stat(c.layout.Template(name)); err == nil {
 		return errdefs.Newf(errdefs.ErrConflict, "template %q exists; delete it first", name)
 	}
@@ -216,6 +219,13 @@ func (c *Catalog) CheckImportName(name string) error {
 // Get returns template name's metadata; ErrNotFound when absent or
 // another tenant's.
 func (c *Catalog) Get(ctx context.Context, name string) (*storage.Template, error) {
+	if target, ok := storage.TemplateAlias(name); ok {
+		t, err := c.Get(ctx, target)
+		if err != nil {
+			return nil, err
+		}
+		return aliasOf(name, t), nil
+	}
 	if !storage.ValidTemplateName(name) {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "template %q", name)
 	}
@@ -248,15 +258,26 @@ func (c *Catalog) List(ctx context.Context) ([]*storage.Template, error) {
 			return nil, err
 		}
 		out = append(out, t)
+		if t.Name == storage.BaseTemplate {
+			out = append(out, aliasOf(storage.CodeInterpreterTemplate, t))
+		}
 	}
 	return out, nil
+}
+
+// aliasOf is template t as alias name lists it: t's metadata under name,
+// with AliasOf naming t.
+func aliasOf(name string, t *storage.Template) *storage.Template {
+	a := *t
+	a.Name, a.AliasOf = name, t.Name
+	return &a
 }
 
 // Delete removes template name. The base template cannot be deleted, and
 // a template that live sessions use is ErrConflict. Another tenant's is
 // ErrNotFound; a shared one needs an admin caller (ErrPermissionDenied).
 func (c *Catalog) Delete(ctx context.Context, name string) error {
-	if name == storage.BaseTemplate {
+	if _, alias := storage.TemplateAlias(name); alias || name == storage.BaseTemplate {
 		return errdefs.Newf(errdefs.ErrConflict, "the built-in template %q cannot be deleted", name)
 	}
 	c.mu.Lock()

@@ -66,9 +66,10 @@ type sandboxView struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	// Domain and TrafficAccessToken are null: sandbox ports are not
-	// exposed (the sandbox has no network), and envd is reached through
-	// E2B_SANDBOX_URL.
+	// TrafficAccessToken authorises calls of the sandbox's services other
+	// than envd (its code-execution service, port 49999: code.go), which
+	// the SDKs send as E2B-Traffic-Access-Token. Domain is null: envd and
+	// that service are reached through E2B_SANDBOX_URL.
 	TrafficAccessToken *string `json:"trafficAccessToken"`
 	Domain             *string `json:"domain"`
 }
@@ -110,8 +111,13 @@ func templateOf(rec *node.Session) string {
 }
 
 func viewOf(rec *node.Session) sandboxView {
-	return sandboxView{SandboxID: rec.ID, TemplateID: templateOf(rec), ClientID: clientID,
+	v := sandboxView{SandboxID: rec.ID, TemplateID: templateOf(rec), ClientID: clientID,
 		EnvdVersion: version.EnvdVersion, EnvdAccessToken: rec.EnvdToken}
+	if rec.TrafficToken != "" {
+		tok := rec.TrafficToken
+		v.TrafficAccessToken = &tok
+	}
+	return v
 }
 
 // listedOf is the ListedSandbox view of rec.

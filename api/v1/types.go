@@ -344,6 +344,10 @@ type Template struct {
 	Workdir   string   `json:"workdir,omitempty"`
 	SizeBytes int64    `json:"size_bytes"`
 	CreatedAt string   `json:"created_at"`
+	// AliasOf names the template this one is a built-in alias of
+	// ("code-interpreter-v1" is "base"'s); sessions created from an
+	// alias are sessions of that template.
+	AliasOf string `json:"alias_of,omitempty"`
 }
 
 // TemplateList is the body of GET /v1/templates.
