@@ -29,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/forkbox/forkbox/agent/interp"
 	"github.com/forkbox/forkbox/guest/wire"
 	"github.com/forkbox/forkbox/internal/envdpb/filesystempb/filesystempbconnect"
 	"github.com/forkbox/forkbox/internal/envdpb/processpb/processpbconnect"
@@ -64,6 +65,10 @@ type Agent struct {
 	srvMu    sync.Mutex
 	srv      *http.Server
 	prepared uint64
+
+	// code is the code-execution service (code.go), made on first use.
+	codeOnce sync.Once
+	code     *interp.Service
 }
 
 // New returns an agent for cfg. It does not start the reaper; Serve does.
@@ -85,7 +90,8 @@ func (a *Agent) config() wire.Config {
 }
 
 // Handler returns the agent's HTTP handler: the Connect-RPC services under
-// /process.Process/ and /filesystem.Filesystem/, plus /files and /health.
+// /process.Process/ and /filesystem.Filesystem/, plus /files, /envs and
+// /health, and the code-execution service under /code (package interp).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := processpbconnect.NewProcessHandler(&processService{a: a})
@@ -101,6 +107,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("DELETE /stage/{id}", a.handleUnstage)
 	mux.HandleFunc("GET /files", a.handleFileDownload)
 	mux.HandleFunc("POST /files", a.handleFileUpload)
+	mux.HandleFunc("GET /envs", a.handleEnvs)
+	mux.Handle(codePrefix+"/", a.codeService().Handler(codePrefix))
 	return mux
 }
 
@@ -109,6 +117,7 @@ func (a *Agent) Handler() http.Handler {
 // serves again on a new socket at the same path.
 func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
 	go a.reaper.run(ctx)
+	a.warmCode()
 	go func() {
 		<-ctx.Done()
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), time.Second)

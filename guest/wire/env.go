@@ -36,4 +36,8 @@ type Config struct {
 	Env map[string]string `json:"env,omitempty"`
 	// Path is the default PATH; "" is the agent's default.
 	Path string `json:"path,omitempty"`
+	// CodeWarm makes the agent start the code-execution service's
+	// default Python kernel at start, so the first call finds it ready
+	// (sessions of the code-interpreter template).
+	CodeWarm bool `json:"code_warm,omitempty"`
 }
