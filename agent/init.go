@@ -52,5 +52,9 @@ func (a *Agent) handleInit(w http.ResponseWriter, r *http.Request) {
 	if req.Path != "" {
 		a.cfg.Path = req.Path
 	}
+	if req.CodeWarm && !a.cfg.CodeWarm {
+		a.cfg.CodeWarm = true
+		defer func() { go a.warmCode() }() // it reads the config: after cfgMu is released
+	}
 	w.WriteHeader(http.StatusNoContent)
 }

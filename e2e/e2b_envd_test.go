@@ -102,6 +102,14 @@ func TestE2BEnvdProxyAuth(t *testing.T) {
 			t.Errorf("POST %s: %d %s, want 404", p, st, body)
 		}
 	}
+	// envd's GET /envs is public (E2B's code-interpreter server reads it):
+	// the sandbox's environment as a JSON object, behind the token.
+	if st, body := envdCall(t, a.SandboxID, a.EnvdAccessToken, "GET", "/envs", nil); st != http.StatusOK || !strings.HasPrefix(body, "{") {
+		t.Errorf("GET /envs: %d %s, want 200 and an object", st, body)
+	}
+	if st, body := envdCall(t, a.SandboxID, "", "GET", "/envs", nil); st != http.StatusUnauthorized {
+		t.Errorf("GET /envs without the token: %d %s, want 401", st, body)
+	}
 	if st, body := rawEnvdRequest(t, a, "POST /process.Process/%2e%2e/init HTTP/1.1"); st != http.StatusNotFound {
 		t.Errorf("escaped dot segments: %d %s, want 404", st, body)
 	}

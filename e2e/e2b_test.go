@@ -28,29 +28,7 @@ import (
 // unreachable, the test skips, except under CI (CI set), where it fails.
 func TestE2BSDK(t *testing.T) {
 	need(t)
-	npm, err := exec.LookPath("npm")
-	if err == nil {
-		_, err = exec.LookPath("node")
-	}
-	if err != nil {
-		skipOrFail(t, "e2b SDK: needs Node.js 20+ and npm in PATH: %v", err)
-	}
-	dir, err := filepath.Abs(filepath.Join("..", "compat", "e2b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if stale, why := npmInstallStale(dir); stale {
-		t.Logf("e2b SDK: npm ci (%s)", why)
-		out, err := runNPM(ctxFor(t, 5*time.Minute), dir, npm, nil, nil,
-			"ci", "--prefer-offline", "--no-audit", "--no-fund")
-		if err != nil {
-			if npmNetworkError.Match(out) {
-				skipOrFail(t, "e2b SDK: npm ci could not reach the registry: %v\n%s", err, out)
-			}
-			t.Fatalf("e2b SDK: npm ci: %v\n%s", err, out)
-		}
-	}
+	dir, npm := npmSuite(t, "e2b", "e2b")
 
 	// The SDK runs with a tenant's key (not the install's admin key): what
 	// it makes is that tenant's, and its calls are audited.
@@ -104,6 +82,37 @@ func TestE2BSDK(t *testing.T) {
 	}
 }
 
+// npmSuite returns the directory of the npm suite compat/name and npm's
+// path, with the suite's packages installed (`npm ci` when node_modules
+// lacks pkg or is older than the lock file). Without Node.js or npm, or
+// when the registry is unreachable, it skips t (fails it under CI).
+func npmSuite(t *testing.T, name, pkg string) (dir, npm string) {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err == nil {
+		_, err = exec.LookPath("node")
+	}
+	if err != nil {
+		skipOrFail(t, "%s: needs Node.js 20+ and npm in PATH: %v", name, err)
+	}
+	dir, err = filepath.Abs(filepath.Join("..", "compat", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stale, why := npmInstallStale(dir, pkg); stale {
+		t.Logf("%s: npm ci (%s)", name, why)
+		out, err := runNPM(ctxFor(t, 5*time.Minute), dir, npm, nil, nil,
+			"ci", "--prefer-offline", "--no-audit", "--no-fund")
+		if err != nil {
+			if npmNetworkError.Match(out) {
+				skipOrFail(t, "%s: npm ci could not reach the registry: %v\n%s", name, err, out)
+			}
+			t.Fatalf("%s: npm ci: %v\n%s", name, err, out)
+		}
+	}
+	return dir, npm
+}
+
 // npmNetworkError matches npm's report of an unreachable registry.
 var npmNetworkError = regexp.MustCompile(`\b(ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|ERR_SOCKET_TIMEOUT)\b|network request to .* failed`)
 
@@ -120,14 +129,15 @@ func skipOrFail(t *testing.T, format string, args ...any) {
 // npmInstallStale tells whether node_modules must be (re)installed: npm
 // writes node_modules/.package-lock.json at the end of every install, so it
 // is missing after none or a failed one, and older than package-lock.json
-// (or package.json) when they changed since.
-func npmInstallStale(dir string) (bool, string) {
+// (or package.json) when they changed since; pkg is a package the suite
+// needs, which must be in node_modules.
+func npmInstallStale(dir, pkg string) (bool, string) {
 	installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json"))
 	if err != nil {
 		return true, "node_modules is missing"
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
-		return true, "node_modules/e2b is missing"
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+		return true, "node_modules/" + pkg + " is missing"
 	}
 	for _, f := range []string{"package-lock.json", "package.json"} {
 		fi, err := os.Stat(filepath.Join(dir, f))

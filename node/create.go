@@ -6,6 +6,10 @@ package node
 type CreateSpec struct {
 	// Template names the root filesystem ("base" when empty).
 	Template string
+	// CodeWarm starts the code-execution service's default Python kernel
+	// as the session starts, so the first call finds it ready; creates
+	// from the code-interpreter template set it.
+	CodeWarm bool
 	// CPU is the CPU quota in cores (fractions allowed).
 	CPU float64
 	// MemoryMB is the memory limit in MiB (swap is not allowed beyond it).

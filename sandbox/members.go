@@ -151,7 +151,8 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateS
 }
 
 // initAgent gives sb's running agent req's environment, default user and
-// working directory (POST /init).
+// working directory (POST /init), and starts its default Python kernel
+// when req asks for it.
 func (m *Manager) initAgent(ctx context.Context, sb *Sandbox, req node.CreateSpec) error {
-	return sb.agent.Init(ctx, wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir})
+	return sb.agent.Init(ctx, wire.InitRequest{EnvVars: req.Env, DefaultUser: req.User, DefaultWorkdir: req.Workdir, CodeWarm: req.CodeWarm})
 }

@@ -253,7 +253,7 @@ func (m *Manager) fillSpare(ctx context.Context, sb *Sandbox, tpl *storage.Templ
 	took := time.Now()
 	acfg := agentConfig(tpl, req, nil)
 	if err := sb.agent.Init(ctx, wire.InitRequest{EnvVars: acfg.Env, DefaultUser: acfg.DefaultUser,
-		DefaultWorkdir: acfg.Workdir, Path: acfg.Path}); err != nil {
+		DefaultWorkdir: acfg.Workdir, Path: acfg.Path, CodeWarm: acfg.CodeWarm}); err != nil {
 		return fmt.Errorf("agent: %w", guest.Classify(ctx, err, ""))
 	}
 	if err := m.checkDefaults(ctx, sb, req); err != nil {

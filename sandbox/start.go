@@ -210,7 +210,7 @@ func ownFiles(sb *Sandbox) ([]runtime.Mount, error) {
 // made for req, with the environment of its network attachment att (nil:
 // none): the template's variables and PATH, then req's, then att's.
 func agentConfig(tpl *storage.Template, req node.CreateSpec, att *netpolicy.Attachment) wire.Config {
-	acfg := wire.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}}
+	acfg := wire.Config{DefaultUser: req.User, Workdir: req.Workdir, Env: map[string]string{}, CodeWarm: req.CodeWarm}
 	if acfg.Workdir == "" {
 		acfg.Workdir = tpl.Workdir
 	}

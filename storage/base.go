@@ -181,6 +181,13 @@ func writeBaseEtc(etc string, shift IDShift) error {
 	if err := writeCACerts(etc, root, rootG); err != nil {
 		return fmt.Errorf("CA certificates: %w", err)
 	}
+	for _, name := range hostConfigFiles {
+		if _, err := os.Stat(filepath.Join("/etc", name)); err == nil {
+			if err := copySmallFile(filepath.Join("/etc", name), filepath.Join(etc, name), root, rootG); err != nil {
+				return fmt.Errorf("/etc/%s: %w", name, err)
+			}
+		}
+	}
 	return copyAlternatives("/etc/alternatives", filepath.Join(etc, "alternatives"), root, rootG)
 }
 

@@ -26,6 +26,12 @@ var BaseEnv = []string{
 // maxCertFile bounds a certificate file copied from the host, in bytes.
 const maxCertFile = 8 << 20
 
+// hostConfigFiles are the host's files in /etc that programs of the
+// mounted /usr read and the base template copies when the host has them:
+// Debian's python3-matplotlib keeps its defaults in /etc/matplotlibrc
+// (without it, importing matplotlib fails).
+var hostConfigFiles = []string{"matplotlibrc"}
+
 // hostCerts is the host's certificate directory the base template copies.
 const hostCerts = "/etc/ssl/certs"
 

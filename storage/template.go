@@ -34,7 +34,7 @@ func TemplateAlias(name string) (string, bool) {
 
 // baseTemplateVersion is bumped whenever BuildBase changes what it writes,
 // so an older base template on disk is rebuilt at start-up.
-const baseTemplateVersion = 4
+const baseTemplateVersion = 5
 
 // Template is a template's metadata, stored as template.json beside its rootfs.
 type Template struct {

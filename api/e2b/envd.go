@@ -28,7 +28,7 @@ const accessTokenHeader = "X-Access-Token"
 func envdPublic(r *http.Request) bool {
 	p := r.URL.Path
 	switch {
-	case p == "/health":
+	case p == "/health", p == "/envs":
 		return r.Method == http.MethodGet
 	case p == "/files":
 		return r.Method == http.MethodGet || r.Method == http.MethodPost

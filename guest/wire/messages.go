@@ -12,6 +12,10 @@ type InitRequest struct {
 	// Path replaces the default PATH (forkbox's own field: a spare
 	// sandbox learns its template's PATH when it takes its files).
 	Path string `json:"path,omitempty"`
+	// CodeWarm starts the code-execution service's default Python kernel
+	// now (forkbox's own field: Config.CodeWarm for a sandbox that was
+	// started before it was asked for).
+	CodeWarm bool `json:"codeWarm,omitempty"`
 }
 
 // StageReply is the answer of the agent's POST /stage: the staged input's

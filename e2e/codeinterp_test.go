@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+)
+
+// TestCodeInterpreterSDK runs the unmodified @e2b/code-interpreter SDK
+// (npm, pinned in compat/code-interpreter/package-lock.json) against the
+// test daemon with a tenant's key: sandboxes of its default template
+// (code-interpreter-v1), Python state between calls, streamed logs, charts,
+// pandas HTML, contexts, bash and JavaScript, timeouts interrupting cells.
+// Afterwards the tenant's audit trail holds the code calls with the hash
+// of every cell.
+func TestCodeInterpreterSDK(t *testing.T) {
+	need(t)
+	dir, npm := npmSuite(t, "code-interpreter", "@e2b/code-interpreter")
+	_, key, tc := newTenant(t, env.c, "ci", client.TenantPolicy{})
+	environ := []string{"E2B_API_URL=" + env.d.URL, "E2B_SANDBOX_URL=" + env.d.URL, "E2B_API_KEY=" + key}
+	var live io.Writer
+	if testing.Verbose() {
+		live = os.Stdout
+	}
+	out, err := runNPM(ctxFor(t, 8*time.Minute), dir, npm, environ, live, "test")
+	if err != nil {
+		t.Fatalf("code-interpreter SDK: npm test: %v\n%s", err, out)
+	}
+	t.Logf("code-interpreter SDK: %s", summary(out))
+	var buf bytes.Buffer
+	if err := tc.ExportAudit(ctxFor(t, time.Minute), client.AuditFilter{}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	cells, contexts := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var r client.AuditRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if r.Kind != "code" {
+			continue
+		}
+		if r.Detail["path"] == "/execute" {
+			if s, _ := r.Detail["code_sha256"].(string); len(s) != 64 {
+				t.Errorf("an execute record without the cell's hash: %v", r.Detail)
+			}
+			cells++
+		} else {
+			contexts++
+		}
+	}
+	if cells < 20 || contexts < 5 {
+		t.Errorf("audit: %d execute records and %d context records, want at least 20 and 5", cells, contexts)
+	}
+}
+
+// TestCodeServiceAuth checks the gate of port 49999 as E2B's proxy keeps
+// it: every call needs the sandbox's traffic access token (403 without or
+// with another sandbox's), /execute also the envd access token (401), an
+// unknown path of the service is 404; with both a cell runs and streams.
+func TestCodeServiceAuth(t *testing.T) {
+	need(t)
+	a, b := createCodeSandbox(t), createCodeSandbox(t)
+	call := func(method, path, traffic, envd, body string) (int, string) {
+		h := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999", "Content-Type": "application/json"}
+		if traffic != "" {
+			h["E2B-Traffic-Access-Token"] = traffic
+		}
+		if envd != "" {
+			h["X-Access-Token"] = envd
+		}
+		status, _, out := rawRequest(t, method, path, body, "", h)
+		return status, out
+	}
+	tok := a.TrafficAccessToken
+	cell := `{"code":"print('hi')\n6 * 7"}`
+	for _, c := range []struct {
+		what                        string
+		method, path, traffic, envd string
+		want                        int
+	}{
+		{"no traffic token", "GET", "/contexts", "", "", http.StatusForbidden},
+		{"another sandbox's traffic token", "GET", "/contexts", b.TrafficAccessToken, "", http.StatusForbidden},
+		{"execute without the envd token", "POST", "/execute", tok, "", http.StatusUnauthorized},
+		{"execute with another sandbox's envd token", "POST", "/execute", tok, b.EnvdAccessToken, http.StatusUnauthorized},
+		{"an unknown path", "GET", "/kernels", tok, "", http.StatusNotFound},
+		{"health", "GET", "/health", tok, "", http.StatusOK},
+	} {
+		if status, out := call(c.method, c.path, c.traffic, c.envd, cell); status != c.want {
+			t.Errorf("%s: %d %s, want %d", c.what, status, out, c.want)
+		}
+	}
+	status, out := call("POST", "/execute", tok, a.EnvdAccessToken, cell)
+	if status != http.StatusOK || !strings.Contains(out, `"text":"hi\n"`) || !strings.Contains(out, `"text":"42"`) || !strings.HasSuffix(strings.TrimSpace(out), `{"type":"end_of_execution"}`) {
+		t.Fatalf("execute: %d %s", status, out)
+	}
+	// The sandbox's user runs the kernel, with the sandbox's environment.
+	status, out = call("POST", "/execute", tok, a.EnvdAccessToken, `{"code":"import getpass, os; (getpass.getuser(), os.getcwd())"}`)
+	if status != http.StatusOK || !strings.Contains(out, `('user', '/home/user')`) {
+		t.Errorf("whoami: %d %s", status, out)
+	}
+}
+
+// codeSandbox is what E2B's create returns, as far as these tests read it.
+type codeSandbox struct {
+	SandboxID          string `json:"sandboxID"`
+	EnvdAccessToken    string `json:"envdAccessToken"`
+	TrafficAccessToken string `json:"trafficAccessToken"`
+}
+
+// createCodeSandbox creates a sandbox of template code-interpreter-v1
+// through POST /v2/sandboxes, checks it has a traffic access token, and
+// kills it when the test ends.
+func createCodeSandbox(t *testing.T) codeSandbox {
+	t.Helper()
+	status, body := e2bCall(t, "POST", "/v2/sandboxes", `{"templateID":"code-interpreter-v1","timeout":120}`)
+	if status != http.StatusCreated {
+		t.Fatalf("create: %d %s", status, body)
+	}
+	var sb codeSandbox
+	if err := json.Unmarshal(body, &sb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e2bCall(t, "DELETE", "/sandboxes/"+sb.SandboxID, "") })
+	if len(sb.TrafficAccessToken) < 32 || sb.TrafficAccessToken == sb.EnvdAccessToken {
+		t.Fatalf("create returned no traffic access token of its own: %s", body)
+	}
+	return sb
+}
