@@ -120,7 +120,8 @@ func TestEnvdPublicSurface(t *testing.T) {
 		{"GET", "/process.Process/Start", false},
 		{"POST", "/filesystem.Filesystem/ListDir", true},
 		{"POST", "/init", false},
-		{"GET", "/envs", false},
+		{"GET", "/envs", true}, // envd's, read by E2B's code-interpreter server
+		{"POST", "/envs", false},
 		{"GET", "/metrics", false},
 		{"POST", "/process.Process/../init", false},
 		{"POST", "/process.Process/..", false},

@@ -22,7 +22,9 @@ import (
 const accessTokenHeader = "X-Access-Token"
 
 // envdPublic reports whether r is part of envd's public surface: the
-// Connect-RPC process and filesystem services, /files and /health. Other
+// Connect-RPC process and filesystem services, /files, /health and GET
+// /envs (the sandbox's environment, which E2B's code-interpreter server
+// reads to seed its kernels). Other
 // agent endpoints (/init, which sets the sandbox's defaults) are the
 // daemon's alone.
 func envdPublic(r *http.Request) bool {
