@@ -34,6 +34,14 @@ type execAPI struct {
 	metrics *metrics.Set
 }
 
+// codeAPI serves a session's code-execution service (code.go): it records
+// each cell before it runs.
+type codeAPI struct {
+	edge
+	mgr   node.Node
+	audit *audit.Recorder
+}
+
 // fileAPI serves a session's files and directories (files.go).
 type fileAPI struct {
 	edge
@@ -78,6 +86,7 @@ type handlers struct {
 	sessions  *sessionAPI
 	snapshots *snapshotAPI
 	exec      *execAPI
+	code      *codeAPI
 	files     *fileAPI
 	templates *templateAPI
 	tenants   *tenantAPI
@@ -93,6 +102,7 @@ func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catal
 		sessions:  &sessionAPI{edge: e, mgr: mgr},
 		snapshots: &snapshotAPI{edge: e, mgr: mgr},
 		exec:      &execAPI{edge: e, mgr: mgr, audit: rec, metrics: ms},
+		code:      &codeAPI{edge: e, mgr: mgr, audit: rec},
 		files:     &fileAPI{edge: e, mgr: mgr},
 		templates: &templateAPI{edge: e, mgr: mgr, store: st, catalog: catalog, spoolDir: spoolDir},
 		tenants:   &tenantAPI{edge: e, mgr: mgr, store: st, catalog: catalog},

@@ -106,6 +106,10 @@ func (s *Server) routes(hs handlers) {
 		{"DELETE /v1/sessions/{id}/processes/{pid}", "process.kill", "session", hs.exec.handleKill, false},
 		{"POST /v1/sessions/{id}/processes/{pid}/stdin", "process.stdin", "session", hs.exec.handleStdin, false},
 
+		{"POST /v1/sessions/{id}/code/{path...}", "code", "session", hs.code.handleCode, false},
+		{"GET /v1/sessions/{id}/code/{path...}", "", "", hs.code.handleCode, false},
+		{"DELETE /v1/sessions/{id}/code/{path...}", "code", "session", hs.code.handleCode, false},
+
 		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", hs.files.handleUpload, false},
 		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", hs.files.handleDownload, false},
 		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", hs.files.handleRemove, false},

@@ -66,7 +66,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", defaults.KeyFile,
 		"API key file read when "+client.EnvAPIKey+" is unset and the daemon is local")
 	root.AddCommand(
-		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newCpCmd(g),
+		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newRunCodeCmd(g), newReplCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
 		newSnapshotCmd(g), newForkCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
 		newEgressCmd(g), newTenantCmd(g), newKeyCmd(g), newAuditCmd(g),
