@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -133,4 +135,94 @@ func createCodeSandbox(t *testing.T) codeSandbox {
 		t.Fatalf("create returned no traffic access token of its own: %s", body)
 	}
 	return sb
+}
+
+// runCode runs code in session id through forkbox's API (the Go client)
+// and returns the execution.
+func runCode(t *testing.T, id string, req client.CodeRequest) *client.Execution {
+	t.Helper()
+	ex, err := env.c.RunCode(ctxFor(t, 3*time.Minute), id, req, nil)
+	if err != nil {
+		t.Fatalf("run code %q in %s: %v", truncate(req.Code, 60), id, err)
+	}
+	return ex
+}
+
+// TestCodeAPI drives a session's code-execution service through forkbox's
+// own API: a Python kernel's state, a context of another language, the
+// errors of bad calls as problems, the cell on the audit trail before it
+// ran, and a files snapshot's fork in the runc tier, which starts a fresh
+// kernel (the tier keeps no memory).
+func TestCodeAPI(t *testing.T) {
+	s := newSession(t, client.CreateRequest{Template: "code-interpreter-v1"})
+	runCode(t, s.ID, client.CodeRequest{Code: "import numpy as np\nv = np.arange(4)"})
+	if ex := runCode(t, s.ID, client.CodeRequest{Code: "int(v.sum())"}); ex.Text != "6" || ex.Error != nil {
+		t.Fatalf("v.sum(): %+v", ex)
+	}
+	cc, err := env.c.CreateCodeContext(ctxFor(t, time.Minute), s.ID, client.CodeContextRequest{Language: "bash", Cwd: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := runCode(t, s.ID, client.CodeRequest{Code: "pwd; id -un", ContextID: cc.ID}); ex.Stdout != "/tmp\nuser\n" {
+		t.Errorf("bash context: %+v", ex)
+	}
+	for _, c := range []struct {
+		req    client.CodeRequest
+		status int
+	}{
+		{client.CodeRequest{Code: "1", ContextID: "nope"}, http.StatusNotFound},
+		{client.CodeRequest{Code: "1", Language: "cobol"}, http.StatusBadRequest},
+		{client.CodeRequest{Code: "1", ContextID: cc.ID, Language: "bash"}, http.StatusBadRequest},
+	} {
+		_, err := env.c.RunCode(ctxFor(t, time.Minute), s.ID, c.req, nil)
+		var apiErr *client.Error
+		if !errors.As(err, &apiErr) || apiErr.Status != c.status {
+			t.Errorf("%+v: %v, want a %d problem", c.req, err, c.status)
+		}
+	}
+	if _, err := env.c.RunCode(ctxFor(t, time.Minute), "nosuchsession0000000", client.CodeRequest{Code: "1"}, nil); err == nil {
+		t.Error("a cell ran in a session that does not exist")
+	}
+	var buf bytes.Buffer
+	if err := env.c.ExportAudit(ctxFor(t, time.Minute), client.AuditFilter{Session: s.ID}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if starts := strings.Count(buf.String(), `"kind":"code.start"`); starts < 3 {
+		t.Errorf("%d code.start records for 3 cells run:\n%s", starts, buf.String())
+	}
+
+	sn, err := env.c.Snapshot(ctxFor(t, time.Minute), s.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	for _, f := range forkAll(t, sn.ID, 1) {
+		if ex := runCode(t, f.ID, client.CodeRequest{Code: "v"}); ex.Error == nil || ex.Error.Name != "NameError" {
+			t.Errorf("a runc fork's kernel has its source's state: %+v", ex)
+		}
+		if ex := runCode(t, f.ID, client.CodeRequest{Code: "1 + 1"}); ex.Text != "2" {
+			t.Errorf("a runc fork's kernel: %+v", ex)
+		}
+	}
+}
+
+// TestGVisorCodeForkKeepsKernel: in the gVisor tier a memory snapshot of a
+// sandbox keeps its kernel, so every fork of it goes on with the source's
+// variables (the kernel's sockets live in the sandbox's memory, which
+// checkpoints), and each fork's state is then its own.
+func TestGVisorCodeForkKeepsKernel(t *testing.T) {
+	needGVisor(t)
+	src := newSession(t, client.CreateRequest{Template: "code-interpreter-v1", Isolation: "gvisor", MemoryMB: 1024})
+	runCode(t, src.ID, client.CodeRequest{Code: "import numpy as np\nv = np.arange(5)\nn = 0"})
+	sn := memorySnapshot(t, src.ID)
+	forks := forkAll(t, sn.ID, 2)
+	for i, f := range forks {
+		ex := runCode(t, f.ID, client.CodeRequest{Code: fmt.Sprintf("n += %d\nint(v.sum()) * 10 + n", i+1)})
+		if want := fmt.Sprint(100 + i + 1); ex.Text != want || ex.Error != nil {
+			t.Errorf("fork %d: %+v, want %s (the kernel's state from the snapshot)", i, ex, want)
+		}
+	}
+	if ex := runCode(t, src.ID, client.CodeRequest{Code: "n"}); ex.Text != "0" {
+		t.Errorf("the source saw a fork's change: n = %q", ex.Text)
+	}
 }

@@ -134,7 +134,13 @@ def result_line(data, main):
 
 class Bridge:
     def __init__(self, cwd, charts):
-        self.private = tempfile.mkdtemp(prefix='forkbox-kernel-')
+        # The kernel's sockets live in memory (/dev/shm) when the sandbox
+        # has it: gVisor cannot checkpoint a unix socket bound on a
+        # filesystem its gofer serves (/tmp), so a memory snapshot of a
+        # sandbox with a kernel needs them there.
+        shm = '/dev/shm'
+        base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+        self.private = tempfile.mkdtemp(prefix='forkbox-kernel-', dir=base)
         env = dict(os.environ)
         env['JUPYTER_RUNTIME_DIR'] = self.private
         env.setdefault('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
