@@ -109,6 +109,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("POST /files", a.handleFileUpload)
 	mux.HandleFunc("GET /envs", a.handleEnvs)
 	mux.Handle(codePrefix+"/", a.codeService().Handler(codePrefix))
+	mux.HandleFunc("POST "+codePrefix+"/warm", a.handleWarmCode)
 	return mux
 }
 

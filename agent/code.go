@@ -32,6 +32,18 @@ func (a *Agent) handleEnvs(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, env)
 }
 
+// handleWarmCode answers the daemon's POST /code/warm once the default
+// Python kernel is ready: 204, or 500 with why it did not start. (The
+// daemon calls it for warm-pool members of the code-interpreter template,
+// so that a ready member has a ready kernel; the edges do not pass it on.)
+func (a *Agent) handleWarmCode(w http.ResponseWriter, r *http.Request) {
+	if err := a.codeService().Warm(); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // warmCode starts the default Python kernel when the configuration asks
 // for it (wire.Config.CodeWarm), in the background; a failure is logged
 // and the first call tries again.
@@ -108,6 +120,17 @@ func (l codeLauncher) Launch(argv []string, env map[string]string, dir string, f
 		close(exited)
 	}()
 	return pid, exited, nil
+}
+
+// Identity implements interp.Launcher: the default user and the working
+// directory.
+func (l codeLauncher) Identity() string {
+	return l.a.config().DefaultUser + "\x00" + l.Workdir()
+}
+
+// Env implements interp.Launcher: the session's environment.
+func (l codeLauncher) Env() map[string]string {
+	return l.a.config().Env
 }
 
 // Workdir implements interp.Launcher: the session's working directory,

@@ -48,10 +48,11 @@ type forkbox struct {
 	snaps map[string]bool   // snapshots taken and not deleted yet
 	files map[int]filesSnap // files snapshots by MB written, reused by the fork rows
 
-	storage   string       // storage driver of the snapshots taken ("" before one)
-	snapBytes int64        // SizeBytes of the last snapshot taken
-	poolSet   bool         // the benchmark changed the base pool
-	poolPrev  *client.Pool // the base pool before that; nil when there was none
+	storage   string // storage driver of the snapshots taken ("" before one)
+	snapBytes int64  // SizeBytes of the last snapshot taken
+	// poolPrev holds the pools the benchmark changed, by template, as
+	// they were before (nil: there was none).
+	poolPrev map[string]*client.Pool
 
 	d         *daemon.Daemon // the private daemon; nil for a running one
 	dataDir   string         // the private daemon's data directory
@@ -297,7 +298,7 @@ func (f *forkbox) close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	var errs []error
-	if err := f.restorePool(ctx); err != nil {
+	if err := f.restorePools(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	f.mu.Lock()

@@ -93,10 +93,10 @@ const (
 var opOrder = []string{OpFork, OpFork64, OpPoolCreate, OpCreate, OpRestoreFiles, OpExec, OpSustained,
 	OpRun, OpDestroy, OpPause, OpResume, OpSnapshot,
 	OpSnapshotUnsynced, OpFrozenUnsynced, OpFrozenSynced,
-	OpMemSnapshot, OpMemRestore, OpMemFork, OpGVisorExec}
+	OpMemSnapshot, OpMemRestore, OpMemFork, OpGVisorExec, OpCodeWarm, OpCodeFirst, OpCodeFirstCold, OpCodeChart}
 
 // systemOrder is the order of systems within one operation.
-var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy}
+var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy, SystemPythonExec}
 
 // targets are the p50 targets for forkbox rows, in milliseconds, by
 // operation: the fork, restore and create performance work's table
@@ -115,6 +115,8 @@ var targets = map[string]float64{
 	OpMemSnapshot:  250,  // gVisor memory snapshot of a 100 MB sandbox
 	OpMemRestore:   300,  // its restore into a new session, agent answering
 	OpMemFork:      1500, // fork of 5 children from it, in all
+	OpCodeWarm:     10,   // runCode('1+1') round trip in a warm kernel, runc tier (issue 17)
+	OpCodeFirst:    300,  // the first runCode after create (issue 17)
 }
 
 // rateTargets are the lowest acceptable rates, in operations a second,

@@ -205,7 +205,7 @@ func (f *forkbox) measurePool(ctx context.Context) Result {
 	misses := 0
 	samples, err := series(ctx, w, n, func(ctx context.Context) (time.Duration, error) {
 		for {
-			if err := f.waitPoolFull(ctx); err != nil {
+			if err := f.waitPoolFull(ctx, poolTemplate); err != nil {
 				return 0, err
 			}
 			sent := time.Now()
@@ -224,7 +224,7 @@ func (f *forkbox) measurePool(ctx context.Context) Result {
 			}
 		}
 	})
-	if rerr := f.restorePool(ctx); rerr != nil && err == nil {
+	if rerr := f.restorePools(ctx); rerr != nil && err == nil {
 		err = rerr
 	}
 	r := newResult(OpPoolCreate, SystemForkbox, samples, err)
@@ -234,18 +234,22 @@ func (f *forkbox) measurePool(ctx context.Context) Result {
 	return r
 }
 
-// setPool remembers the template's pool as it is (once) and sets it to p.
+// setPool remembers p.Template's pool as it is (once) and sets it to p.
 func (f *forkbox) setPool(ctx context.Context, p client.Pool) error {
-	if !f.poolSet {
+	if _, set := f.poolPrev[p.Template]; !set {
 		pools, err := f.c.Pools(ctx)
 		if err != nil {
 			return fmt.Errorf("pools: %w", err)
 		}
+		var prev *client.Pool
 		if i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == p.Template }); i >= 0 && pools[i].Size > 0 {
-			prev := pools[i]
-			f.poolPrev = &prev
+			q := pools[i]
+			prev = &q
 		}
-		f.poolSet = true
+		if f.poolPrev == nil {
+			f.poolPrev = map[string]*client.Pool{}
+		}
+		f.poolPrev[p.Template] = prev
 	}
 	if _, err := f.c.SetPool(ctx, p); err != nil {
 		return fmt.Errorf("set pool %s to %d: %w", p.Template, p.Size, err)
@@ -253,33 +257,34 @@ func (f *forkbox) setPool(ctx context.Context, p client.Pool) error {
 	return nil
 }
 
-// restorePool puts back the pool setPool changed: as it was, or size 0.
-func (f *forkbox) restorePool(ctx context.Context) error {
-	if !f.poolSet {
-		return nil
+// restorePools puts back every pool setPool changed: as it was, or size 0.
+func (f *forkbox) restorePools(ctx context.Context) error {
+	var errs []error
+	for template, prev := range f.poolPrev {
+		p := client.Pool{Template: template}
+		if prev != nil {
+			p = *prev
+			p.Ready, p.Starting = 0, 0
+		}
+		if _, err := f.c.SetPool(ctx, p); err != nil {
+			errs = append(errs, fmt.Errorf("restore pool %s to %d: %w", p.Template, p.Size, err))
+			continue
+		}
+		delete(f.poolPrev, template)
 	}
-	p := client.Pool{Template: poolTemplate}
-	if f.poolPrev != nil {
-		p = *f.poolPrev
-		p.Ready, p.Starting = 0, 0
-	}
-	if _, err := f.c.SetPool(ctx, p); err != nil {
-		return fmt.Errorf("restore pool %s to %d: %w", p.Template, p.Size, err)
-	}
-	f.poolSet = false
-	return nil
+	return errors.Join(errs...)
 }
 
-// waitPoolFull polls Pools until the pool of poolTemplate has as many
-// ready members as its size and none starting, for at most poolWait.
-func (f *forkbox) waitPoolFull(ctx context.Context) error {
+// waitPoolFull polls Pools until template's pool has as many ready
+// members as its size and none starting, for at most poolWait.
+func (f *forkbox) waitPoolFull(ctx context.Context, template string) error {
 	ctx, cancel := context.WithTimeout(ctx, poolWait)
 	defer cancel()
 	var last client.Pool
 	for {
 		pools, err := f.c.Pools(ctx)
 		if err == nil {
-			if i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == poolTemplate }); i >= 0 {
+			if i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == template }); i >= 0 {
 				last = pools[i]
 				if last.Size > 0 && last.Ready >= last.Size && last.Starting == 0 {
 					return nil
@@ -289,7 +294,7 @@ func (f *forkbox) waitPoolFull(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("warm pool %s not full after %s (ready %d of %d, starting %d; last error %v)",
-				poolTemplate, poolWait, last.Ready, last.Size, last.Starting, err)
+				template, poolWait, last.Ready, last.Size, last.Starting, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

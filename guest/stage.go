@@ -106,6 +106,26 @@ func (c *Client) Init(ctx context.Context, r wire.InitRequest) error {
 	return nil
 }
 
+// WarmCode waits until the agent's code-execution service has its default
+// Python kernel ready (POST /code/warm), starting it if need be. An answer
+// but 204 is an error (the body says why).
+func (c *Client) WarmCode(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, BaseURL+"/code/warm", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("agent: warm the code interpreter: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return fmt.Errorf("agent: warm the code interpreter: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
 // PrepareCheckpoint asks the agent to get ready for a memory checkpoint
 // of generation gen (POST /snapshot/prepare): it closes every connection
 // (open streams end), unlinks its socket and waits for the host's resume

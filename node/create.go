@@ -6,6 +6,10 @@ package node
 type CreateSpec struct {
 	// Template names the root filesystem ("base" when empty).
 	Template string
+	// Alias is the built-in template alias the create named
+	// ("code-interpreter-v1"), kept when normalizing made Template its
+	// target: warm pools of an alias are pools of their own.
+	Alias string
 	// CodeWarm starts the code-execution service's default Python kernel
 	// as the session starts, so the first call finds it ready; creates
 	// from the code-interpreter template set it.

@@ -144,7 +144,7 @@ func (ps *Pools) SetPool(ctx context.Context, p node.Pool) (node.PoolStatus, err
 		}
 		return node.PoolStatus{}, err
 	}
-	cfg := node.Pool{Template: spec.Template, Size: p.Size, CPU: spec.CPU, MemoryMB: spec.MemoryMB, Pids: spec.Pids, DiskMB: spec.DiskMB}
+	cfg := node.Pool{Template: poolKey(spec), Size: p.Size, CPU: spec.CPU, MemoryMB: spec.MemoryMB, Pids: spec.Pids, DiskMB: spec.DiskMB}
 	if err := ps.store.PutPool(ctx, &cfg); err != nil {
 		return node.PoolStatus{}, err
 	}
@@ -230,8 +230,18 @@ func sameLimits(a, b node.Pool) bool {
 
 // fits reports whether a create for spec can take a member of cfg.
 func fits(cfg node.Pool, spec node.CreateSpec) bool {
-	return spec.Snapshot == "" && spec.Network == nil && spec.Template == cfg.Template && spec.CPU == cfg.CPU &&
+	return spec.Snapshot == "" && spec.Network == nil && poolKey(spec) == cfg.Template && spec.CPU == cfg.CPU &&
 		spec.MemoryMB == cfg.MemoryMB && spec.Pids == cfg.Pids && spec.DiskMB == cfg.DiskMB
+}
+
+// poolKey is the pool a normalized spec's members are in: its template's,
+// or the alias's it named (code-interpreter-v1's members are base
+// sessions whose kernel is warm: a pool of their own).
+func poolKey(spec node.CreateSpec) string {
+	if spec.Alias != "" {
+		return spec.Alias
+	}
+	return spec.Template
 }
 
 // Claim turns a ready member fitting the normalized spec into the session
@@ -246,7 +256,7 @@ func (ps *Pools) Claim(ctx context.Context, spec node.CreateSpec, idempotencyKey
 	}
 	for {
 		ps.mu.Lock()
-		pl := ps.pools[spec.Template]
+		pl := ps.pools[poolKey(spec)]
 		if pl == nil || !fits(pl.cfg, spec) || len(pl.ready) == 0 {
 			ps.mu.Unlock()
 			return nil, nil

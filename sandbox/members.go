@@ -79,11 +79,24 @@ func (c *PoolCore) CheckTemplate(name string) error {
 func (c *PoolCore) DefaultDriver() string { return c.m.runtimes.DefaultDriver().Name() }
 
 // Launch makes a member for the normalized spec, in state pooled and owned
-// by nobody, and returns its id; on failure it is torn down.
+// by nobody, and returns its id; on failure it is torn down. A member that
+// warms the code interpreter (spec.CodeWarm) is ready once its kernel is.
 func (c *PoolCore) Launch(ctx context.Context, spec node.CreateSpec) (string, error) {
 	rec, err := c.m.launch(ctx, spec, "", "", node.StatePooled, node.StatePooled)
 	if err != nil {
 		return "", err
+	}
+	if spec.CodeWarm {
+		// A ready member of the code-interpreter template has its kernel
+		// ready too.
+		sb := c.m.lookup(rec.ID)
+		if sb == nil {
+			return "", errdefs.Newf(errdefs.ErrUnavailable, "pool member %s is gone", rec.ID)
+		}
+		if err := sb.agent.WarmCode(ctx); err != nil {
+			_ = c.m.teardown(ctx, sb, node.ReasonDeleted, "its code interpreter did not start")
+			return "", errdefs.Newf(errdefs.ErrUnavailable, "pool member %s: %v", rec.ID, err)
+		}
 	}
 	return rec.ID, nil
 }

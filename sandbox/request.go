@@ -38,7 +38,7 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 		r.Template = storage.BaseTemplate
 	} else if target, ok := storage.TemplateAlias(r.Template); ok {
 		r.CodeWarm = r.CodeWarm || r.Template == storage.CodeInterpreterTemplate
-		r.Template = target // (the session is the target's)
+		r.Alias, r.Template = r.Template, target // (the session is the target's)
 	}
 	if r.DiskMB == 0 {
 		r.DiskMB = l.DefaultDiskMB

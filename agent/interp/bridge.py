@@ -152,7 +152,7 @@ class Bridge:
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
         self.silent('CHARTS_SOURCE = %s\n' % json.dumps(charts) + SETUP + 'del CHARTS_SOURCE\n')
-        self.seeded = False
+        self.seed = None
 
     def kernel_pid(self):
         p = getattr(self.km, 'provisioner', None)
@@ -169,10 +169,14 @@ class Bridge:
 
     def execute(self, req, interrupts):
         env_vars = req.get('env_vars') or {}
-        seed = req.get('seed') or {}
-        if not self.seeded and seed:
+        # The session's environment, which the agent sends with every cell:
+        # applied when it changed since the kernel started or the last cell
+        # (a warm kernel started before its session's variables were set).
+        seed = req.get('seed')
+        if seed and seed != self.seed:
             self.silent('import os as _o; _o.environ.update(%s); del _o' % json.dumps(seed))
-        self.seeded = True
+        if seed is not None:
+            self.seed = seed
         if env_vars:
             self.silent('__forkbox_env_saved = __forkbox_env_apply(%s)' % json.dumps(env_vars))
         try:
@@ -185,7 +189,6 @@ class Bridge:
     def run_cell(self, code, interrupted):
         mid = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
         errored = False
-        idle = False
         replied = False
         quiet_since = None
         while True:
@@ -200,7 +203,7 @@ class Bridge:
                     # The kernel answered; an idle status lost on the way
                     # (a full queue) must not hang the cell.
                     quiet_since = quiet_since or time.monotonic()
-                    if idle or time.monotonic() - quiet_since > 2:
+                    if time.monotonic() - quiet_since > 2:
                         return
                 if not self.km.is_alive():
                     emit({'type': 'error', 'name': 'KernelDied',
@@ -232,17 +235,20 @@ class Bridge:
                     emit({'type': 'error', 'name': c.get('ename', ''), 'value': c.get('evalue', ''),
                           'traceback': '\n'.join(c.get('traceback', []))})
             elif t == 'status' and c.get('execution_state') == 'idle':
-                idle = True
+                # The cell is over; its execute_reply comes on the shell
+                # channel, maybe a moment later: wait for it there (not
+                # for iopub messages that will not come).
                 if not replied:
-                    replied = self.reply_ready(mid)
-                if replied:
-                    return
+                    self.reply_ready(mid, timeout=2)
+                return
 
-    def reply_ready(self, mid):
-        """Reads the cell's execute_reply if it arrived (True then)."""
+    def reply_ready(self, mid, timeout=0):
+        """Reads the cell's execute_reply if it arrived, waiting up to
+        timeout seconds for it (True then)."""
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                r = self.kc.get_shell_msg(timeout=0)
+                r = self.kc.get_shell_msg(timeout=max(0, deadline - time.monotonic()))
             except queue.Empty:
                 return False
             if r['parent_header'].get('msg_id') == mid:

@@ -27,6 +27,13 @@ type Launcher interface {
 	// session's, else the default user's home); relative cwds start
 	// there.
 	Workdir() string
+	// Identity names whom Launch starts processes as and where (the
+	// session's default user and working directory): a kernel started
+	// for another identity and not used yet is restarted.
+	Identity() string
+	// Env is the session's environment now (the variables set at create
+	// and by /init); a Python kernel takes changes of it before a cell.
+	Env() map[string]string
 }
 
 // maxLine bounds one protocol line read from an interpreter, in bytes (a

@@ -22,6 +22,9 @@ const interruptGrace = 10 * time.Second
 type cell struct {
 	code string
 	env  map[string]string
+	// session is the session's environment (Launcher.Env), which a
+	// Python kernel applies when it changed.
+	session map[string]string
 }
 
 // kernel is one context's interpreter.
@@ -117,7 +120,7 @@ func (k *pythonKernel) read(f *os.File) {
 func (k *pythonKernel) run(c cell, interrupt <-chan struct{}, emit func([]byte)) {
 	k.cells++
 	id := k.cells
-	req, _ := json.Marshal(map[string]any{"op": "execute", "id": id, "code": c.code, "env_vars": c.env})
+	req, _ := json.Marshal(map[string]any{"op": "execute", "id": id, "code": c.code, "env_vars": c.env, "seed": c.session})
 	if _, err := k.p.stdin.Write(append(req, '\n')); err != nil {
 		emit(errorLine("KernelDied", "the Python kernel is gone; the next call restarts it", ""))
 		k.kill()

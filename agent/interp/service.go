@@ -32,6 +32,14 @@ type codeContext struct {
 	mu      sync.Mutex
 	k       kernel // nil until the first cell (or after a restart)
 	deleted bool
+	// ident is the Launcher's Identity when k started; used is set by
+	// the first cell k ran (a warm kernel not used yet follows a change
+	// of identity by restarting).
+	ident string
+	used  bool
+	// dflt marks a language's default context, whose working directory
+	// follows the session's until its first cell.
+	dflt bool
 }
 
 // Service is the code-execution service of one sandbox: its contexts,
@@ -172,6 +180,7 @@ func (s *Service) lookup(id, language string) (*codeContext, error) {
 		delete(s.contexts, c.ID)
 		return d, nil
 	}
+	c.dflt = true
 	s.defaults[lang] = c
 	return c, nil
 }
@@ -225,18 +234,22 @@ func (c *codeContext) ensure(l Launcher) error {
 	if c.deleted {
 		return fmt.Errorf("%w: Context %s not found", errNotFound, c.ID)
 	}
-	if c.k != nil && !c.k.dead() {
+	ident := l.Identity()
+	if c.k != nil && !c.k.dead() && (c.used || c.ident == ident) {
 		return nil
 	}
 	if c.k != nil {
 		c.k.close()
 		c.k = nil
 	}
+	if c.dflt && !c.used {
+		c.Cwd = l.Workdir()
+	}
 	k, err := startKernel(l, c.Language, c.Cwd)
 	if err != nil {
 		return err
 	}
-	c.k = k
+	c.k, c.ident, c.used = k, ident, false
 	return nil
 }
 
@@ -280,7 +293,8 @@ func (s *Service) execute(ctx context.Context, c *codeContext, code string, env 
 	interrupt := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { close(interrupt) })
 	defer stop()
-	c.k.run(cell{code: code, env: env}, interrupt, emit)
+	c.used = true
+	c.k.run(cell{code: code, env: env, session: s.l.Env()}, interrupt, emit)
 	return nil
 }
 

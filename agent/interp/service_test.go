@@ -64,6 +64,10 @@ func (l plainLauncher) Launch(argv []string, env map[string]string, dir string, 
 
 func (l plainLauncher) Workdir() string { return l.dir }
 
+func (l plainLauncher) Identity() string { return l.dir }
+
+func (l plainLauncher) Env() map[string]string { return map[string]string{"FB_SESSION": "s"} }
+
 // need skips (or under CI fails) a test when the interpreters are not
 // installed.
 func need(t *testing.T, what string, check ...string) {
@@ -246,6 +250,9 @@ func TestPythonState(t *testing.T) {
 	}
 	if got := s.exec("import os; os.environ.get('FB_A', 'unset')", nil).main(); got != "unset" {
 		t.Errorf("env_vars stayed after their call: %q", got)
+	}
+	if got := s.exec("os.environ.get('FB_SESSION')", nil).main(); got != "s" {
+		t.Errorf("the session's environment in the kernel: %q", got)
 	}
 	if e := s.exec("print(", nil); e.errorName() != "SyntaxError" {
 		t.Errorf("syntax error: %v", e.lines)

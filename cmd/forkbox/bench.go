@@ -39,6 +39,7 @@ Row groups (--only, comma-separated; "default" or "all" too):
   freeze     snapshot right after an unsynced write and the freeze it causes (not in default)
   sustained  create -> exec -> destroy by --clients at once for --sustain; runc run the same way
   gvisor     gVisor exec, memory snapshot (100 MB resident), restore, fork 5; the runsc CLI
+  code       code interpreter: runCode 1+1 warm, the first after create, a chart cell; python3 -c execs
   idle       memory and CPU per idle sandbox, --idle-runc and --idle-gvisor held at once
 
 Prints p50/p99 in milliseconds per system, the paired ratio, and the targets.
