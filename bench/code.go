@@ -100,7 +100,9 @@ func (e *env) measureCode(ctx context.Context) []Result {
 		})
 	}
 	code := func(ctx context.Context, id string) (time.Duration, error) { return f.runCode(ctx, id, "1+1") }
-	python := func(ctx context.Context, id string) (time.Duration, error) { return f.execPython(ctx, id, "print(1+1)") }
+	python := func(ctx context.Context, id string) (time.Duration, error) {
+		return f.execPython(ctx, id, "print(1+1)")
+	}
 	e.opts.progressf("code: first runCode after a cold create x %d", e.opts.Warmup+e.opts.N)
 	rows = append(rows, interleave(ctx, e.opts.Warmup, e.opts.N, []string{OpCodeFirstCold}, []contender{
 		{system: SystemForkbox, step: first(client.CreateRequest{Template: codeTemplate}, false, code)},
