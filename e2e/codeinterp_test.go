@@ -166,6 +166,15 @@ func TestCodeAPI(t *testing.T) {
 	if ex := runCode(t, s.ID, client.CodeRequest{Code: "pwd; id -un", ContextID: cc.ID}); ex.Stdout != "/tmp\nuser\n" {
 		t.Errorf("bash context: %+v", ex)
 	}
+	// pip installs without flags (PEP 668 does not refuse: the default
+	// virtual environment is first on PATH), into the environment the
+	// kernel runs, so the running kernel imports it.
+	sh(t, s.ID, `mkdir -p /tmp/fbpkg/fbdemo && echo 'VALUE = 42' > /tmp/fbpkg/fbdemo/__init__.py && `+
+		`printf '[project]\nname = "fbdemo"\nversion = "0.1"\n[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n' > /tmp/fbpkg/pyproject.toml && `+
+		`pip install --no-build-isolation --no-index /tmp/fbpkg`)
+	if ex := runCode(t, s.ID, client.CodeRequest{Code: "import fbdemo, sys\n(fbdemo.VALUE, sys.prefix)"}); ex.Text != "(42, '/home/user/.venv')" {
+		t.Errorf("a package pip installed, in the kernel: %+v", ex)
+	}
 	for _, c := range []struct {
 		req    client.CodeRequest
 		status int

@@ -141,10 +141,20 @@ class Bridge:
         shm = '/dev/shm'
         base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
         self.private = tempfile.mkdtemp(prefix='forkbox-kernel-', dir=base)
+        # The kernel runs this bridge's interpreter (the sandbox's default
+        # virtual environment's, so what `pip install` put there imports),
+        # not the one of the system's kernel spec (Debian's names
+        # /usr/bin/python3): a kernel spec of our own, found first.
+        spec = os.path.join(self.private, 'kernels', 'forkbox')
+        os.makedirs(spec)
+        with open(os.path.join(spec, 'kernel.json'), 'w') as f:
+            json.dump({'argv': [sys.executable, '-m', 'ipykernel_launcher', '-f', '{connection_file}'],
+                       'display_name': 'Python 3', 'language': 'python'}, f)
+        os.environ['JUPYTER_PATH'] = self.private
         env = dict(os.environ)
         env['JUPYTER_RUNTIME_DIR'] = self.private
         env.setdefault('MPLBACKEND', 'module://matplotlib_inline.backend_inline')
-        self.km = KernelManager(transport='ipc', ip=os.path.join(self.private, 'kernel'),
+        self.km = KernelManager(kernel_name='forkbox', transport='ipc', ip=os.path.join(self.private, 'kernel'),
                                 connection_file=os.path.join(self.private, 'kernel.json'))
         self.km.start_kernel(cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=sys.stderr)
