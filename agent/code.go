@@ -101,15 +101,7 @@ func (l codeLauncher) Launch(argv []string, env map[string]string, dir string, f
 		Credential: &syscall.Credential{Uid: acc.UID, Gid: acc.GID, Groups: acc.Groups},
 		Setpgid:    true,
 	}
-	pid, statusCh, err := a.reaper.start(func() (int, error) {
-		pr, err := os.StartProcess(path, argv, &os.ProcAttr{Dir: dir, Env: envList, Files: fds, Sys: sys})
-		if err != nil {
-			return 0, err
-		}
-		pid := pr.Pid
-		_ = pr.Release()
-		return pid, nil
-	})
+	pid, statusCh, err := a.startReaped(path, argv, &os.ProcAttr{Dir: dir, Env: envList, Files: fds, Sys: sys})
 	if err != nil {
 		return 0, nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}

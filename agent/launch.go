@@ -290,15 +290,7 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		childFiles = append(childFiles, ls.extra)
 	}
 
-	pid, statusCh, err := a.reaper.start(func() (int, error) {
-		pr, err := os.StartProcess(ls.path, ls.argv, &os.ProcAttr{Dir: ls.dir, Env: ls.env, Files: files, Sys: sys})
-		if err != nil {
-			return 0, err
-		}
-		pid := pr.Pid
-		_ = pr.Release()
-		return pid, nil
-	})
+	pid, statusCh, err := a.startReaped(ls.path, ls.argv, &os.ProcAttr{Dir: ls.dir, Env: ls.env, Files: files, Sys: sys})
 	if err != nil {
 		for _, f := range []*os.File{outR, errR, p.stdin, p.pty} {
 			if f != nil {
@@ -381,6 +373,21 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		a.procs.forgetLater(p)
 	}()
 	return p, nil
+}
+
+// startReaped starts path with argv and attr under the reaper (the agent
+// is pid 1: the reaper waits for every child) and returns its pid and the
+// channel its exit status comes on.
+func (a *Agent) startReaped(path string, argv []string, attr *os.ProcAttr) (int, <-chan exitStatus, error) {
+	return a.reaper.start(func() (int, error) {
+		pr, err := os.StartProcess(path, argv, attr)
+		if err != nil {
+			return 0, err
+		}
+		pid := pr.Pid
+		_ = pr.Release()
+		return pid, nil
+	})
 }
 
 // devNull returns the agent's one read-only descriptor of /dev/null, the

@@ -157,6 +157,16 @@ func start(l Launcher, argv []string, env map[string]string, dir string, outs []
 	return &process{pid: pid, stdin: inW, exited: exited}, reads, nil
 }
 
+// gone reports whether p has exited.
+func (p *process) gone() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
 // signal sends sig to p's whole process group (the interpreter and what
 // the cell started). A group that is gone is not an error.
 func (p *process) signal(sig syscall.Signal) {

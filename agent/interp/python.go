@@ -160,17 +160,7 @@ func (k *pythonKernel) run(c cell, interrupt <-chan struct{}, emit func([]byte))
 	}
 }
 
-func (k *pythonKernel) dead() bool {
-	if k.broken {
-		return true
-	}
-	select {
-	case <-k.p.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (k *pythonKernel) dead() bool { return k.broken || k.p.gone() }
 
 // kill ends the kernel's process group and the bridge's.
 func (k *pythonKernel) kill() {

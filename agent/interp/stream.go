@@ -239,16 +239,6 @@ func (k *streamKernel) kill() {
 	}()
 }
 
-func (k *streamKernel) dead() bool {
-	if k.broken {
-		return true
-	}
-	select {
-	case <-k.p.exited:
-		return true
-	default:
-		return false
-	}
-}
+func (k *streamKernel) dead() bool { return k.broken || k.p.gone() }
 
 func (k *streamKernel) close() { k.kill() }
