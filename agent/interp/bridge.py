@@ -16,6 +16,7 @@
 # bridge's (the agent's log), so nothing the cell writes reaches this
 # protocol but what the kernel publishes. When the kernel dies the bridge
 # reports an error, ends the cell and exits; the agent starts a new one.
+import glob
 import json
 import os
 import queue
@@ -97,6 +98,24 @@ del __forkbox_setup
 
 
 
+def stale_kernel_alive(d):
+    """Reports whether private directory d may still be in use: its pid
+    file (written by the bridge that made d once its kernel was ready)
+    names a live process, or it has none yet and is younger than ten
+    minutes (a bridge still starting)."""
+    try:
+        with open(os.path.join(d, 'kernel.pid')) as f:
+            os.kill(int(f.read().strip()), 0)
+        return True
+    except FileNotFoundError:
+        try:
+            return time.time() - os.stat(d).st_mtime < 600
+        except OSError:
+            return False
+    except (OSError, ValueError):
+        return False
+
+
 def emit(obj):
     """Writes one protocol line to the agent."""
     sys.stdout.write(json.dumps(obj, separators=(',', ':'), default=str) + '\n')
@@ -134,6 +153,16 @@ def result_line(data, main):
 
 class Bridge:
     def __init__(self, cwd, charts):
+        # Directories of earlier bridges of this user that were killed
+        # before they could clean up (the agent kills with SIGKILL) and
+        # whose kernel is gone: removed, as /dev/shm counts against the
+        # sandbox's memory.
+        for old in glob.glob('/dev/shm/forkbox-kernel-*') + glob.glob(os.path.join(tempfile.gettempdir(), 'forkbox-kernel-*')):
+            try:
+                if os.stat(old).st_uid == os.getuid() and not stale_kernel_alive(old):
+                    shutil.rmtree(old, ignore_errors=True)
+            except OSError:
+                pass
         # The kernel's sockets live in memory (/dev/shm) when the sandbox
         # has it: gVisor cannot checkpoint a unix socket bound on a
         # filesystem its gofer serves (/tmp), so a memory snapshot of a
@@ -158,11 +187,20 @@ class Bridge:
                                 connection_file=os.path.join(self.private, 'kernel.json'))
         self.km.start_kernel(cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=sys.stderr)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-        self.silent('CHARTS_SOURCE = %s\n' % json.dumps(charts) + SETUP + 'del CHARTS_SOURCE\n')
+        try:
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            # Shorter than the agent's wait, so that a kernel that does not
+            # come up is shut down here (it leads a session of its own: the
+            # agent's kill of the bridge's group would not reach it).
+            self.kc.wait_for_ready(timeout=100)
+            self.silent('CHARTS_SOURCE = %s\n' % json.dumps(charts) + SETUP + 'del CHARTS_SOURCE\n')
+        except BaseException:
+            self.close()
+            raise
         self.seed = None
+        with open(os.path.join(self.private, 'kernel.pid'), 'w') as f:
+            f.write(str(self.kernel_pid()))
 
     def kernel_pid(self):
         p = getattr(self.km, 'provisioner', None)
@@ -183,12 +221,15 @@ class Bridge:
         # applied when it changed since the kernel started or the last cell
         # (a warm kernel started before its session's variables were set).
         seed = req.get('seed')
+        # The variables go in as JSON text in a string literal, decoded by
+        # the kernel (JSON pasted as Python source would turn a character
+        # outside the BMP into two lone surrogates).
         if seed and seed != self.seed:
-            self.silent('import os as _o; _o.environ.update(%s); del _o' % json.dumps(seed))
+            self.silent('import os as _o, json as _j; _o.environ.update(_j.loads(%r)); del _o, _j' % json.dumps(seed))
         if seed is not None:
             self.seed = seed
         if env_vars:
-            self.silent('__forkbox_env_saved = __forkbox_env_apply(%s)' % json.dumps(env_vars))
+            self.silent('import json as _j; __forkbox_env_saved = __forkbox_env_apply(_j.loads(%r)); del _j' % json.dumps(env_vars))
         try:
             self.run_cell(req.get('code', ''), lambda: interrupts.take(req.get('id')))
         finally:
@@ -305,7 +346,7 @@ def main():
     except Exception as e:  # the kernel did not start
         emit({'type': 'fatal', 'name': type(e).__name__, 'value': str(e)})
         return 2
-    emit({'type': 'ready', 'kernel_pid': b.kernel_pid()})
+    emit({'type': 'ready', 'kernel_pid': b.kernel_pid(), 'dir': b.private})
     cells = queue.Queue()
     interrupts = Interrupts()
 

@@ -20,20 +20,44 @@ const readline = require('readline');
 const MARK = process.argv[1];
 globalThis.require = require;
 
+// The driver's own tools, taken before any cell runs: cells share this
+// realm and may replace the globals they come from.
+const writeSync = fs.writeSync.bind(fs);
+const stringify = JSON.stringify;
+const outWrite = process.stdout.write.bind(process.stdout);
+const errWrite = process.stderr.write.bind(process.stderr);
+const inspect = util.inspect;
+
 let abort = null;
 process.on('SIGINT', () => {
   if (abort) abort();
 });
 
 function emit(obj) {
-  fs.writeSync(3, JSON.stringify(obj) + '\n');
+  let line;
+  try {
+    line = stringify(obj);
+  } catch (e) {
+    line = stringify({ type: 'error', name: 'Error', value: 'the result cannot be sent: ' + safeString(e), traceback: '' });
+  }
+  writeSync(3, line + '\n');
+}
+
+function safeString(v) {
+  try {
+    return typeof v === 'string' ? v : inspect(v);
+  } catch {
+    return '(a value that cannot be shown)';
+  }
 }
 
 function describe(e) {
-  if (e instanceof Error) {
-    return { name: e.name, value: e.message, traceback: e.stack || '' };
-  }
-  return { name: 'Error', value: util.inspect(e), traceback: '' };
+  try {
+    if (e instanceof Error) {
+      return { name: safeString(e.name), value: safeString(e.message), traceback: safeString(e.stack || '') };
+    }
+  } catch {}
+  return { name: 'Error', value: safeString(e), traceback: '' };
 }
 
 function compile(code) {
@@ -66,7 +90,7 @@ async function run(req) {
       });
     }
     if (v !== undefined) {
-      emit({ type: 'result', is_main_result: true, text: typeof v === 'string' ? v : util.inspect(v) });
+      emit({ type: 'result', is_main_result: true, text: safeString(v) });
     }
   } catch (e) {
     emit({ type: 'error', ...describe(e) });
@@ -76,8 +100,10 @@ async function run(req) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }
-    process.stdout.write(MARK);
-    process.stderr.write(MARK);
+    try {
+      outWrite(MARK);
+      errWrite(MARK);
+    } catch {}
     emit({ type: 'end', rc: 0 });
   }
 }
@@ -91,7 +117,7 @@ rl.on('line', (line) => {
   } catch {
     return;
   }
-  chain = chain.then(() => run(req));
+  chain = chain.then(() => run(req)).catch(() => {});
 });
 rl.on('close', () => {
   chain.then(() => process.exit(0));

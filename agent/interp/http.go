@@ -97,6 +97,9 @@ func (s *Service) handleExecute(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	lw := newLineWriter(w)
+	// The headers go now: a cell may wait for its turn behind another,
+	// and clients bound the time to the headers (the SDK: 60 s).
+	_ = lw.rc.Flush()
 	stop := lw.keepalive()
 	err = s.execute(r.Context(), c, *req.Code, req.EnvVars, lw.write)
 	stop()

@@ -69,22 +69,25 @@ func bashPrelude(mark []byte) []byte {
 		"__fb_mark=" + bashQuote(string(mark)) + "\n" +
 		`__fb_end() { printf '%s' "$__fb_mark"; printf '%s' "$__fb_mark" >&2; printf '{"type":"end","rc":%d}\n' "$1" >&3; }` + "\n" +
 		`__fb_save() { if [ -n "${!1+x}" ]; then eval "__fb_saved_$1=\${!1}"; else unset "__fb_saved_$1"; fi; }` + "\n" +
-		`__fb_restore() { local s="__fb_saved_$1"; if [ -n "${!s+x}" ]; then export "$1=${!s}"; unset "$s"; else unset "$1"; fi; }` + "\n")
+		`__fb_restore() { local __fb_s="__fb_saved_$1"; if [ -n "${!__fb_s+x}" ]; then export "$1=${!__fb_s}"; unset "$__fb_s"; else unset "$1"; fi; }` + "\n")
 }
 
-// bashRequest is a cell as one bash command line: the env_vars exported
-// (and put back after), the code unquoted by printf %b into a variable
-// and run by eval at the top level (so variables, functions and the
-// working directory stay between cells) with stdin from /dev/null, then
-// __fb_end with its status. Code with a NUL byte cannot be a bash string.
+// bashRequest is a cell as three bash input lines: the env_vars exported
+// (and put back on the third line); the code unquoted by printf %b into a
+// variable and run by eval at the top level (so variables, functions and
+// the working directory stay between cells) with stdin from /dev/null;
+// __fb_end with its status. Lines, because bash drops the rest of an
+// input line after some errors (an arithmetic one in an assignment): the
+// end line still runs. Code with a NUL byte cannot be a bash string;
+// env_vars names must be shell names, not the driver's (__fb_...).
 func bashRequest(c cell) ([]byte, error) {
 	if strings.ContainsRune(c.code, 0) {
 		return nil, errors.New("bash code cannot contain a NUL byte")
 	}
 	names := make([]string, 0, len(c.env))
 	for k := range c.env {
-		if !shellName(k) {
-			return nil, fmt.Errorf("env_vars name %q is not a shell variable name", k)
+		if !shellName(k) || strings.HasPrefix(k, "__fb_") {
+			return nil, fmt.Errorf("env_vars name %q is not a shell variable name (or is the driver's)", k)
 		}
 		if strings.ContainsRune(c.env[k], 0) {
 			return nil, fmt.Errorf("env_vars %s contains a NUL byte", k)
@@ -93,15 +96,16 @@ func bashRequest(c cell) ([]byte, error) {
 	}
 	sort.Strings(names)
 	var b strings.Builder
+	b.WriteString("__fb_rc=1; ")
 	for _, k := range names {
 		fmt.Fprintf(&b, "__fb_save %s; export %s=%s; ", k, k, bashQuote(c.env[k]))
 	}
 	code := strings.NewReplacer(`\`, `\\`, `'`, `\x27`).Replace(c.code)
-	b.WriteString(`printf -v __fb_code '%b' '` + code + `'; eval "$__fb_code" </dev/null; __fb_rc=$?; unset __fb_code; `)
+	b.WriteString("\nprintf -v __fb_code '%b' '" + code + `'; eval "$__fb_code" </dev/null; __fb_rc=$?; unset __fb_code` + "\n")
 	for _, k := range names {
 		fmt.Fprintf(&b, "__fb_restore %s; ", k)
 	}
-	b.WriteString("__fb_end $__fb_rc\n")
+	b.WriteString("__fb_end \"${__fb_rc:-1}\"\n")
 	return []byte(b.String()), nil
 }
 

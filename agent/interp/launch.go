@@ -38,9 +38,10 @@ type Launcher interface {
 
 // maxLine bounds one protocol line read from an interpreter, in bytes (a
 // result with a large PNG or HTML table fits; a longer line is dropped
-// and replaced by an error line, so a cell cannot grow the agent's memory
-// without bound).
-const maxLine = 16 << 20
+// and replaced by an error line). With one line being read, one waiting
+// in a channel of one and one being written, a context holds at most
+// about three lines whatever its client reads.
+const maxLine = 8 << 20
 
 // errLineTooLong reports a protocol line over maxLine.
 var errLineTooLong = errors.New("line too long")

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -40,6 +42,10 @@ type kernel interface {
 	dead() bool
 	// close kills the interpreter and what it started.
 	close()
+	// abort kills the interpreter now; unlike the others it may be
+	// called while run runs (from another goroutine), which then ends
+	// with the interpreter's death.
+	abort()
 }
 
 // pythonKernel is an IPython kernel behind the Python bridge (bridge.py),
@@ -66,7 +72,7 @@ func startPython(l Launcher, dir string) (kernel, error) {
 		return nil, fmt.Errorf("start python3: %w", err)
 	}
 	go drain(outs[1])
-	k := &pythonKernel{p: p, lines: make(chan []byte, 16)}
+	k := &pythonKernel{p: p, lines: make(chan []byte, 1)}
 	go k.read(outs[0])
 	timer := time.NewTimer(kernelStartTimeout)
 	defer timer.Stop()
@@ -165,10 +171,47 @@ func (k *pythonKernel) dead() bool { return k.broken || k.p.gone() }
 // kill ends the kernel's process group and the bridge's.
 func (k *pythonKernel) kill() {
 	k.broken = true
-	if k.kernelPID > 1 {
+	k.abort()
+	k.p.kill()
+}
+
+// abort kills the kernel's and the bridge's process groups now, without
+// waiting; safe to call while run runs (which then sees the kernel die).
+// The kernel's pid comes from the bridge, a process of the sandbox's
+// user: it is signalled only while it is a process of the bridge's own
+// user.
+func (k *pythonKernel) abort() {
+	if k.kernelPID > 1 && sameUser(k.kernelPID, k.p.pid) {
 		_ = syscall.Kill(-k.kernelPID, syscall.SIGKILL)
 	}
-	k.p.kill()
+	k.p.signal(syscall.SIGKILL)
+}
+
+// sameUser reports whether processes a and b have the same real uid
+// (/proc/PID/status), false when either is gone.
+func sameUser(a, b int) bool {
+	ua, ok := procUID(a)
+	if !ok {
+		return false
+	}
+	ub, ok := procUID(b)
+	return ok && ua == ub
+}
+
+// procUID returns process pid's real uid.
+func procUID(pid int) (string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				return f[0], true
+			}
+		}
+	}
+	return "", false
 }
 
 func (k *pythonKernel) close() {

@@ -40,6 +40,27 @@ type codeContext struct {
 	// dflt marks a language's default context, whose working directory
 	// follows the session's until its first cell.
 	dflt bool
+	// running is the kernel running a cell now (nil: none), for Delete
+	// and Restart to abort without waiting for the cell. Under runMu.
+	runMu   sync.Mutex
+	running kernel
+}
+
+// abortRunning kills the interpreter of the cell c runs now, if any (the
+// cell then ends with a KernelDied line and releases c.mu).
+func (c *codeContext) abortRunning() {
+	c.runMu.Lock()
+	defer c.runMu.Unlock()
+	if c.running != nil {
+		c.running.abort()
+	}
+}
+
+// setRunning records k as running a cell (nil: the cell ended).
+func (c *codeContext) setRunning(k kernel) {
+	c.runMu.Lock()
+	c.running = k
+	c.runMu.Unlock()
 }
 
 // Service is the code-execution service of one sandbox: its contexts,
@@ -51,6 +72,9 @@ type Service struct {
 	contexts map[string]*codeContext
 	defaults map[string]*codeContext // the default context of each language
 	closed   bool
+	// ending counts deleted contexts whose interpreter is not closed yet;
+	// they count against MaxContexts until it is.
+	ending int
 }
 
 // NewService returns a service that starts its interpreters through l.
@@ -111,7 +135,7 @@ func (s *Service) newContext(language, cwd string) (*codeContext, error) {
 	if s.closed {
 		return nil, fmt.Errorf("%w: the code-execution service is shut down", errClosed)
 	}
-	if len(s.contexts) >= MaxContexts {
+	if len(s.contexts)+s.ending >= MaxContexts {
 		return nil, fmt.Errorf("%w: a sandbox has at most %d contexts; delete one first", errTooMany, MaxContexts)
 	}
 	c := &codeContext{Context: Context{ID: newID(), Language: lang, Cwd: dir}}
@@ -185,8 +209,8 @@ func (s *Service) lookup(id, language string) (*codeContext, error) {
 	return c, nil
 }
 
-// Delete ends context id and its interpreter (waiting for a running cell
-// to end).
+// Delete ends context id and its interpreter; a running cell is killed
+// with it.
 func (s *Service) Delete(id string) error {
 	s.mu.Lock()
 	c, ok := s.contexts[id]
@@ -195,11 +219,18 @@ func (s *Service) Delete(id string) error {
 		if s.defaults[c.Language] == c {
 			delete(s.defaults, c.Language)
 		}
+		s.ending++
 	}
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: Context %s not found", errNotFound, id)
 	}
+	defer func() {
+		s.mu.Lock()
+		s.ending--
+		s.mu.Unlock()
+	}()
+	c.abortRunning()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.deleted = true
@@ -211,8 +242,8 @@ func (s *Service) Delete(id string) error {
 }
 
 // Restart gives context id a new interpreter: its state is gone, its id,
-// language and working directory stay. It waits for a running cell to end
-// and returns once the new interpreter is ready.
+// language and working directory stay. A running cell is killed with the
+// old interpreter; Restart returns once the new one is ready.
 func (s *Service) Restart(id string) error {
 	s.mu.Lock()
 	c, ok := s.contexts[id]
@@ -220,6 +251,7 @@ func (s *Service) Restart(id string) error {
 	if !ok {
 		return fmt.Errorf("%w: Context %s not found", errNotFound, id)
 	}
+	c.abortRunning()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.k != nil {
@@ -279,10 +311,14 @@ func (s *Service) Execute(ctx context.Context, id, language, code string, env ma
 	return s.execute(ctx, c, code, env, emit)
 }
 
-// execute runs code in c (see Execute).
+// execute runs code in c (see Execute). A cell whose caller went away
+// while it waited for its turn does not run.
 func (s *Service) execute(ctx context.Context, c *codeContext, code string, env map[string]string, emit func([]byte)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err := c.ensure(s.l); err != nil {
 		if errors.Is(err, errNotFound) {
 			return err
@@ -294,7 +330,9 @@ func (s *Service) execute(ctx context.Context, c *codeContext, code string, env 
 	stop := context.AfterFunc(ctx, func() { close(interrupt) })
 	defer stop()
 	c.used = true
+	c.setRunning(c.k)
 	c.k.run(cell{code: code, env: env, session: s.l.Env()}, interrupt, emit)
+	c.setRunning(nil)
 	return nil
 }
 

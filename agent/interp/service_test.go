@@ -533,3 +533,75 @@ func TestWarm(t *testing.T) {
 		t.Errorf("the first call made another default context: %v", s.svc.List())
 	}
 }
+
+// TestHostileCells are cells that try to break their context: a bash error
+// that makes bash drop the rest of its input line, an env_vars name that
+// is the driver's own local, a JavaScript error whose name cannot be
+// serialized, Python env_vars outside the BMP; each context still answers.
+func TestHostileCells(t *testing.T) {
+	needPython(t)
+	need(t, "bash and node", "/usr/bin/node", "-e", "0")
+	s := newServer(t)
+	sh := map[string]any{"language": "bash"}
+	if e := s.exec(`declare -i n; n="a b"; echo x`, sh); e.errorName() != "ExitError" {
+		t.Errorf("an arithmetic error in bash: %v", e.lines)
+	}
+	if e := s.exec("echo after", sh); e.stdout != "after\n" {
+		t.Errorf("after the arithmetic error: %v", e.lines)
+	}
+	s.exec("echo set", map[string]any{"language": "bash", "env_vars": map[string]string{"s": "SECRET", "OPTIND": "a b"}})
+	if e := s.exec(`echo "${s-unset}"`, sh); e.stdout != "unset\n" {
+		t.Errorf("env_vars s stayed after its call: %q", e.stdout)
+	}
+	if e := s.exec("true", map[string]any{"language": "bash", "env_vars": map[string]string{"__fb_rc": "0"}}); e.errorName() != "InvalidCode" {
+		t.Errorf("an env_vars name of the driver's: %v", e.lines)
+	}
+	js := map[string]any{"language": "javascript"}
+	s.exec("var kept = 1", js)
+	if e := s.exec("const e = new Error('x'); e.name = 10n; throw e", js); e.errorName() == "" {
+		t.Errorf("a BigInt error name: %v", e.lines)
+	}
+	if got := s.exec("kept", js).main(); got != "1" {
+		t.Errorf("the node driver lost its globals: kept = %q", got)
+	}
+	e := s.exec("import os; (os.environ['FB_A'], os.environ['FB_B'], os.environ['FB_C'])",
+		map[string]any{"env_vars": map[string]string{"FB_A": "a", "FB_B": "smile😀", "FB_C": "c"}})
+	if e.main() != "('a', 'smile😀', 'c')" {
+		t.Errorf("env_vars outside the BMP: %v", e.lines)
+	}
+	if got := s.exec("import os; os.environ.get('FB_A', 'unset')", nil).main(); got != "unset" {
+		t.Errorf("env_vars stayed after their call: %q", got)
+	}
+}
+
+// TestRestartStopsCell: a restart while a cell runs kills the cell (it
+// ends with KernelDied) instead of waiting for it.
+func TestRestartStopsCell(t *testing.T) {
+	need(t, "bash", "/bin/bash", "-c", "true")
+	s := newServer(t)
+	var c Context
+	code, body := s.call("POST", "/contexts", map[string]any{"language": "bash"})
+	if code != 200 || json.Unmarshal([]byte(body), &c) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	in := map[string]any{"context_id": c.ID}
+	done := make(chan *execution)
+	started := make(chan struct{})
+	go func() {
+		done <- s.run(context.Background(), map[string]any{"code": "echo go; sleep 1000", "context_id": c.ID}, func(m map[string]any) {
+			if m["type"] == "stdout" {
+				close(started)
+			}
+		})
+	}()
+	<-started
+	if code, body := s.call("POST", "/contexts/"+c.ID+"/restart", nil); code != 204 {
+		t.Fatalf("restart: %d %s", code, body)
+	}
+	if e := <-done; e.errorName() != "KernelDied" {
+		t.Errorf("the running cell after a restart: %v", e.lines)
+	}
+	if e := s.exec("echo fresh", in); e.stdout != "fresh\n" {
+		t.Errorf("after the restart: %v", e.lines)
+	}
+}

@@ -63,7 +63,7 @@ func startStream(l Launcher, lang string, argv []string, env map[string]string, 
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	k := &streamKernel{lang: lang, p: p, mark: mark, events: make(chan event, 16), request: request}
+	k := &streamKernel{lang: lang, p: p, mark: mark, events: make(chan event, 1), request: request}
 	go k.pump(srcStdout, outs[0])
 	go k.pump(srcStderr, outs[1])
 	go k.proto(outs[2])
@@ -242,3 +242,7 @@ func (k *streamKernel) kill() {
 func (k *streamKernel) dead() bool { return k.broken || k.p.gone() }
 
 func (k *streamKernel) close() { k.kill() }
+
+// abort kills the interpreter's process group now, without waiting; safe
+// to call while run runs (which then sees the interpreter die).
+func (k *streamKernel) abort() { k.p.signal(syscall.SIGKILL) }

@@ -164,7 +164,8 @@ func Copy(w http.ResponseWriter, body io.Reader) error {
 
 // ErrorOf turns an error answer of the agent (status >= 400, body read
 // up to 64 KiB) into an error of the class its status says: 400 and 422
-// ErrInvalidArgument, 404 ErrNotFound, 409 ErrConflict, 5xx ErrUnavailable
+// ErrInvalidArgument, 404 ErrNotFound, 409 ErrConflict, 429
+// ErrResourceExhausted (the contexts' limit), 5xx ErrUnavailable
 // (the service failed). Its text is the answer's message: a JSON body's
 // "message", "detail" or "error" string, else the body as text.
 func ErrorOf(resp *http.Response) error {
@@ -180,6 +181,8 @@ func ErrorOf(resp *http.Response) error {
 		return errdefs.Newf(errdefs.ErrNotFound, "%s", msg)
 	case resp.StatusCode == http.StatusConflict:
 		return errdefs.Newf(errdefs.ErrConflict, "%s", msg)
+	case resp.StatusCode == http.StatusTooManyRequests:
+		return errdefs.Newf(errdefs.ErrResourceExhausted, "%s", msg)
 	case resp.StatusCode >= 500:
 		return errdefs.Newf(errdefs.ErrUnavailable, "code-execution service: %s", msg)
 	}
