@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/forkbox/forkbox/client"
@@ -126,27 +125,6 @@ func (e *env) measureCode(ctx context.Context) []Result {
 		rows = append(rows, failOps([]string{OpCodeFirst}, SystemForkbox, err)...)
 	}
 	return rows
-}
-
-// waitPoolEmpty polls Pools until template's pool has no member ready or
-// starting, for at most poolWait.
-func (f *forkbox) waitPoolEmpty(ctx context.Context, template string) error {
-	ctx, cancel := context.WithTimeout(ctx, poolWait)
-	defer cancel()
-	for {
-		pools, err := f.c.Pools(ctx)
-		if err == nil {
-			i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == template })
-			if i < 0 || pools[i].Ready == 0 && pools[i].Starting == 0 {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("warm pool %s still has members after %s (last error %v)", template, poolWait, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // codePool sets a warm pool of one member of the code-interpreter template

@@ -278,23 +278,41 @@ func (f *forkbox) restorePools(ctx context.Context) error {
 // waitPoolFull polls Pools until template's pool has as many ready
 // members as its size and none starting, for at most poolWait.
 func (f *forkbox) waitPoolFull(ctx context.Context, template string) error {
+	return f.waitPool(ctx, template, "not full", func(p client.Pool, found bool) bool {
+		return found && p.Size > 0 && p.Ready >= p.Size && p.Starting == 0
+	})
+}
+
+// waitPoolEmpty polls Pools until template's pool has no member ready or
+// starting, for at most poolWait.
+func (f *forkbox) waitPoolEmpty(ctx context.Context, template string) error {
+	return f.waitPool(ctx, template, "still has members", func(p client.Pool, found bool) bool {
+		return !found || p.Ready == 0 && p.Starting == 0
+	})
+}
+
+// waitPool polls Pools every 10 ms until done says template's pool (found:
+// whether it is listed) is as wanted, for at most poolWait; the error
+// says what (e.g. "not full") it still was.
+func (f *forkbox) waitPool(ctx context.Context, template, what string, done func(p client.Pool, found bool) bool) error {
 	ctx, cancel := context.WithTimeout(ctx, poolWait)
 	defer cancel()
 	var last client.Pool
 	for {
 		pools, err := f.c.Pools(ctx)
 		if err == nil {
-			if i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == template }); i >= 0 {
+			i := slices.IndexFunc(pools, func(q client.Pool) bool { return q.Template == template })
+			if i >= 0 {
 				last = pools[i]
-				if last.Size > 0 && last.Ready >= last.Size && last.Starting == 0 {
-					return nil
-				}
+			}
+			if done(last, i >= 0) {
+				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("warm pool %s not full after %s (ready %d of %d, starting %d; last error %v)",
-				template, poolWait, last.Ready, last.Size, last.Starting, err)
+			return fmt.Errorf("warm pool %s %s after %s (ready %d of %d, starting %d; last error %v)",
+				template, what, poolWait, last.Ready, last.Size, last.Starting, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
