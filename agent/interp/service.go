@@ -41,7 +41,9 @@ type codeContext struct {
 	// follows the session's until its first cell.
 	dflt bool
 	// running is the kernel running a cell now (nil: none), for Delete
-	// and Restart to abort without waiting for the cell. Under runMu.
+	// and Restart to abort without waiting for the cell. runMu also
+	// guards Context's fields (Cwd changes under c.mu), for List to read
+	// while a cell runs.
 	runMu   sync.Mutex
 	running kernel
 }
@@ -161,7 +163,9 @@ func (s *Service) List() []Context {
 	defer s.mu.Unlock()
 	out := make([]Context, 0, len(s.contexts))
 	for _, c := range s.contexts {
+		c.runMu.Lock()
 		out = append(out, c.Context)
+		c.runMu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Language != out[j].Language {
@@ -275,7 +279,9 @@ func (c *codeContext) ensure(l Launcher) error {
 		c.k = nil
 	}
 	if c.dflt && !c.used {
+		c.runMu.Lock()
 		c.Cwd = l.Workdir()
+		c.runMu.Unlock()
 	}
 	k, err := startKernel(l, c.Language, c.Cwd)
 	if err != nil {
