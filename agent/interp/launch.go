@@ -106,10 +106,12 @@ func countLine(n int) []byte {
 }
 
 // process is a started interpreter: its pid (and process group), the
-// pipe its requests are written to, and its exit.
+// pipe its requests are written to, the read ends of its output pipes,
+// and its exit.
 type process struct {
 	pid    int
 	stdin  *os.File
+	outs   []*os.File
 	exited <-chan struct{}
 }
 
@@ -155,7 +157,7 @@ func start(l Launcher, argv []string, env map[string]string, dir string, outs []
 	for _, f := range theirs {
 		_ = f.Close()
 	}
-	return &process{pid: pid, stdin: inW, exited: exited}, reads, nil
+	return &process{pid: pid, stdin: inW, outs: reads, exited: exited}, reads, nil
 }
 
 // gone reports whether p has exited.
@@ -174,13 +176,19 @@ func (p *process) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-p.pid, sig)
 }
 
-// kill ends p's process group and waits (up to 5 s) for p to be reaped.
+// kill ends p's process group, waits (up to 5 s) for p to be reaped and
+// closes the read ends of its outputs: a process that left the group
+// (setsid) and still holds one then writes into a closed pipe, and no
+// reader of p's stays blocked.
 func (p *process) kill() {
 	_ = p.stdin.Close()
 	p.signal(syscall.SIGKILL)
 	select {
 	case <-p.exited:
 	case <-time.After(5 * time.Second):
+	}
+	for _, f := range p.outs {
+		_ = f.Close()
 	}
 }
 
