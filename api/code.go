@@ -45,15 +45,10 @@ func (h *codeAPI) handleCode(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, errdefs.Newf(errdefs.ErrTerminated, "session %s ended (%s)", id, rec.Reason))
 		return
 	}
-	var body []byte
-	if r.Method == http.MethodPost {
-		if body, err = codecall.ReadBody(r.Body); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		if len(body) == 0 {
-			body = []byte("{}")
-		}
+	body, err := codecall.RequestBody(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
 	if sub == "/execute" {
 		sum, err := codecall.CellHash(body)
@@ -86,11 +81,7 @@ func (h *codeAPI) handleCode(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, codecall.ErrorOf(resp))
 		return
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		w.Header().Set("Content-Type", ct)
-	}
-	w.WriteHeader(resp.StatusCode)
-	if err := codecall.Copy(w, resp.Body); err != nil && r.Context().Err() == nil {
+	if err := codecall.Relay(w, resp); err != nil && r.Context().Err() == nil {
 		h.log.Debug("code call: stream cut", "session", id, "path", sub, "err", err)
 	}
 }

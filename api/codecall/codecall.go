@@ -92,6 +92,29 @@ func ReadBody(r io.Reader) ([]byte, error) {
 	return b, nil
 }
 
+// RequestBody returns r's body for the agent: a POST's, read by ReadBody
+// ("{}" when empty), nil for any other method.
+func RequestBody(r *http.Request) ([]byte, error) {
+	if r.Method != http.MethodPost {
+		return nil, nil
+	}
+	b, err := ReadBody(r.Body)
+	if err != nil || len(b) > 0 {
+		return b, err
+	}
+	return []byte("{}"), nil
+}
+
+// Relay writes the agent's answer resp to w as the agent gave it: its
+// Content-Type, its status, then its body streamed by Copy.
+func Relay(w http.ResponseWriter, resp *http.Response) error {
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	return Copy(w, resp.Body)
+}
+
 // CellHash returns the audit hash (sha256, hex) of the code of an execute
 // request body: the "code" member as JSON decodes it. A body that is not
 // a JSON object with a string code is ErrInvalidArgument naming the field.

@@ -70,15 +70,10 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
-	var body []byte
-	if r.Method == http.MethodPost {
-		if body, err = codecall.ReadBody(r.Body); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if len(body) == 0 {
-			body = []byte("{}")
-		}
+	body, err := codecall.RequestBody(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	if r.URL.Path != "/health" {
 		detail := map[string]any{"method": r.Method, "path": r.URL.Path}
@@ -112,11 +107,7 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	defer resp.Body.Close()
 	// The agent's answer is E2B's already (lines, contexts, its errors).
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		w.Header().Set("Content-Type", ct)
-	}
-	w.WriteHeader(resp.StatusCode)
-	if err := codecall.Copy(w, resp.Body); err != nil && r.Context().Err() == nil {
+	if err := codecall.Relay(w, resp); err != nil && r.Context().Err() == nil {
 		h.log.Debug("code call: stream cut", "session", id, "path", r.URL.Path, "err", err)
 	}
 }
