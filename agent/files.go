@@ -327,7 +327,7 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 	}
 	tmp, err := os.CreateTemp(dir, uploadTempPrefix+"*")
 	if err != nil {
-		return uploadedFile{}, err
+		return uploadedFile{}, tempError(err, abs)
 	}
 	done := false
 	defer func() {
@@ -344,10 +344,10 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	if err := tmp.Chown(int(acc.UID), int(acc.GID)); err != nil {
-		return uploadedFile{}, err
+		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	if err := tmp.Chmod(mode); err != nil { // after chown, which clears set-id bits
-		return uploadedFile{}, err
+		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	for k, v := range meta {
 		_ = unix.Lsetxattr(tmp.Name(), xattrPrefix+k, []byte(v), 0)
@@ -356,7 +356,7 @@ func writeUploadedFile(dest string, src io.Reader, acc *account, meta map[string
 		return uploadedFile{}, renameInError(err, tmp.Name(), abs)
 	}
 	if err := os.Rename(tmp.Name(), target); err != nil {
-		return uploadedFile{}, err
+		return uploadedFile{}, tempError(err, abs)
 	}
 	done = true
 	return uploadedFile{Path: abs, Name: filepath.Base(abs), Type: "file"}, nil
@@ -369,6 +369,22 @@ func renameInError(err error, tmp, dest string) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) && pe.Path == tmp {
 		return &fs.PathError{Op: pe.Op, Path: dest, Err: pe.Err}
+	}
+	return err
+}
+
+// tempError is err of making, or renaming into place, the upload's
+// temporary file (whose name means nothing to the client) as an error
+// about dest: "open DEST: read-only file system". The error class
+// (errors.Is) is kept.
+func tempError(err error, dest string) error {
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return &fs.PathError{Op: "open", Path: dest, Err: pe.Err}
+	case errors.As(err, &le):
+		return &fs.PathError{Op: "rename", Path: dest, Err: le.Err}
 	}
 	return err
 }

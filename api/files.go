@@ -11,11 +11,20 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 )
 
-// filePath returns the absolute sandbox path named by the {path...} wildcard.
+// filePath returns the sandbox path named by the {path...} wildcard: an
+// absolute path, or with ?relative=true the path as it is, which the
+// session takes from its working directory (exec's default cwd).
 func filePath(r *http.Request) (string, error) {
 	p := r.PathValue("path")
 	if p == "" {
 		return "", errdefs.InvalidField("path", "is empty")
+	}
+	relative, err := boolParam(r, "relative")
+	if err != nil {
+		return "", err
+	}
+	if relative {
+		return p, nil
 	}
 	return "/" + p, nil
 }

@@ -26,13 +26,30 @@ func userQuery(user string) url.Values {
 	return url.Values{"user": {user}}
 }
 
-// Upload streams r into the absolute path p in the sandbox, as user ("" =
-// the session's default). size is r's length in bytes or -1 if unknown.
+// fileQuery is the query of a call on the file at p as user: user's name
+// when not "", and relative=true when p is relative (the daemon takes it
+// from the session's working directory).
+func fileQuery(p, user string) url.Values {
+	q := userQuery(user)
+	if !strings.HasPrefix(p, "/") {
+		if q == nil {
+			q = url.Values{}
+		}
+		q.Set("relative", "true")
+	}
+	return q
+}
+
+// Upload streams r into path p in the sandbox, as user ("" = the
+// session's default): an absolute path, or one relative to the session's
+// working directory (where exec starts commands: the session's workdir,
+// else its template's WORKDIR, else the user's home). size is r's length
+// in bytes or -1 if unknown.
 func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int64, user string) (*Entry, error) {
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
-	resp, err := c.do(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: userQuery(user),
+	resp, err := c.do(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: fileQuery(p, user),
 		body: r, size: size, contentType: "application/octet-stream", accept: "application/json"})
 	if err != nil {
 		return nil, err
@@ -42,24 +59,25 @@ func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int
 	return e, decodeBody(resp, e)
 }
 
-// Download opens the file at absolute path p; the caller closes it.
+// Download opens the file at path p (absolute, or relative to the
+// session's working directory as for Upload); the caller closes it.
 func (c *Client) Download(ctx context.Context, id, p, user string) (io.ReadCloser, error) {
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
-	resp, err := c.do(ctx, request{method: http.MethodGet, path: filesPath(id, p), query: userQuery(user)})
+	resp, err := c.do(ctx, request{method: http.MethodGet, path: filesPath(id, p), query: fileQuery(p, user)})
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
 }
 
-// Remove deletes a file or directory tree.
+// Remove deletes a file or directory tree (p as for Upload).
 func (c *Client) Remove(ctx context.Context, id, p, user string) error {
 	if err := checkID("session", id); err != nil {
 		return err
 	}
-	_, err := c.doJSON(ctx, http.MethodDelete, filesPath(id, p), userQuery(user), nil, nil, nil)
+	_, err := c.doJSON(ctx, http.MethodDelete, filesPath(id, p), fileQuery(p, user), nil, nil, nil)
 	return err
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/forkbox/forkbox/internal/tartree"
 )
 
-// UploadFile uploads the local regular file at local to absolute path p
+// UploadFile uploads the local regular file at local to path p (see Upload)
 // in session id, owned by user ("" for the session's user), and returns
 // the entry written. Its size is sent up front. A directory is refused
 // before anything is sent ("... is a directory"); the errors of opening
@@ -34,7 +34,7 @@ func (c *Client) UploadFile(ctx context.Context, id, p, local, user string) (*En
 	return c.Upload(ctx, id, p, f, fi.Size(), user)
 }
 
-// DownloadFile copies the file at absolute path p in session id, read as
+// DownloadFile copies the file at path p (see Download) in session id, read as
 // user ("" for the session's user), to the local path local. It writes a
 // temporary file beside local and renames it over local once the whole
 // file arrived, so local is never left half-written and a failed

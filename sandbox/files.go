@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // Files owns a session's file calls: upload, download, stat, list, make
@@ -62,6 +64,30 @@ func (fs *Files) fileCall(ctx context.Context, id, user string) (sb *Sandbox, _ 
 	return sb, user, release, nil
 }
 
+// resolve makes a relative path p of session sb's a path from the
+// session's working directory, the directory exec starts commands in by
+// default: the session's workdir, else its template's WORKDIR. Without
+// either, p is left relative and the agent takes it from the user's home,
+// which is then exec's default directory too. An absolute path, and one
+// starting with "~" (the user's home, as envd reads it), is returned as
+// it is.
+func (fs *Files) resolve(sb *Sandbox, p string) string {
+	if p == "" || strings.HasPrefix(p, "/") || strings.HasPrefix(p, "~") {
+		return p
+	}
+	rec := sb.Record()
+	wd := rec.Workdir
+	if wd == "" {
+		if tpl, err := storage.LoadTemplate(fs.m.opts.Layout.Template(rec.Template)); err == nil {
+			wd = tpl.Workdir
+		}
+	}
+	if wd == "" {
+		return p
+	}
+	return path.Join(wd, p)
+}
+
 // Upload streams body into path (created with its parent directories,
 // replaced atomically if it exists, owned by user). size is the body's
 // length in bytes or -1 when unknown. ErrInsufficientStorage when the
@@ -75,7 +101,7 @@ func (fs *Files) Upload(ctx context.Context, id, path, user string, body io.Read
 		return nil, err
 	}
 	defer release()
-	written, err := sb.agent.Upload(ctx, path, user, body, size)
+	written, err := sb.agent.Upload(ctx, fs.resolve(sb, path), user, body, size)
 	if err != nil {
 		return nil, fs.agentError(ctx, id, err, "")
 	}
@@ -92,7 +118,7 @@ func (fs *Files) Download(ctx context.Context, id, path, user string) (rc io.Rea
 	if err != nil {
 		return nil, 0, err
 	}
-	body, size, err := sb.agent.Download(ctx, path, user)
+	body, size, err := sb.agent.Download(ctx, fs.resolve(sb, path), user)
 	if err != nil {
 		defer release()
 		return nil, 0, fs.agentError(ctx, id, err, "")
@@ -124,7 +150,7 @@ func (fs *Files) Stat(ctx context.Context, id, path, user string) (*node.Entry, 
 		return nil, err
 	}
 	defer release()
-	e, err := sb.agent.Stat(ctx, path, user)
+	e, err := sb.agent.Stat(ctx, fs.resolve(sb, path), user)
 	if err != nil {
 		return nil, fs.agentError(ctx, id, err, "")
 	}
@@ -144,7 +170,7 @@ func (fs *Files) ListDir(ctx context.Context, id, path, user string, depth int) 
 		return nil, err
 	}
 	defer release()
-	out, err := sb.agent.ListDir(ctx, path, user, depth)
+	out, err := sb.agent.ListDir(ctx, fs.resolve(sb, path), user, depth)
 	if err != nil {
 		return nil, fs.agentError(ctx, id, err, "path")
 	}
@@ -162,7 +188,7 @@ func (fs *Files) MakeDir(ctx context.Context, id, path, user string) (*node.Entr
 		return nil, err
 	}
 	defer release()
-	e, err := sb.agent.MakeDir(ctx, path, user)
+	e, err := sb.agent.MakeDir(ctx, fs.resolve(sb, path), user)
 	if err != nil {
 		return nil, fs.agentError(ctx, id, err, "")
 	}
@@ -182,7 +208,7 @@ func (fs *Files) Move(ctx context.Context, id, source, destination, user string)
 		return nil, err
 	}
 	defer release()
-	e, err := sb.agent.Move(ctx, source, destination, user)
+	e, err := sb.agent.Move(ctx, fs.resolve(sb, source), fs.resolve(sb, destination), user)
 	if err != nil {
 		return nil, fs.agentError(ctx, id, err, "")
 	}
@@ -202,7 +228,7 @@ func (fs *Files) Remove(ctx context.Context, id, path, user string) error {
 		return err
 	}
 	defer release()
-	if err := sb.agent.Remove(ctx, path, user); err != nil {
+	if err := sb.agent.Remove(ctx, fs.resolve(sb, path), user); err != nil {
 		return fs.agentError(ctx, id, err, "")
 	}
 	return nil

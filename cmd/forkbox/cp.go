@@ -32,8 +32,14 @@ func newCpCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cp SRC DST",
 		Short: "Copy a file into or out of a sandbox (ID:PATH names a sandbox file; - is stdin/stdout)",
-		Example: `  forkbox cp data.csv abc123:/home/user/data.csv
-  forkbox cp abc123:/home/user/out.png ./out.png`,
+		Long: `Copy a file into or out of a sandbox. ID:PATH names a file in sandbox ID: an
+absolute PATH, or one relative to the sandbox's working directory (where exec
+runs commands: the session's --workdir, else its template's WORKDIR, else the
+user's home). ID: alone is that directory; - is stdin or stdout.`,
+		Example: `  forkbox cp data.csv abc123:            # into the working directory
+  forkbox cp abc123:out.png .             # out of it
+  forkbox cp data.csv abc123:/tmp/data.csv
+  forkbox cp abc123:/tmp/out.png ./out.png`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
@@ -50,7 +56,10 @@ func newCpCmd(g *globals) *cobra.Command {
 				if srcPath == "-" {
 					e, err = c.Upload(cmd.Context(), dstID, dstPath, cmd.InOrStdin(), -1, user)
 				} else {
-					if strings.HasSuffix(dstPath, "/") {
+					switch {
+					case dstPath == "" || dstPath == ".":
+						dstPath = filepath.Base(srcPath) // ID: is the working directory
+					case strings.HasSuffix(dstPath, "/"):
 						dstPath += filepath.Base(srcPath)
 					}
 					e, err = c.UploadFile(cmd.Context(), dstID, dstPath, srcPath, user)
