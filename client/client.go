@@ -18,7 +18,6 @@ import (
 	"os"
 	"strings"
 
-	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/defaults"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -35,6 +34,8 @@ type Client struct {
 	baseURL string
 	apiKey  string
 	http    *http.Client
+	// keySource says where apiKey was read (Open), for *KeyError.
+	keySource string
 }
 
 // maxIdlePerHost is how many idle connections to one daemon the shared
@@ -68,25 +69,65 @@ func New(baseURL, apiKey string, hc *http.Client) *Client {
 // defaults.URL) and FORKBOX_API_KEY. Without a key, when the URL is local, it
 // reads keyFile (defaults.KeyFile when ""), which only root can read.
 func FromEnv(keyFile string) (*Client, error) {
-	base := os.Getenv(EnvURL)
+	return Open(Options{KeyFile: keyFile})
+}
+
+// Options say where Open finds the daemon and its key; a field left ""
+// falls back to the environment, then to the default.
+type Options struct {
+	// URL is the daemon's base URL; "" for FORKBOX_URL, else defaults.URL.
+	URL string
+	// APIKey is the key; "" for FORKBOX_API_KEY, else (for a local URL
+	// only) the contents of KeyFile.
+	APIKey string
+	// KeyFile is the key file read when no key is given and the URL is
+	// local; "" for defaults.KeyFile (which only root can read).
+	KeyFile string
+	// URLSource and KeySource name the settings URL and APIKey came from
+	// when not "", for messages ("the --url flag"); "" means the field is
+	// unset or came from the program itself.
+	URLSource, KeySource string
+}
+
+// Open returns a client for the daemon o names. The client's errors of a
+// refused key (*KeyError) name where the key was read from. Errors: no
+// key found (naming FORKBOX_API_KEY and the key file tried), and a URL
+// that is not http(s)://host[:port].
+func Open(o Options) (*Client, error) {
+	base, urlFrom := o.URL, o.URLSource
+	if base == "" {
+		base, urlFrom = os.Getenv(EnvURL), EnvURL
+	}
 	if base == "" {
 		base = defaults.URL
 	}
-	key := os.Getenv(EnvAPIKey)
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if urlFrom == "" {
+			urlFrom = "the URL"
+		}
+		return nil, fmt.Errorf("%s: %q is not a daemon URL (http://HOST:PORT)", urlFrom, base)
+	}
+	key, source := o.APIKey, o.KeySource
+	if key == "" {
+		key, source = os.Getenv(EnvAPIKey), EnvAPIKey
+	}
 	if key == "" && isLocal(base) {
+		keyFile := o.KeyFile
 		if keyFile == "" {
 			keyFile = defaults.KeyFile
 		}
 		b, err := os.ReadFile(keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("no API key: set %s, or run as root on the daemon's host (reading %s: %v)", EnvAPIKey, keyFile, err)
+			return nil, fmt.Errorf("no API key: set %s or --api-key, or run as root on the daemon's host (reading %s: %v)", EnvAPIKey, keyFile, err)
 		}
-		key = strings.TrimSpace(string(b))
+		key, source = strings.TrimSpace(string(b)), "the key file "+keyFile
 	}
 	if key == "" {
-		return nil, fmt.Errorf("no API key: set %s", EnvAPIKey)
+		return nil, fmt.Errorf("no API key: set %s or --api-key (the daemon at %s is not local, so no key file is read)", EnvAPIKey, base)
 	}
-	return New(base, key, nil), nil
+	c := New(base, key, nil)
+	c.keySource = source
+	return c, nil
 }
 
 func isLocal(base string) bool {
@@ -100,73 +141,6 @@ func isLocal(base string) bool {
 
 // BaseURL returns the daemon's base URL.
 func (c *Client) BaseURL() string { return c.baseURL }
-
-// Error is an API error: the problem details the daemon returned.
-type Error struct {
-	v1.Problem
-}
-
-// Error returns "detail (HTTP status)".
-func (e *Error) Error() string {
-	msg := e.Detail
-	if msg == "" {
-		msg = e.Title
-	}
-	return fmt.Sprintf("%s (HTTP %d)", msg, e.Status)
-}
-
-// Unwrap returns the errdefs class matching the problem type; a type
-// more precise than its class (tenant-quota-exceeded, agent-failed, ...)
-// or an answer that is no problem document is classed by its HTTP status.
-func (e *Error) Unwrap() error {
-	switch strings.TrimPrefix(e.Type, "/problems/") {
-	case "invalid-argument":
-		return errdefs.ErrInvalidArgument
-	case "unauthenticated":
-		return errdefs.ErrUnauthenticated
-	case "permission-denied":
-		return errdefs.ErrPermissionDenied
-	case "not-found":
-		return errdefs.ErrNotFound
-	case "conflict":
-		return errdefs.ErrConflict
-	case "session-terminated":
-		return errdefs.ErrTerminated
-	case "resource-exhausted":
-		return errdefs.ErrResourceExhausted
-	case "insufficient-storage":
-		return errdefs.ErrInsufficientStorage
-	case "unavailable":
-		return errdefs.ErrUnavailable
-	}
-	return classOfStatus(e.Status)
-}
-
-// classOfStatus is the errdefs class of an HTTP status, as the daemon maps
-// them (api/problem.go): 413 and 415 are invalid arguments.
-func classOfStatus(status int) error {
-	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-		return errdefs.ErrInvalidArgument
-	case http.StatusUnauthorized:
-		return errdefs.ErrUnauthenticated
-	case http.StatusForbidden:
-		return errdefs.ErrPermissionDenied
-	case http.StatusNotFound:
-		return errdefs.ErrNotFound
-	case http.StatusConflict:
-		return errdefs.ErrConflict
-	case http.StatusGone:
-		return errdefs.ErrTerminated
-	case http.StatusTooManyRequests:
-		return errdefs.ErrResourceExhausted
-	case http.StatusInsufficientStorage:
-		return errdefs.ErrInsufficientStorage
-	case http.StatusServiceUnavailable:
-		return errdefs.ErrUnavailable
-	}
-	return errdefs.ErrInternal
-}
 
 // request is one API call.
 type request struct {
@@ -205,27 +179,18 @@ func (c *Client) do(ctx context.Context, req request) (*http.Response, error) {
 	}
 	resp, err := c.http.Do(hr)
 	if err != nil {
-		return nil, err
+		return nil, unreachable(c.baseURL, err)
 	}
 	if resp.StatusCode/100 == 2 {
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	return nil, decodeError(resp)
-}
-
-func decodeError(resp *http.Response) error {
-	e := &Error{Problem: v1.Problem{Status: resp.StatusCode}}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err := json.Unmarshal(b, e); err != nil || e.Type == "" {
-		e.Type = "about:blank"
-		e.Title = resp.Status
-		e.Detail = strings.TrimSpace(string(b))
+	err = decodeError(resp)
+	var apiErr *Error
+	if resp.StatusCode == http.StatusUnauthorized && errors.As(err, &apiErr) {
+		return nil, &KeyError{Source: c.keySource, Err: apiErr}
 	}
-	if e.Status == 0 {
-		e.Status = resp.StatusCode
-	}
-	return e
+	return nil, err
 }
 
 // doJSON sends in (if not nil) as JSON and decodes the reply into out (if

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/defaults"
-	"github.com/forkbox/forkbox/errdefs"
 )
 
 // Exit codes of the CLI itself (a command's own exit code passes through).
@@ -40,6 +40,8 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 type globals struct {
 	json    bool
 	keyFile string
+	url     string // --url ("" = FORKBOX_URL, else the default)
+	apiKey  string // --api-key ("" = FORKBOX_API_KEY, else the key file)
 }
 
 func main() {
@@ -52,19 +54,21 @@ func main() {
 // execute runs the CLI with args (without the program name), reading
 // stdin and writing stdout and stderr, until ctx ends; it returns the
 // process exit code: the command's own in exec and run, 0 on success,
-// 125 when forkbox failed, 127 for a command not found in the sandbox and
-// 2 for a bad flag.
+// 125 when forkbox failed (a bad flag or argument too, as docker run) and
+// 127 for a command not found in the sandbox.
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{}
 	root := &cobra.Command{
 		Use:           "forkbox",
 		Short:         "Run untrusted code in isolated, forkable sandboxes",
+		Long:          rootLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "print JSON instead of tables")
 	root.PersistentFlags().StringVar(&g.keyFile, "api-key-file", defaults.KeyFile,
 		"API key file read when "+client.EnvAPIKey+" is unset and the daemon is local")
+	g.registerDaemonFlags(root)
 	root.AddCommand(
 		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newRunCodeCmd(g), newReplCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
@@ -88,23 +92,19 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if errors.As(err, &apiErr) && apiErr.Field == "argv" {
 		return exitNotFound
 	}
-	if errors.Is(err, errdefs.ErrInvalidArgument) && strings.Contains(err.Error(), "flag") {
-		return 2
-	}
 	return exitForkboxError
 }
 
 // forItem is err of the command's item id (a session, snapshot, key or
 // tenant of several): "ID: err", or err alone when id is empty (err then
-// says the id is required).
+// says the id is required) or when err names "ID" already.
 func forItem(id string, err error) error {
-	if id == "" {
-		return err
+	if id == "" || strings.Contains(err.Error(), strconv.Quote(id)) {
+		return err // (it names id already: `session "x" not found`)
 	}
 	return fmt.Errorf("%s: %w", id, err)
 }
 
-func (g *globals) client() (*client.Client, error) { return client.FromEnv(g.keyFile) }
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -41,8 +41,8 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.Int64Var(&f.timeoutS, "timeout", 0, "session lifetime in seconds (default 300)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
 	fl.StringArrayVar(&f.meta, "label", nil, "metadata KEY=VALUE (repeatable)")
-	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory (default: the user's home)")
-	fl.StringVarP(&f.user, "user", "u", "", `user to run as (default "user"; "root" on request)`)
+	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory (default: the template's WORKDIR, else the user's home)")
+	fl.StringVarP(&f.user, "user", "u", "", `user to run as (default: the template's USER, else "user"; "root" on request)`)
 	fl.StringVar(&f.snapshot, "snapshot", "", "start from this snapshot's files instead of a template")
 	fl.Int64Var(&f.diskMB, "disk", 0, "disk limit in MiB (default 4096)")
 	fl.DurationVar(&f.autoPause, "auto-pause", 0, "pause after this long without exec or file calls (e.g. 5m)")
@@ -170,7 +170,7 @@ func newRmCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), id)
 			}
 			if firstErr != nil {
-				return &ExitError{Code: 1}
+				return &ExitError{Code: exitForkboxError} // (each failure was printed above)
 			}
 			return nil
 		},

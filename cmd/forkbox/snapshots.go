@@ -9,6 +9,27 @@ import (
 	"github.com/forkbox/forkbox/client"
 )
 
+// snapshotExample and forkExample are the help's examples: shell scripts
+// that run as written (e2e/cli_test.go runs them), one command a line.
+const (
+	snapshotExample = `  id=$(forkbox create)
+  forkbox exec $id -- sh -c 'echo hello > note.txt'
+  snap=$(forkbox snapshot $id)               # the session keeps running
+  child=$(forkbox create --snapshot $snap)   # a new session with its files
+  forkbox exec $child -- cat note.txt
+  forkbox snapshot ls
+  forkbox snapshot rm --force $snap          # --force: and $child, made from it
+  forkbox rm $id`
+	forkExample = `  id=$(forkbox create)
+  forkbox exec $id -- sh -c 'echo hello > note.txt'
+  forks=$(forkbox fork $id -n 3)             # snapshot $id, start 3 copies of it
+  for f in $forks; do forkbox exec $f -- cat note.txt; done
+  snap=$(forkbox snapshot $id)
+  forkbox fork --from-snapshot $snap -n 2    # 2 sessions from that snapshot
+  forkbox snapshot rm --force $snap          # --force: and the 2 forks
+  forkbox rm $forks $id`
+)
+
 func newSnapshotCmd(g *globals) *cobra.Command {
 	var expires time.Duration
 	var memory bool
@@ -16,9 +37,11 @@ func newSnapshotCmd(g *globals) *cobra.Command {
 		Use:   "snapshot SESSION",
 		Short: "Snapshot a session's files (it keeps running); ls and rm manage snapshots",
 		Long: `Snapshot a session's files into a read-only snapshot that new sessions start from
-(forkbox create --snapshot, forkbox fork --snapshot). The runc tier captures the
-filesystem only: processes and memory are not part of the snapshot.`,
-		Args: cobra.ExactArgs(1),
+(forkbox create --snapshot, forkbox fork --from-snapshot) and print its id. The
+runc tier captures the filesystem only: processes and memory are not part of
+the snapshot (--with-memory, in the gvisor tier, takes them too).`,
+		Example: snapshotExample,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
@@ -97,8 +120,7 @@ func newForkCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fork SESSION | --from-snapshot SNAPSHOT",
 		Short: "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
-		Example: `  forkbox fork abc123 -n 8          # snapshot abc123, start 8 copies of it
-  forkbox fork --from-snapshot s0m3id -n 4`,
+		Example: forkExample,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
