@@ -105,7 +105,6 @@ func forItem(id string, err error) error {
 	return fmt.Errorf("%s: %w", id, err)
 }
 
-
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -118,10 +118,10 @@ func newForkCmd(g *globals) *cobra.Command {
 	var n int
 	var fromSnapshot, memory bool
 	cmd := &cobra.Command{
-		Use:   "fork SESSION | --from-snapshot SNAPSHOT",
-		Short: "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
+		Use:     "fork SESSION | --from-snapshot SNAPSHOT",
+		Short:   "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
 		Example: forkExample,
-		Args: cobra.ExactArgs(1),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.client()
 			if err != nil {
