@@ -30,6 +30,7 @@ func templateView(t *storage.Template) v1.Template {
 		source = "upload"
 	}
 	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
+		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, Layers: t.Layers,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf}
 }
 
@@ -55,14 +56,28 @@ func (h *templateAPI) handleTemplate(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, templateView(t))
 }
 
-// handleTemplateImport: PUT /v1/templates/{name}[?ref=REF] with a tarball
-// body (`docker save` output, or an OCI image layout packed as a tar). The
-// body is spooled to the data directory, then unpacked safely. 201.
+// handleTemplateImport: PUT /v1/templates/{name}[?ref=REF][&source=LABEL]
+// [&start_cmd=true][&shared=true] with a tarball body (`docker save`
+// output, or an OCI image layout packed as a tar). The body is spooled to
+// the data directory, then unpacked safely. source is what the
+// template's source shows (the CLI sends the file's name; default
+// "upload"); start_cmd keeps the image's ENTRYPOINT and CMD as the
+// template's start command. 201.
 func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	access.NoteFrom(r.Context()).Set("template", name)
 	shared, err := boolParam(r, "shared")
 	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	startCmd, err := boolParam(r, "start_cmd")
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	source := r.URL.Query().Get("source")
+	if err := template.CheckSource(source); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -97,7 +112,8 @@ func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Reques
 		h.writeError(w, r, err)
 		return
 	}
-	t, err := h.catalog.Import(r.Context(), name, spool.Name(), r.URL.Query().Get("ref"), "upload", shared)
+	t, err := h.catalog.Import(r.Context(), name, spool.Name(), template.ImportOptions{
+		Ref: r.URL.Query().Get("ref"), Source: source, Shared: shared, StartCmd: startCmd})
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -141,12 +141,46 @@ func (c *Client) Templates(ctx context.Context) ([]Template, error) {
 // ImportTemplate uploads an image tarball (`docker save` output or an OCI
 // layout packed as a tar) as template name; ref picks one of several images.
 func (c *Client) ImportTemplate(ctx context.Context, name, ref string, tarball io.Reader, size int64) (*Template, error) {
+	return c.ImportTemplateWith(ctx, name, tarball, size, ImportOptions{Ref: ref})
+}
+
+// ImportOptions are the options of an image import.
+type ImportOptions struct {
+	// Ref picks one image when the upload holds several (a tag such as
+	// "python:3.12"); "" for the only one.
+	Ref string
+	// Source is what the template's source shows (at most 200 printable
+	// bytes); "" for "upload" (ImportTemplatePathWith sends the file's
+	// base name).
+	Source string
+	// StartCmd makes the image's ENTRYPOINT and CMD the template's start
+	// command, started in the background in every new session of it.
+	StartCmd bool
+	// Progress, if not nil, is called as the upload is sent (from the
+	// goroutine sending it) with the bytes sent so far and the total (-1
+	// when not known), and once with sent == total (or total -1 and done
+	// true) when all of it is sent and the daemon unpacks it.
+	Progress func(sent, total int64, done bool)
+}
+
+// ImportTemplateWith uploads an image tarball of size bytes (-1 if not
+// known) as template name, as o says.
+func (c *Client) ImportTemplateWith(ctx context.Context, name string, tarball io.Reader, size int64, o ImportOptions) (*Template, error) {
 	if err := checkID("template", name); err != nil {
 		return nil, err
 	}
-	var q url.Values
-	if ref != "" {
-		q = url.Values{"ref": {ref}}
+	q := url.Values{}
+	if o.Ref != "" {
+		q.Set("ref", o.Ref)
+	}
+	if o.Source != "" {
+		q.Set("source", o.Source)
+	}
+	if o.StartCmd {
+		q.Set("start_cmd", "true")
+	}
+	if o.Progress != nil {
+		tarball = &progressReader{r: tarball, total: size, report: o.Progress}
 	}
 	resp, err := c.do(ctx, request{method: http.MethodPut, path: "/v1/templates/" + url.PathEscape(name), query: q,
 		body: tarball, size: size, contentType: "application/x-tar", accept: "application/json"})
@@ -156,6 +190,28 @@ func (c *Client) ImportTemplate(ctx context.Context, name, ref string, tarball i
 	defer resp.Body.Close()
 	t := &Template{}
 	return t, decodeBody(resp, t)
+}
+
+// progressReader reports how much of r was read.
+type progressReader struct {
+	r      io.Reader
+	sent   int64
+	total  int64
+	report func(sent, total int64, done bool)
+	ended  bool
+}
+
+// Read reads from r and reports the bytes read so far (done at EOF).
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.sent += int64(n)
+	if err == io.EOF && !p.ended {
+		p.ended = true
+		p.report(p.sent, p.total, true)
+	} else if n > 0 {
+		p.report(p.sent, p.total, false)
+	}
+	return n, err
 }
 
 // DeleteTemplate removes a template no session uses.

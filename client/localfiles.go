@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/internal/tartree"
 )
@@ -65,6 +67,13 @@ func (c *Client) DownloadFile(ctx context.Context, id, p, local, user string) er
 // layout directory is packed as a tar while it is sent, a file (a docker
 // save or OCI tarball) is sent as it is, with its size.
 func (c *Client) ImportTemplatePath(ctx context.Context, name, ref, path string) (*Template, error) {
+	return c.ImportTemplatePathWith(ctx, name, path, ImportOptions{Ref: ref})
+}
+
+// ImportTemplatePathWith is ImportTemplatePath with options; o.Source ""
+// sends the path's base name (the file's or directory's name, not where
+// it is).
+func (c *Client) ImportTemplatePathWith(ctx context.Context, name, path string, o ImportOptions) (*Template, error) {
 	if err := checkID("template", name); err != nil {
 		return nil, err
 	}
@@ -72,16 +81,40 @@ func (c *Client) ImportTemplatePath(ctx context.Context, name, ref, path string)
 	if err != nil {
 		return nil, err
 	}
+	if o.Source == "" {
+		o.Source = sourceLabel(path)
+	}
 	if fi.IsDir() {
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(tartree.Write(pw, path)) }()
 		defer pr.Close() // ends the packing when the upload stops early
-		return c.ImportTemplate(ctx, name, ref, pr, -1)
+		return c.ImportTemplateWith(ctx, name, pr, -1, o)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return c.ImportTemplate(ctx, name, ref, f, fi.Size())
+	return c.ImportTemplateWith(ctx, name, f, fi.Size(), o)
+}
+
+// sourceLabel is the template source a local path shows as: its base
+// name, cut to 200 bytes, control characters dropped ("" when nothing is
+// left).
+func sourceLabel(path string) string {
+	base := filepath.Base(filepath.Clean(path))
+	if base == "." || base == "/" {
+		return ""
+	}
+	base = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return -1
+		}
+		return r
+	}, base)
+	for len(base) > 200 {
+		_, n := utf8.DecodeLastRuneInString(base)
+		base = base[:len(base)-n]
+	}
+	return base
 }

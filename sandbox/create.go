@@ -21,9 +21,17 @@ import (
 //
 // With req.Snapshot the session starts from that snapshot's files (after
 // its integrity check); without one, a ready warm-pool member that fits is
-// taken when there is one.
+// taken when there is one. A session that names no user runs as its
+// template's (its image's USER); a new session of a template with a start
+// command has it started (runStartCommand).
 func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKey string) (rec *node.Session, created bool, err error) {
-	return m.create(ctx, req, idempotencyKey, true)
+	rec, created, err = m.create(ctx, req, idempotencyKey, true)
+	if err == nil && created {
+		if err := m.runStartCommand(ctx, rec); err != nil {
+			return nil, false, err
+		}
+	}
+	return rec, created, err
 }
 
 // create is Create; verify=false skips the snapshot integrity check (Fork
@@ -39,6 +47,10 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		return nil, false, err
 	}
 	admission.Defaults(&req, policy, m.opts.Limits)
+	userGiven := req.User != ""
+	if !userGiven && req.Snapshot == "" {
+		req.User = m.templateUser(req.Template)
+	}
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
@@ -51,6 +63,9 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		snap, snapErr = m.snaps.Resolve(ctx, req.Snapshot)
 		if snapErr == nil && req.Isolation == "" && snap.MemoryDriver != "" {
 			req.Isolation = snap.MemoryDriver
+		}
+		if u := m.templateUser(snapTemplate(snap, snapErr)); u != "" && !userGiven {
+			req.User = u // (a session of the snapshot's template runs as its USER too)
 		}
 	}
 	if err := m.runtimes.pickDriver(&req); err != nil {
@@ -266,4 +281,13 @@ func publicDetail(err error) string {
 		return "the sandbox could not be started; the daemon's log has the cause"
 	}
 	return err.Error()
+}
+
+// snapTemplate is the template of snapshot snap, "" when resolving it
+// failed with err.
+func snapTemplate(snap *node.Snapshot, err error) string {
+	if err != nil || snap == nil {
+		return ""
+	}
+	return snap.Template
 }

@@ -65,6 +65,9 @@ type PoolCore struct{ m *Manager }
 // Normalize applies the create defaults and bounds to spec;
 // ErrInvalidArgument naming the field when out of bounds.
 func (c *PoolCore) Normalize(spec *node.CreateSpec) error {
+	if spec.User == "" && spec.Snapshot == "" {
+		spec.User = c.m.templateUser(spec.Template) // (as a create of the template has it)
+	}
 	return normalizeCreate(spec, c.m.opts.Limits)
 }
 

@@ -49,6 +49,20 @@ type Template struct {
 	Env []string `json:"env,omitempty"`
 	// Workdir is the default working directory; "" means the user's home.
 	Workdir string `json:"workdir,omitempty"`
+	// User is the image's USER (its user part: a name in the image's
+	// /etc/passwd or a numeric uid): sessions that name no user run as
+	// it. "" means the sandbox default, "user".
+	User string `json:"user,omitempty"`
+	// Cmd is the image's ENTRYPOINT followed by its CMD (argv; nil when
+	// the image has neither), as the import found it.
+	Cmd []string `json:"cmd,omitempty"`
+	// StartCmd, when set (the import was asked to keep Cmd as the start
+	// command), is started in the background in every session made from
+	// the template (not from a snapshot of one), as the session's user in
+	// its working directory, tagged "start".
+	StartCmd []string `json:"start_cmd,omitempty"`
+	// Layers is how many image layers the import applied.
+	Layers int `json:"layers,omitempty"`
 	// HostMounts are host directories bind-mounted read-only into every
 	// sandbox of this template (the base template's /usr and friends).
 	HostMounts []bindmount.Mount `json:"host_mounts,omitempty"`

@@ -117,15 +117,19 @@ func (c *Catalog) EnsureBase(ctx context.Context) error {
 
 // Import unpacks the image at src (an OCI layout directory, or a tarball
 // from `docker save` or of an OCI layout) as template name, owned by
-// ctx's caller's tenant (shared: by nobody, visible to every tenant; for
-// admin keys). ref picks one image when src holds several; source is what
-// the template's Source says it came from ("upload"; not a host path,
-// which its viewers should not learn). ErrConflict when name exists
-// (names are global: another tenant's template holds the name too);
-// ErrInvalidArgument for a bad name or image (the message names paths in
-// the image only). The files every sandbox mounts over are made safe
-// first (storage.PrepareMountTargets).
-func (c *Catalog) Import(ctx context.Context, name, src, ref, source string, shared bool) (*storage.Template, error) {
+// ctx's caller's tenant (o.Shared: by nobody, visible to every tenant; for
+// admin keys). o.Ref picks one image when src holds several; o.Source is
+// what the template's Source says it came from (what the user gave: the
+// uploaded file's name, the image reference; never a host path, which
+// its viewers should not learn; "" for "upload"). The image's ENV,
+// WORKDIR and USER become the template's (ImportOptions), and its
+// ENTRYPOINT and CMD its start command when o.StartCmd. ErrConflict when
+// name exists (names are global: another tenant's template holds the name
+// too); ErrInvalidArgument for a bad name or image (the message names
+// paths in the image only), a USER the image has no account for, or
+// o.StartCmd for an image without a command. The files every sandbox
+// mounts over are made safe first (storage.PrepareMountTargets).
+func (c *Catalog) Import(ctx context.Context, name, src string, o ImportOptions) (*storage.Template, error) {
 	if err := c.CheckImportName(name); err != nil {
 		return nil, err
 	}
@@ -159,7 +163,7 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref, source string, sha
 		defer storage.RemoveTree(stage) // AddTemplate has taken what it needs by then
 		rootfs, held = storage.RootFS(stage), c.storage.Name()
 	}
-	img, err := image.Import(ctx, src, ref, rootfs,
+	img, err := image.Import(ctx, src, o.Ref, rootfs,
 		image.IDShift{UIDBase: c.shift.UIDBase, GIDBase: c.shift.GIDBase, Size: c.shift.Size})
 	if err != nil {
 		return nil, err
@@ -171,8 +175,12 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref, source string, sha
 		return nil, fmt.Errorf("prepare template: %w", err)
 	}
 	t := &storage.Template{
-		Name: name, Source: source, Digest: img.Digest, Env: img.Env, Workdir: img.WorkingDir,
+		Name: name, Source: o.source(), Digest: img.Digest, Env: img.Env, Workdir: img.WorkingDir,
 		SizeBytes: img.SizeBytes, CreatedAt: time.Now().UTC().Format(time.RFC3339), Storage: held,
+		Layers: img.Layers,
+	}
+	if err := applyConfig(t, img, rootfs, o, c.shift.Size); err != nil {
+		return nil, err
 	}
 	if err := storage.SaveTemplate(tmp, t); err != nil {
 		return nil, err
@@ -182,7 +190,7 @@ func (c *Catalog) Import(ctx context.Context, name, src, ref, source string, sha
 	}
 	ok = true
 	owner := tenancy.TenantOf(ctx, "")
-	if shared {
+	if o.Shared {
 		owner = ""
 	}
 	if held == "" {

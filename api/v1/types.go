@@ -339,9 +339,18 @@ type Template struct {
 	// Source is "builtin" or where it was imported from.
 	Source string `json:"source"`
 	// Digest is the image manifest digest of imported templates.
-	Digest    string   `json:"digest,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	Workdir   string   `json:"workdir,omitempty"`
+	Digest  string   `json:"digest,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	// User is the image's USER: sessions that name no user run as it
+	// ("" = "user").
+	User string `json:"user,omitempty"`
+	// Cmd is the image's ENTRYPOINT and CMD; StartCmd, when set, is
+	// started in the background in each new session of the template
+	// (imported with ?start_cmd=true).
+	Cmd       []string `json:"cmd,omitempty"`
+	StartCmd  []string `json:"start_cmd,omitempty"`
+	Layers    int      `json:"layers,omitempty"`
 	SizeBytes int64    `json:"size_bytes"`
 	CreatedAt string   `json:"created_at"`
 	// AliasOf names the template this one is a built-in alias of

@@ -1,0 +1,65 @@
+package sandbox
+
+import (
+	"context"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/storage"
+)
+
+// StartTag tags the background process a template's start command runs
+// as (storage.Template.StartCmd), so it can be found without its pid.
+const StartTag = "start"
+
+// templateUser returns the default user of template name: its image's
+// USER (checked when it was imported), or "" when it has none, or name is
+// no template name or no template (the create reports that later).
+func (m *Manager) templateUser(name string) string {
+	if name == "" || !storage.ValidTemplateName(name) {
+		return ""
+	}
+	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(name))
+	if err != nil {
+		return ""
+	}
+	return tpl.User
+}
+
+// runStartCommand starts the start command of rec's template, if it has
+// one, in the background in the new session rec (made from the template,
+// not a snapshot), as the session's user in its working directory with
+// its environment, tagged StartTag. A command that cannot start (not in
+// the image, say) fails the create: the session is torn down and the
+// error is ErrInvalidArgument naming the field "template".
+func (m *Manager) runStartCommand(ctx context.Context, rec *node.Session) error {
+	if rec.Snapshot != "" {
+		return nil
+	}
+	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(rec.Template))
+	if err != nil || len(tpl.StartCmd) == 0 {
+		return nil
+	}
+	_, err = m.cmds.Exec(ctx, rec.ID, node.ExecSpec{Argv: tpl.StartCmd, Background: true, Tag: StartTag}, discardOutput{})
+	if err == nil {
+		return nil
+	}
+	if sb := m.lookup(rec.ID); sb != nil {
+		_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, "the template's start command did not start")
+	}
+	return errdefs.InvalidField("template", "the start command of template %q (%s) did not start: %v",
+		rec.Template, strings.Join(tpl.StartCmd, " "), err)
+}
+
+// discardOutput is the Output of a background command nobody reads.
+type discardOutput struct{}
+
+// Started implements node.Output.
+func (discardOutput) Started(int) error { return nil }
+
+// Stdout implements node.Output.
+func (discardOutput) Stdout([]byte) error { return nil }
+
+// Stderr implements node.Output.
+func (discardOutput) Stderr([]byte) error { return nil }
