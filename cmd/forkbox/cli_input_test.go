@@ -1,13 +1,15 @@
 package main
 
 import (
+	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
 )
 
 // testBadInput proves bad arguments and flags end with a message naming
-// what is wrong and a non-zero exit, and change nothing on the daemon.
+// what is wrong and exit 125, and change nothing on the daemon.
 func testBadInput(t *testing.T) {
 	before := mustCLI(t, "", "ls", "--all", "--json")
 	for _, c := range []struct {
@@ -22,7 +24,11 @@ func testBadInput(t *testing.T) {
 		{[]string{"pause", ""}, "a session id is required"},
 		{[]string{"cp", ":/tmp/x", "local"}, "a session id is required"},
 		{[]string{"cp", "a", "b"}, "exactly one of SRC and DST must be ID:PATH"},
-		{[]string{"exec", "nosuchsession", "--", "true"}, `nosuchsession`},
+		{[]string{"exec", "nosuchsession", "--", "true"}, `session "nosuchsession" not found`},
+		{[]string{"rm", "nosuchsession"}, `session "nosuchsession" not found`},
+		{[]string{"cp", "nosuchsession:rel.txt", "-"}, `session "nosuchsession" not found`},
+		{[]string{"--api-key", "fbk_wrong", "ls"}, "the API key was refused (401): set FORKBOX_API_KEY or --api-key"},
+		{[]string{"--url", "localhost:7070", "ls"}, `the --url flag: "localhost:7070" is not a daemon URL`},
 		{[]string{"exec", "nosuchsession"}, "requires at least 2 arg(s)"},
 		{[]string{"exec", "nosuchsession", "--"}, "no command given after the session id"},
 		{[]string{"create", "--memory", "lots"}, `invalid argument "lots" for "--memory"`},
@@ -37,8 +43,8 @@ func testBadInput(t *testing.T) {
 		{[]string{"no-such-command"}, `unknown command "no-such-command"`},
 	} {
 		_, errOut, code := cli(t, "", c.args...)
-		if code == 0 || !strings.Contains(errOut, c.want) {
-			t.Errorf("forkbox %q: exit %d, stderr %q; want non-zero and %q", c.args, code, errOut, c.want)
+		if code != exitForkboxError || !strings.Contains(errOut, c.want) {
+			t.Errorf("forkbox %q: exit %d, stderr %q; want 125 and %q", c.args, code, errOut, c.want)
 		}
 	}
 	if after := mustCLI(t, "", "ls", "--all", "--json"); after != before {
@@ -122,5 +128,51 @@ func TestPolicyFlagsRoundUp(t *testing.T) {
 	f.maxTimeout = -time.Second
 	if _, err := f.policy(); err == nil {
 		t.Error("policy accepted a negative --max-timeout")
+	}
+}
+
+// TestUnreachableDaemon proves a command against a port nothing listens
+// on says which daemon it could not reach and exits 125.
+func TestUnreachableDaemon(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	_, errOut, code := cli(t, "", "--url", url, "--api-key", "k", "rm", "x")
+	want := "cannot reach the forkbox daemon at " + url + ": is `forkbox serve` running?"
+	if code != exitForkboxError || !strings.Contains(errOut, want) {
+		t.Fatalf("rm against a closed port: exit %d, stderr %q; want 125 and %q", code, errOut, want)
+	}
+}
+
+func TestUploadText(t *testing.T) {
+	for _, c := range []struct {
+		sent, total int64
+		done        bool
+		want        string
+	}{
+		{512 << 10, 2 << 20, false, "img.tar: uploading 512.0KiB of 2.0MiB (25%)"},
+		{3 << 20, -1, false, "img.tar: uploading 3.0MiB"},
+		{2 << 20, 2 << 20, true, "img.tar: sent 2.0MiB; unpacking the image's layers on the daemon..."},
+	} {
+		if got := uploadText("img.tar", c.sent, c.total, c.done); got != c.want {
+			t.Errorf("uploadText(%d, %d, %v) = %q, want %q", c.sent, c.total, c.done, got, c.want)
+		}
+	}
+	var b strings.Builder
+	p := &progressLine{w: &b}
+	p.show("one", true)
+	p.show("two", false) // within progressEvery of the first: not drawn
+	p.done()
+	if b.String() != "\rone\x1b[K\r\x1b[K" {
+		t.Errorf("progress line wrote %q", b.String())
+	}
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	defer w.Close()
+	if isTerminal(w) || isTerminal(&b) {
+		t.Error("a pipe or a buffer is taken for a terminal")
 	}
 }

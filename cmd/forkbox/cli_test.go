@@ -81,10 +81,11 @@ func testSessionLifecycle(t *testing.T) {
 	if out := mustCLI(t, "", "ls", "--all", "--json"); !strings.Contains(out, `"id": "`+id+`"`) || !strings.Contains(out, `"reason": "deleted"`) {
 		t.Fatalf("ls --all --json does not show %s deleted:\n%s", id, out)
 	}
-	// rm of an unknown id says so and exits 1, after removing the others.
+	// rm of an unknown id says so and exits 125 (a forkbox failure),
+	// after removing the others.
 	other := create(t)
 	out, errOut, code := cli(t, "", "rm", "nosuchsession", other)
-	if code != 1 || out != other+"\n" || !strings.Contains(errOut, "nosuchsession: ") {
+	if code != 125 || out != other+"\n" || !strings.Contains(errOut, `session "nosuchsession" not found`) {
 		t.Fatalf("rm of an unknown and a known id: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
