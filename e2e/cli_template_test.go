@@ -24,8 +24,9 @@ import (
 // (under /tmp: a sandbox writes only its home directories and /tmp), and
 // a config of USER app, WORKDIR /tmp/work, ENV GREETING=hello-env and
 // an ENTRYPOINT + CMD that writes who, where and $GREETING to
-// /tmp/started and then sleeps; it returns it as a `docker save` tarball.
-func configuredImage(t *testing.T) []byte {
+// /tmp/started and then sleeps (or cmd, when given); it returns it as a
+// `docker save` tarball.
+func configuredImage(t *testing.T, cmd ...string) []byte {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
@@ -60,11 +61,15 @@ func configuredImage(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err = mutate.Config(img, v1.Config{
+	cfg := v1.Config{
 		Env: []string{"PATH=/bin", "GREETING=hello-env"}, WorkingDir: "/tmp/work", User: "app",
 		Entrypoint: []string{"/bin/sh", "-c"},
 		Cmd:        []string{`{ whoami; pwd; echo "$GREETING"; } > /tmp/started; exec sleep 3600`},
-	})
+	}
+	if len(cmd) > 0 {
+		cfg.Entrypoint, cfg.Cmd = nil, cmd
+	}
+	img, err = mutate.Config(img, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +149,39 @@ func TestCLITemplateConfig(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(back, "in.txt")); string(b) != "into the workdir\n" {
 		t.Fatalf("copied out %q", b)
+	}
+
+	// A session of a snapshot of the template runs as its USER too.
+	snap, errOut, code := forkbox(t, "", "snapshot", id)
+	if code != 0 {
+		t.Fatalf("snapshot: %s", errOut)
+	}
+	snap = strings.TrimSpace(snap)
+	defer forkbox(t, "", "snapshot", "rm", "--force", snap)
+	out, errOut, code = forkbox(t, "", "create", "--snapshot", snap)
+	if code != 0 {
+		t.Fatalf("create --snapshot: %s", errOut)
+	}
+	child := strings.TrimSpace(out)
+	defer forkbox(t, "", "rm", child)
+	if out, _, _ := forkbox(t, "", "exec", child, "--", "whoami"); out != "app\n" {
+		t.Fatalf("a session of a snapshot of %s runs as %q, want app", tpl, out)
+	}
+
+	// A start command that cannot start fails the create, leaving no session.
+	bad := filepath.Join(dir, "bad.tar")
+	os.WriteFile(bad, configuredImage(t, "/bin/no-such-server"), 0o644)
+	if _, errOut, code := forkbox(t, "", "template", "import", "--start-cmd", tpl+"-bad", bad); code != 0 {
+		t.Fatalf("import of bad.tar: %s", errOut)
+	}
+	defer forkbox(t, "", "template", "rm", tpl+"-bad")
+	before := liveIDs(t)
+	_, errOut, code = forkbox(t, "", "create", "--template", tpl+"-bad")
+	if code != 125 || !strings.Contains(errOut, "start command") || !strings.Contains(errOut, "/bin/no-such-server") {
+		t.Fatalf("create with a start command that cannot start: exit %d, stderr %q", code, errOut)
+	}
+	if after := liveIDs(t); len(after) != len(before) {
+		t.Fatalf("the failed create left a session: %v, before %v", after, before)
 	}
 
 	// On a terminal: one line redrawn with \r, erased at the end.
