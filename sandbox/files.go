@@ -223,6 +223,10 @@ func (fs *Files) Remove(ctx context.Context, id, path, user string) error {
 	if filepath.Clean("/"+path) == "/" {
 		return errdefs.InvalidField("path", "refusing to remove /")
 	}
+	if rel := filepath.Clean(path); !strings.HasPrefix(path, "/") && (rel == ".." || strings.HasPrefix(rel, "../")) {
+		// (it could name / or a home from the working directory)
+		return errdefs.InvalidField("path", "a relative path to remove must stay in the working directory; give an absolute path")
+	}
 	sb, user, release, err := fs.fileCall(ctx, id, user)
 	if err != nil {
 		return err
