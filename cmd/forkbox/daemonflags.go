@@ -25,7 +25,7 @@ when it does not exist in the sandbox); 125 when forkbox itself failed
 // talks to a daemon reads, to root's persistent flags.
 func (g *globals) registerDaemonFlags(root *cobra.Command) {
 	root.PersistentFlags().StringVar(&g.url, "url", "", "the daemon's URL (default: "+client.EnvURL+", else "+defaults.URL+")")
-	root.PersistentFlags().StringVar(&g.apiKey, "api-key", "", "the API key (default: "+client.EnvAPIKey+", else the key file of a local daemon)")
+	root.PersistentFlags().StringVar(&g.apiKey, "api-key", "", "the API key (default: "+client.EnvAPIKey+", else the key file of a local daemon; a flag shows in ps: prefer "+client.EnvAPIKey+")")
 }
 
 // client returns the client of the daemon the flags and the environment
