@@ -1,0 +1,51 @@
+package mcp
+
+import (
+	"context"
+	"net/http"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/forkbox/forkbox/api/access"
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// inProcessURL is the base URL of the clients NewHTTPHandler makes: their
+// requests never leave the process, so it names no host (no handler of
+// the API reads the request's host).
+const inProcessURL = "http://forkbox.in-process"
+
+// NewHTTPHandler returns the daemon's MCP endpoint: MCP's streamable
+// HTTP transport in stateless mode (each POST is a whole exchange; GET
+// and DELETE answer 405, which clients take as "no server-initiated
+// stream"). It must be mounted behind the API's authentication: the
+// request's API key (access.Secret) and caller (tenancy) are what it
+// serves with.
+//
+// Each request gets a server whose client carries the caller's API key
+// and whose HTTP transport hands every request straight to api, the
+// daemon's own API handler, in the process (InProcess): a tool call is a
+// REST call authenticated, authorized, admitted by the tenant's policy
+// and audited like any other, without a second connection through the
+// daemon's listener (which may be bound to an address the daemon cannot
+// dial, or closing during a shutdown), and without a second copy of any
+// rule. The REST calls carry the MCP request's id (X-Request-Id), so the
+// audit records of a tool call's REST calls share it with the call's own
+// record. onCall, when set, gets each finished tool call with the
+// caller in its context (the daemon records it as an audit record).
+func NewHTTPHandler(api http.Handler, onCall func(context.Context, Call)) http.Handler {
+	return sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+		caller, _ := tenancy.From(r.Context())
+		hc := &http.Client{Transport: InProcess(api, caller.RequestID)}
+		c := client.New(inProcessURL, access.Secret(r, false), hc)
+		var opts Options
+		if onCall != nil {
+			opts.OnCall = func(ctx context.Context, call Call) {
+				// The tool's context is the SDK's; the caller is the request's.
+				onCall(tenancy.With(ctx, caller), call)
+			}
+		}
+		return NewServer(c, opts)
+	}, &sdk.StreamableHTTPOptions{Stateless: true})
+}
