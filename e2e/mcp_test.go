@@ -149,7 +149,7 @@ func mcpScenario(t *testing.T, cs *sdk.ClientSession, foreign string) {
 	}
 
 	var out struct {
-		ExitCode       int    `json:"exit_code"`
+		ExitCode       int `json:"exit_code"`
 		Stdout, Stderr string
 		StdoutCut      int `json:"stdout_cut_bytes"`
 	}
