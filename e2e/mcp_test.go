@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -321,4 +322,23 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.key)
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPTypeScriptSDK runs compat/mcp: the unmodified
+// @modelcontextprotocol/sdk client (pinned in its package-lock) against
+// `forkbox mcp` over stdio and the daemon's /mcp over streamable HTTP.
+func TestMCPTypeScriptSDK(t *testing.T) {
+	need(t)
+	dir, npm := npmSuite(t, "mcp", "@modelcontextprotocol/sdk")
+	_, key, _ := newTenant(t, env.c, "mcpts", client.TenantPolicy{})
+	environ := []string{"FORKBOX_URL=" + env.d.URL, "FORKBOX_API_KEY=" + key, "FORKBOX_BIN=" + env.cli}
+	var live io.Writer
+	if testing.Verbose() {
+		live = os.Stdout
+	}
+	out, err := runNPM(ctxFor(t, 3*time.Minute), dir, npm, environ, live, "test")
+	if err != nil {
+		t.Fatalf("MCP TypeScript SDK: npm test: %v\n%s", err, out)
+	}
+	t.Logf("MCP TypeScript SDK: %s", summary(out))
 }
