@@ -17,9 +17,12 @@ import (
 const inProcessURL = "http://forkbox.in-process"
 
 // NewHTTPHandler returns the daemon's MCP endpoint: MCP's streamable
-// HTTP transport in stateless mode (each POST is a whole exchange; GET
-// and DELETE answer 405, which clients take as "no server-initiated
-// stream"). It must be mounted behind the API's authentication: the
+// HTTP transport in stateless mode (each POST is a whole exchange, so no
+// MCP session outlives its request or can be taken over with another
+// key; GET and DELETE answer 405, which clients take as "no
+// server-initiated stream"; a request body is at most the SDK's 4 MiB; a
+// tool call ends when its request is cancelled). It must be mounted
+// behind the API's authentication: the
 // request's API key (access.Secret) and caller (tenancy) are what it
 // serves with.
 //
@@ -47,5 +50,5 @@ func NewHTTPHandler(api http.Handler, onCall func(context.Context, Call)) http.H
 			}
 		}
 		return NewServer(c, opts)
-	}, &sdk.StreamableHTTPOptions{Stateless: true})
+	}, &sdk.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
 }
