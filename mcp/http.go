@@ -38,7 +38,13 @@ const inProcessURL = "http://forkbox.in-process"
 // record. onCall, when set, gets each finished tool call with the
 // caller in its context (the daemon records it as an audit record).
 func NewHTTPHandler(api http.Handler, onCall func(context.Context, Call)) http.Handler {
-	return sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+	h := sdk.NewStreamableHTTPHandler(func(r *http.Request) *sdk.Server {
+		// The SDK asks twice per request (protocol versions, then the
+		// exchange): the request's server is made once.
+		sl, _ := r.Context().Value(serverSlot{}).(*slot)
+		if sl != nil && sl.srv != nil {
+			return sl.srv
+		}
 		caller, _ := tenancy.From(r.Context())
 		hc := &http.Client{Transport: InProcess(api, caller.RequestID)}
 		c := client.New(inProcessURL, access.Secret(r, false), hc)
@@ -49,6 +55,20 @@ func NewHTTPHandler(api http.Handler, onCall func(context.Context, Call)) http.H
 				onCall(tenancy.With(ctx, caller), call)
 			}
 		}
-		return NewServer(c, opts)
+		srv := NewServer(c, opts)
+		if sl != nil {
+			sl.srv = srv
+		}
+		return srv
 	}, &sdk.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), serverSlot{}, &slot{})))
+	})
 }
+
+// serverSlot is the context key of a request's slot.
+type serverSlot struct{}
+
+// slot holds the server made for one request (the SDK's calls for one
+// request run one after the other).
+type slot struct{ srv *sdk.Server }

@@ -108,7 +108,7 @@ func (r SandboxRef) sandbox() string { return r.SandboxID }
 // handler's error becomes a tool error (IsError) naming the problem.
 func add[In, Out any](t *tools, s *sdk.Server, name, desc string, enums map[string][]any,
 	h func(context.Context, In) (*sdk.CallToolResult, Out, error)) {
-	tool := &sdk.Tool{Name: name, Description: desc}
+	tool := &sdk.Tool{Name: name, Description: desc, Annotations: annotations[name]}
 	if len(enums) > 0 {
 		tool.InputSchema = enumSchema[In](name, enums)
 	}
@@ -137,6 +137,37 @@ func add[In, Out any](t *tools, s *sdk.Server, name, desc string, enums map[stri
 		return res, out, nil
 	})
 }
+
+// annotations are the tools' hints to clients (which ask before a
+// destructive call, say): what only reads, what is destructive, what can
+// be repeated to the same end. A sandbox is a closed world (no hint says
+// "open world": what a command reaches is the sandbox's allow-list).
+var annotations = func() map[string]*sdk.ToolAnnotations {
+	no := false
+	closed := &no
+	read := func(title string) *sdk.ToolAnnotations {
+		return &sdk.ToolAnnotations{Title: title, ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: closed}
+	}
+	act := func(title string, destructive, idempotent bool) *sdk.ToolAnnotations {
+		d := destructive
+		return &sdk.ToolAnnotations{Title: title, DestructiveHint: &d, IdempotentHint: idempotent, OpenWorldHint: closed}
+	}
+	return map[string]*sdk.ToolAnnotations{
+		"create_sandbox":      act("Create a sandbox", false, false),
+		"list_sandboxes":      read("List sandboxes"),
+		"run_command":         act("Run a command in a sandbox", true, false),
+		"run_code":            act("Run code in a sandbox's kernel", true, false),
+		"create_code_context": act("Create a kernel context", false, false),
+		"read_file":           read("Read a sandbox's file"),
+		"list_files":          read("List a sandbox's directory"),
+		"write_file":          act("Write a sandbox's file", true, true),
+		"snapshot":            act("Snapshot a sandbox", false, false),
+		"fork":                act("Fork a sandbox", false, false),
+		"pause":               act("Pause a sandbox", false, true),
+		"resume":              act("Resume a sandbox", false, true),
+		"destroy":             act("Destroy a sandbox", true, true),
+	}
+}()
 
 // enumSchemas holds the schemas enumSchema made, by tool name: made once,
 // they are the same pointers for every server, which SchemaCache then

@@ -54,6 +54,13 @@ func TestToolsDescribeThemselves(t *testing.T) {
 				t.Errorf("%s: sandbox_id is not required (%v)", tool.Name, req)
 			}
 		}
+		if a := tool.Annotations; a == nil || a.Title == "" {
+			t.Errorf("%s: no annotations", tool.Name)
+		} else if ro := strings.HasPrefix(tool.Name, "read_") || strings.HasPrefix(tool.Name, "list_"); a.ReadOnlyHint != ro {
+			t.Errorf("%s: read-only hint %v", tool.Name, a.ReadOnlyHint)
+		} else if tool.Name == "destroy" && (a.DestructiveHint == nil || !*a.DestructiveHint) {
+			t.Errorf("destroy is not marked destructive")
+		}
 		if tool.Name == "create_sandbox" {
 			tier, _ := props["tier"].(map[string]any)
 			if e, _ := tier["enum"].([]any); len(e) != 2 {

@@ -67,6 +67,7 @@ type SnapshotInput struct {
 	SandboxRef
 	Name       string `json:"name,omitempty" jsonschema:"a name for the snapshot, usable instead of its id"`
 	ExpiresInS int64  `json:"expires_in_s,omitempty" jsonschema:"delete the snapshot after this many seconds (0: keep it)"`
+	Memory     bool   `json:"memory,omitempty" jsonschema:"also save the running processes and their memory (gvisor tier only): sandboxes started from it continue them"`
 }
 
 // SnapshotInfo is snapshot's output.
@@ -81,7 +82,8 @@ type SnapshotInfo struct {
 // ForkInput is fork's input.
 type ForkInput struct {
 	SandboxRef
-	N int `json:"n" jsonschema:"how many copies to start, 1 to 64"`
+	N      int  `json:"n" jsonschema:"how many copies to start, 1 to 64"`
+	Memory bool `json:"memory,omitempty" jsonschema:"copy the running processes and their memory too (gvisor tier only), so every child continues them"`
 }
 
 // ForkOutput is fork's output.
@@ -112,7 +114,7 @@ func (t *tools) addSessionTools(s *sdk.Server) {
 	add(t, s, "snapshot", "Save a sandbox's files as a snapshot (the sandbox keeps running). "+
 		"create_sandbox with snapshot starts new sandboxes from it.", nil,
 		func(ctx context.Context, in SnapshotInput) (*sdk.CallToolResult, SnapshotInfo, error) {
-			sn, err := t.c.SnapshotWith(ctx, in.SandboxID, client.SnapshotRequest{Name: in.Name, ExpiresInS: in.ExpiresInS})
+			sn, err := t.c.SnapshotWith(ctx, in.SandboxID, client.SnapshotRequest{Name: in.Name, ExpiresInS: in.ExpiresInS, Memory: in.Memory})
 			if err != nil {
 				return nil, SnapshotInfo{}, err
 			}
@@ -120,12 +122,12 @@ func (t *tools) addSessionTools(s *sdk.Server) {
 				CreatedAt: sn.CreatedAt}, nil
 		})
 	add(t, s, "fork", "Start n copies of a running sandbox: each child starts with the parent's files as they are now "+
-		"(not its processes) and then goes its own way; the parent keeps running. Use it to try several approaches from one state.", nil,
+		"(not its processes, unless memory is set in the gvisor tier) and then goes its own way; the parent keeps running. Use it to try several approaches from one state.", nil,
 		func(ctx context.Context, in ForkInput) (*sdk.CallToolResult, ForkOutput, error) {
 			if in.N < 1 {
 				return nil, ForkOutput{}, fmt.Errorf("n must be at least 1")
 			}
-			res, err := t.c.ForkSession(ctx, in.SandboxID, client.ForkRequest{Count: in.N})
+			res, err := t.c.ForkSession(ctx, in.SandboxID, client.ForkRequest{Count: in.N, Memory: in.Memory})
 			if err != nil {
 				return nil, ForkOutput{}, err
 			}
