@@ -46,6 +46,25 @@ func TestMCP(t *testing.T) {
 		cs := connectMCP(t, &sdk.CommandTransport{Command: cmd})
 		mcpScenario(t, cs, foreign.ID)
 	})
+	t.Run("policy", func(t *testing.T) {
+		// The tenant's policy applies to tool calls as to REST calls, and
+		// the tool call's record is "denied" as the REST call's is.
+		_, pkey, ptc := newTenant(t, env.c, "mcppolicy", client.TenantPolicy{MaxSessions: 1})
+		cs := connectMCP(t, &sdk.StreamableClientTransport{Endpoint: env.d.URL + "/mcp",
+			HTTPClient: mcpBearer(pkey), MaxRetries: -1})
+		var sb struct{ ID string }
+		mcpCall(t, cs, "create_sandbox", map[string]any{}, &sb)
+		mcpToolError(t, cs, "create_sandbox", map[string]any{}, "concurrency")
+		mcpCall(t, cs, "destroy", map[string]any{"sandbox_id": sb.ID}, nil)
+		list, err := ptc.Audit(ctxFor(t, time.Minute), client.AuditFilter{Kind: "mcp.tool", Outcome: "denied"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Records) != 1 || list.Records[0].Detail["tool"] != "create_sandbox" ||
+			list.Records[0].Detail["problem"] != "tenant-concurrency-exceeded" {
+			t.Errorf("denied mcp.tool records: %+v", list.Records)
+		}
+	})
 	t.Run("bad-key", func(t *testing.T) {
 		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 		for _, k := range []string{"", "not-a-key"} {
