@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 
@@ -132,7 +133,7 @@ func add[In, Out any](t *tools, s *sdk.Server, name, desc string, enums map[stri
 		}
 		if err != nil {
 			var zero Out
-			return nil, zero, errors.New(Describe(err))
+			return nil, zero, errors.New(t.describe(err))
 		}
 		return res, out, nil
 	})
@@ -193,6 +194,16 @@ func enumSchema[In any](name string, enums map[string][]any) *jsonschema.Schema 
 	}
 	got, _ := enumSchemas.LoadOrStore(name, sc)
 	return got.(*jsonschema.Schema)
+}
+
+// describe is Describe, saying so when the daemon could not be reached.
+func (t *tools) describe(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Sprintf("cannot reach the forkbox daemon at %s (%v): is `forkbox serve` running there, and FORKBOX_URL right?",
+			t.c.BaseURL(), op.Err)
+	}
+	return Describe(err)
 }
 
 // Describe is the message of a tool error: for a daemon's problem its

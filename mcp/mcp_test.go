@@ -96,7 +96,7 @@ func TestToolErrors(t *testing.T) {
 		{"read_file", map[string]any{"sandbox_id": "abc", "path": "rel.txt"}, "not absolute"},
 		{"write_file", map[string]any{"sandbox_id": "abc", "path": "/x", "content": "!!", "encoding": "base64"}, "base64"},
 		{"fork", map[string]any{"sandbox_id": "abc", "n": 0}, "at least 1"},
-		{"run_code", map[string]any{"sandbox_id": "abc", "code": "1"}, "connect"},
+		{"run_code", map[string]any{"sandbox_id": "abc", "code": "1"}, "cannot reach the forkbox daemon at http://127.0.0.1:1"},
 	} {
 		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: tc.tool, Arguments: tc.args})
 		if err != nil {
