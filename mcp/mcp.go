@@ -121,7 +121,7 @@ func add[In, Out any](t *tools, s *sdk.Server, name, desc string, enums map[stri
 		}
 		var res *sdk.CallToolResult
 		var out Out
-		err := error(nil)
+		var err error
 		if named {
 			err = needSandbox(sandbox)
 		}
@@ -141,8 +141,8 @@ func add[In, Out any](t *tools, s *sdk.Server, name, desc string, enums map[stri
 
 // annotations are the tools' hints to clients (which ask before a
 // destructive call, say): what only reads, what is destructive, what can
-// be repeated to the same end. A sandbox is a closed world (no hint says
-// "open world": what a command reaches is the sandbox's allow-list).
+// be repeated to the same end. OpenWorldHint is false for all: a tool acts
+// inside forkbox's sandboxes, which reach no further than their allow-list.
 var annotations = func() map[string]*sdk.ToolAnnotations {
 	no := false
 	closed := &no
