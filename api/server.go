@@ -70,6 +70,7 @@ func (s *Server) routes(hs handlers) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /problems/{slug}", handleProblemDoc)
+	s.mux.Handle("/mcp", s.mcpHandler())
 
 	// A kind makes each request an audit record; target says what the
 	// path's {id} is; admin routes need an admin key.

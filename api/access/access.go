@@ -108,6 +108,13 @@ var deniedTypes = map[string]bool{
 	"capacity-unavailable": true, "cpu-budget-exhausted": true, "permission-denied": true, "tenant-quota-exceeded": true, "tenant-suspended": true,
 }
 
+// IsDenial reports whether a failed request's problem type (its slug,
+// "tenant-quota-exceeded") and status make its audit outcome "denied": a
+// policy decision or a 403.
+func IsDenial(problemType string, status int) bool {
+	return deniedTypes[problemType] || status == http.StatusForbidden
+}
+
 // Audited wraps next so that each request becomes one audit record of
 // kind once it is answered (after the whole stream, for a streaming
 // answer). target names the path value {id} in the record: "session" (the
@@ -128,7 +135,7 @@ func Audited(rec *audit.Recorder, kind, target string, next http.Handler) http.H
 		n.mu.Lock()
 		outcome := audit.OK
 		switch {
-		case sw.status >= 400 && (deniedTypes[n.problem] || sw.status == http.StatusForbidden):
+		case sw.status >= 400 && IsDenial(n.problem, sw.status):
 			outcome = audit.Denied
 		case sw.status >= 400:
 			outcome = audit.Error
