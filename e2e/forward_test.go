@@ -120,6 +120,11 @@ func (f *forwardNode) Logs(ctx context.Context, id string, since time.Time, limi
 	return f.n.Logs(ctx, id, since, limit)
 }
 
+func (f *forwardNode) UsageHistory(ctx context.Context, id string, from, to time.Time) ([]node.UsageSample, error) {
+	f.count("UsageHistory")
+	return f.n.UsageHistory(ctx, id, from, to)
+}
+
 func (f *forwardNode) Info() node.Info {
 	f.count("Info")
 	return f.n.Info()

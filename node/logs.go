@@ -12,3 +12,14 @@ type LogLine struct {
 	Message string
 	Fields  map[string]string
 }
+
+// UsageSample is one reading of a session's resource use from outside the
+// sandbox (Sessions.UsageHistory).
+type UsageSample struct {
+	// Time is when it was read (UTC).
+	Time time.Time
+	// CPUSeconds is the CPU time used since the session started.
+	CPUSeconds float64
+	// MemoryBytes is the memory in use then.
+	MemoryBytes int64
+}

@@ -44,6 +44,10 @@ type Sessions interface {
 	Destroy(ctx context.Context, id string) error
 	// Usage reads session id's resource use from outside the sandbox.
 	Usage(ctx context.Context, id string) (*Usage, error)
+	// UsageHistory returns the usage samples the host took of live
+	// session id in [from, to] (zero: open), oldest first (a bounded
+	// recent history).
+	UsageHistory(ctx context.Context, id string, from, to time.Time) ([]UsageSample, error)
 	// Egress lists session id's egress records, oldest first, skipping
 	// skip and returning at most limit.
 	Egress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error)

@@ -55,13 +55,12 @@ const maxBody = 1 << 20
 
 // Handler serves both E2B planes. Build it with New.
 type Handler struct {
-	mgr     node.Node
-	keys    *store.Store
-	audit   *audit.Recorder
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *cpuSampler
-	hide    *hostpath.Redactor
+	mgr   node.Node
+	keys  *store.Store
+	audit *audit.Recorder
+	log   *slog.Logger
+	mux   *http.ServeMux
+	hide  *hostpath.Redactor
 	// catalog lists templates (nil: none are listed).
 	catalog *template.Catalog
 	// used remembers the signed file URLs already used (signed.go).
@@ -73,7 +72,7 @@ type Handler struct {
 // records; catalog lists the templates; rec records audited requests;
 // hide removes host paths from error messages.
 func New(mgr node.Node, keys *store.Store, catalog *template.Catalog, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
-	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide,
+	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), hide: hide,
 		catalog: catalog, used: newUsedSignatures()}
 	h.routes()
 	return h
