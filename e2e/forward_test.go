@@ -125,6 +125,11 @@ func (f *forwardNode) UsageHistory(ctx context.Context, id string, from, to time
 	return f.n.UsageHistory(ctx, id, from, to)
 }
 
+func (f *forwardNode) DeleteSnapshotKeepDependents(ctx context.Context, id string) error {
+	f.count("DeleteSnapshotKeepDependents")
+	return f.n.DeleteSnapshotKeepDependents(ctx, id)
+}
+
 func (f *forwardNode) Info() node.Info {
 	f.count("Info")
 	return f.n.Info()

@@ -132,6 +132,10 @@ type Snapshots interface {
 	// DeleteSnapshot deletes snapshot id; force also deletes what was
 	// made from it, otherwise that is ErrConflict.
 	DeleteSnapshot(ctx context.Context, id string, force bool) error
+	// DeleteSnapshotKeepDependents deletes snapshot id as E2B does: what
+	// was made from it keeps running with its own files where the storage
+	// allows it (btrfs), else ErrConflict as DeleteSnapshot.
+	DeleteSnapshotKeepDependents(ctx context.Context, id string) error
 }
 
 // Pools keeps warm sandboxes ready for creates.

@@ -109,9 +109,13 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteSnapshot: DELETE /templates/{id} → 204, E2B's way to delete
-// a snapshot (Sandbox.deleteSnapshot). 404 when no snapshot has that id;
-// 409 while sandboxes restored from it still run. Templates themselves are
-// managed through forkbox's API (DELETE /v1/templates/{name}).
+// a snapshot (Sandbox.deleteSnapshot). 404 when no snapshot has that id.
+// Sandboxes restored from it keep running with their own files, as at
+// E2B, on btrfs storage; on overlay storage (where the snapshot is a layer
+// under them) and while sandboxes run from its memory checkpoint it is
+// 409 until they end (Node.DeleteSnapshotKeepDependents). Templates
+// themselves are managed through forkbox's API (DELETE
+// /v1/templates/{name}).
 func (h *Handler) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	sn, err := h.mgr.GetSnapshot(r.Context(), id)
@@ -120,7 +124,7 @@ func (h *Handler) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err == nil {
-		err = h.mgr.DeleteSnapshot(r.Context(), sn.ID, false)
+		err = h.mgr.DeleteSnapshotKeepDependents(r.Context(), sn.ID)
 	}
 	if err != nil {
 		h.fail(w, r, err)
