@@ -29,23 +29,23 @@ function e2b(...args) {
 test('e2b template list shows the catalog', { timeout: TEST_TIMEOUT }, async () => {
   const out = JSON.parse(await e2b('template', 'list', '--format', 'json'))
   assert.ok(out.some((t) => t.templateID === 'base' && t.public), JSON.stringify(out).slice(0, 300))
-  const table = await e2b('template', 'list')
-  assert.match(table, /base/)
 })
 
 test('e2b sandbox list and sandbox logs', { timeout: TEST_TIMEOUT }, async () => {
   await withSandbox({}, async (sbx) => {
     await sbx.commands.run('echo hello')
-    const listed = JSON.parse(await e2b('sandbox', 'list', '--format', 'json'))
-    assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId), `${sbx.sandboxId} not in ${JSON.stringify(listed).slice(0, 300)}`)
-    assert.match(await e2b('sandbox', 'list'), new RegExp(sbx.sandboxId))
-
-    const logs = await e2b('sandbox', 'logs', sbx.sandboxId, '--format', 'json')
+    // (Each CLI start loads a 2 MiB bundle: two at once.)
+    const [list, logs] = await Promise.all([
+      e2b('sandbox', 'list', '--format', 'json'),
+      e2b('sandbox', 'logs', sbx.sandboxId, '--format', 'json'),
+    ])
+    const listed = JSON.parse(list)
+    assert.ok(listed.some((s) => s.sandboxId === sbx.sandboxId), `${sbx.sandboxId} not in ${list.slice(0, 300)}`)
     const lines = logs.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
     const started = lines.find((l) => l.message === 'process started')
     assert.ok(started, `no process start in:\n${logs}`)
     assert.equal(started.level.toUpperCase(), 'INFO')
     assert.ok(!isNaN(new Date(started.timestamp)))
-    assert.match(await e2b('sandbox', 'logs', sbx.sandboxId), /process ended/)
+    assert.ok(lines.some((l) => l.message === 'process ended' && l.exit_code === '0'), `no process end in:\n${logs}`)
   })
 })
