@@ -48,8 +48,8 @@ func TestSignedRequestChecks(t *testing.T) {
 		t.Error("a read signature opens a write")
 	}
 	for name, change := range map[string]func(url.Values){
-		"another path": func(q url.Values) { q.Set("path", "/etc/passwd") },
-		"another user": func(q url.Values) { q.Set("username", "root") },
+		"another path":       func(q url.Values) { q.Set("path", "/etc/passwd") },
+		"another user":       func(q url.Values) { q.Set("username", "root") },
 		"a later expiration": func(q url.Values) { q.Set("signature_expiration", "1800000999") },
 	} {
 		q := url.Values{}
