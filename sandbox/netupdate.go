@@ -29,6 +29,9 @@ func (mt *Meter) SetNetwork(ctx context.Context, id string, allow []string) (*no
 		return nil, err
 	}
 	cur := sb.Record()
+	if cur.Network == nil && len(allow) == 0 {
+		return &cur, nil // nothing allowed, as before: no network is that
+	}
 	if cur.Network == nil {
 		return nil, errdefs.Newf(errdefs.ErrConflict,
 			"session %s was created without a network, and one cannot be added to a running sandbox: create it with a network allow-list", id)

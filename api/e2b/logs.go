@@ -206,5 +206,23 @@ func (h *Handler) logLines(w http.ResponseWriter, r *http.Request, since time.Ti
 		h.fail(w, r, err)
 		return nil, false
 	}
+	// The runtime writes its own errors into the log too; host paths in
+	// them are not the tenant's to see.
+	for i := range lines {
+		lines[i].Message = h.redact(lines[i].Message)
+		for k, v := range lines[i].Fields {
+			lines[i].Fields[k] = h.redact(v)
+		}
+	}
 	return lines, true
+}
+
+// redact removes host paths from s (none when the handler has no
+// redactor).
+func (h *Handler) redact(s string) string {
+	if h.hide == nil {
+		return s
+	}
+	out, _ := h.hide.Redact(s)
+	return out
 }

@@ -65,6 +65,12 @@ func signedParts(r *http.Request, now time.Time) (op, sig, exp string, expires t
 		return "", "", "", time.Time{}, errdefs.Newf(errdefs.ErrInvalidArgument, "a signed /files URL is for GET (read) or POST (write)")
 	}
 	q := r.URL.Query()
+	if q.Get("path") == "" {
+		// Signed without a path, a write would let the link's holder
+		// write any file (a multipart part's own name): forkbox's links
+		// name their file.
+		return "", "", "", time.Time{}, errdefs.InvalidField("path", "a signed /files URL must name its file (uploadUrl(path), downloadUrl(path))")
+	}
 	sig, exp = q.Get("signature"), q.Get("signature_expiration")
 	if !strings.HasPrefix(sig, signatureVersion) {
 		return "", "", "", time.Time{}, errdefs.Newf(errdefs.ErrUnauthenticated, "the signature is not a v1 signature")

@@ -65,8 +65,13 @@ func TestSignedRequestChecks(t *testing.T) {
 	if _, _, _, _, err := req("GET", past); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("an expired signature: %v, want unauthenticated", err)
 	}
-	if _, _, _, _, err := req("GET", url.Values{"signature": {"v2_x"}}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if _, _, _, _, err := req("GET", url.Values{"path": {"/a.txt"}, "signature": {"v2_x"}}); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Errorf("another version: %v", err)
+	}
+	// A link signed without a path would let its holder write any file.
+	noPath := fileSignature("", "write", "", rec.EnvdToken, "")
+	if _, _, _, _, err := req("POST", url.Values{"signature": {noPath}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("a link without a path: %v, want invalid argument", err)
 	}
 	if _, _, _, _, err := req("PUT", good); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("PUT: %v, want invalid argument", err)
