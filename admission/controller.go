@@ -89,6 +89,26 @@ func (c *Controller) Check(ctx context.Context, tenant string, p tenancy.Policy,
 	return err
 }
 
+// CheckNetwork refuses an allow-list for a running session of tenant
+// that its policy's egress ceiling does not cover (EgressViolation),
+// recorded as a "policy" audit record like a create's refusal. ErrNotFound
+// when the tenant is unknown.
+func (c *Controller) CheckNetwork(ctx context.Context, tenant string, allow []string) error {
+	if tenant == "" {
+		return nil
+	}
+	p, err := c.Policy(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	err = EgressViolation(p, allow)
+	if err != nil {
+		c.opts.Audit.Record(ctx, audit.Event{Tenant: tenant, Kind: "policy", Outcome: audit.Denied,
+			Detail: map[string]any{"rule": ruleOf(err), "error": err.Error()}})
+	}
+	return err
+}
+
 // CheckTimeout refuses a new timeout of seconds for a session of tenant
 // over its policy's max_timeout_s (TimeoutViolation). A tenant whose
 // policy cannot be read is not refused here: its sessions end with it.

@@ -65,11 +65,20 @@ func Violation(p tenancy.Policy, spec *node.CreateSpec) error {
 	if spec.Network == nil {
 		return nil
 	}
+	return EgressViolation(p, spec.Network.Allow)
+}
+
+// EgressViolation returns why policy p's egress ceiling refuses the
+// allow-list allow (a create's, or one replacing a running session's), or
+// nil: an entry outside the ceiling is ErrPermissionDenied,
+// node.ProblemEgressNotAllowed, field "network.allow[i]"; an entry that
+// does not parse is ErrInvalidArgument naming it.
+func EgressViolation(p tenancy.Policy, allow []string) error {
 	ceiling, open := parseCeiling(p.EgressAllow)
 	if open {
 		return nil
 	}
-	for i, entry := range spec.Network.Allow {
+	for i, entry := range allow {
 		r, err := netpolicy.ParseRule(entry)
 		if err != nil {
 			return errdefs.InvalidField(fmt.Sprintf("network.allow[%d]", i), "%v", err)

@@ -300,6 +300,9 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start %s: %w", ls.argv[0], err))
 	}
 	p.pid, p.began = pid, time.Now()
+	// The sandbox's log (E2B's sandbox logs): which program ran, as
+	// whom; never its arguments, which may hold secrets.
+	a.log.Info("process started", "logger", "process", "pid", pid, "cmd", filepath.Base(ls.argv[0]), "user", ls.acc.Name, "tag", tag)
 	closeChild()
 	childFiles = nil
 	setOOMScoreAdj(pid)
@@ -369,7 +372,10 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		p.abortStdin()
 		p.cpu.Store(int64(st.cpu))
 		p.ran.Store(int64(time.Since(p.began)))
-		p.finish(endFromStatus(st.ws))
+		end := endFromStatus(st.ws)
+		a.log.Info("process ended", "logger", "process", "pid", p.pid, "exit_code", end.ExitCode, "status", end.Status,
+			"duration_ms", time.Since(p.began).Milliseconds())
+		p.finish(end)
 		a.procs.forgetLater(p)
 	}()
 	return p, nil

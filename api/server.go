@@ -57,7 +57,7 @@ type Server struct {
 func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	e := edge{log: log, hide: hide}
-	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, rec, hide, log), audit: rec}
+	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec}
 	s.routes(newHandlers(e, mgr, st, catalog, spoolDir, rec, ms))
 	return s
 }
@@ -147,9 +147,10 @@ func (s *Server) routes(hs handlers) {
 }
 
 // ServeHTTP adds the request id, recovers from handler panics (one bad
-// request never takes the daemon down) and routes: E2B requests (e2b.Handles)
-// to the E2B handler, the rest to the forkbox API. Unknown paths and
-// methods get problem responses too.
+// request never takes the daemon down) and routes: E2B requests (e2b.Handles,
+// and every path outside forkbox's own roots: ownPath) to the E2B handler,
+// the rest to the forkbox API. Unknown paths and methods under forkbox's
+// roots get problem responses; elsewhere E2B's error JSON.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(requestIDHeader)
 	if id == "" || len(id) > 128 {
@@ -167,7 +168,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()
-	if e2b.Handles(r) {
+	if e2b.Handles(r) || !s.ownPath(r) {
 		s.e2b.ServeHTTP(w, r)
 	} else if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for
@@ -184,6 +185,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Debug("request", "method", r.Method, "path", r.URL.Path, "request_id", id,
 		"duration_ms", time.Since(start).Milliseconds())
+}
+
+// ownRoots are the path roots of forkbox's own API; every other path is
+// E2B's (e2b.Handler answers what it does not serve with E2B's error JSON,
+// which the E2B SDKs and CLI can read).
+var ownRoots = []string{"/v1", "/health", "/problems", "/metrics"}
+
+// ownPath reports whether r is for forkbox's own API: a path under one of
+// ownRoots, or one a route of s's mux serves (in any method).
+func (s *Server) ownPath(r *http.Request) bool {
+	p := r.URL.Path
+	for _, root := range ownRoots {
+		if p == root || strings.HasPrefix(p, root+"/") {
+			return true
+		}
+	}
+	_, pattern := s.mux.Handler(r)
+	return pattern != ""
 }
 
 // notFoundOrMethod turns the mux's plain-text 404 and 405 into problems.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/forkbox/forkbox/api/e2b"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
@@ -19,7 +20,8 @@ import (
 // store or catalog: enough for everything that fails before a handler
 // needs them.
 func newTestServer() *Server {
-	s := &Server{edge: edge{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, mux: http.NewServeMux()}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := &Server{edge: edge{log: log}, mux: http.NewServeMux(), e2b: e2b.New(nil, nil, nil, nil, nil, log)}
 	s.routes(newHandlers(s.edge, nil, nil, nil, "", nil, nil))
 	return s
 }
@@ -56,11 +58,43 @@ func problemOf(t *testing.T, w *httptest.ResponseRecorder, status int) v1.Proble
 // naming the request, for any method.
 func TestUnknownPathIsProblem(t *testing.T) {
 	s := newTestServer()
-	for _, target := range []string{"/nope", "/v1/nope", "/v1/sessions/", "/v1/sessions/a/b/c"} {
+	for _, target := range []string{"/v1/nope", "/v1/sessions/", "/v1/sessions/a/b/c", "/health/x", "/problems"} {
 		w := serve(s, "GET", target)
 		p := problemOf(t, w, http.StatusNotFound)
 		if p.Type != "/problems/not-found" || p.Instance != target || !strings.Contains(p.Detail, "GET "+target) {
 			t.Errorf("%s: %+v", target, p)
+		}
+	}
+}
+
+// TestOtherPathsAreE2BErrors proves every path outside forkbox's own
+// roots is E2B's: unknown paths and wrong methods answer E2B's
+// {"code","message"} JSON (which the SDKs show), not a problem.
+func TestOtherPathsAreE2BErrors(t *testing.T) {
+	s := newTestServer()
+	for _, tc := range []struct {
+		method, target string
+		status         int
+		want           string
+	}{
+		{"GET", "/nope", http.StatusNotFound, "no such endpoint: GET /nope"},
+		{"GET", "/sandboxes/abc/nothing", http.StatusNotFound, "no such endpoint"},
+		{"POST", "/files", http.StatusNotFound, "envd calls need the E2b-Sandbox-Id header"},
+		{"PATCH", "/sandboxes", http.StatusMethodNotAllowed, "PATCH is not allowed on /sandboxes"},
+		{"PUT", "/templates", http.StatusMethodNotAllowed, "PUT is not allowed on /templates"},
+	} {
+		w := serve(s, tc.method, tc.target)
+		var body struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != tc.status || body.Code != tc.status ||
+			!strings.Contains(body.Message, tc.want) || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: %d %q %q (%v), want %d with %q", tc.method, tc.target, w.Code,
+				w.Header().Get("Content-Type"), w.Body.String(), err, tc.status, tc.want)
+		}
+		if tc.status == http.StatusMethodNotAllowed && w.Header().Get("Allow") == "" {
+			t.Errorf("%s %s: no Allow header", tc.method, tc.target)
 		}
 	}
 }
@@ -142,17 +176,17 @@ func TestRestWildcardNotRedirected(t *testing.T) {
 // and the problem, an over-long one is replaced, and a missing one generated.
 func TestRequestIDEchoed(t *testing.T) {
 	s := newTestServer()
-	w := serve(s, "GET", "/nope", requestIDHeader, "client-id-42")
+	w := serve(s, "GET", "/v1/nope", requestIDHeader, "client-id-42")
 	if p := problemOf(t, w, http.StatusNotFound); p.RequestID != "client-id-42" {
 		t.Fatalf("request id %q, want the client's", p.RequestID)
 	}
 	long := strings.Repeat("x", 129)
-	w = serve(s, "GET", "/nope", requestIDHeader, long)
+	w = serve(s, "GET", "/v1/nope", requestIDHeader, long)
 	if id := problemOf(t, w, http.StatusNotFound).RequestID; id == long || len(id) != 24 {
 		t.Fatalf("over-long id replaced by %q, want a new 24-hex-digit id", id)
 	}
-	a := problemOf(t, serve(s, "GET", "/nope"), http.StatusNotFound).RequestID
-	b := problemOf(t, serve(s, "GET", "/nope"), http.StatusNotFound).RequestID
+	a := problemOf(t, serve(s, "GET", "/v1/nope"), http.StatusNotFound).RequestID
+	b := problemOf(t, serve(s, "GET", "/v1/nope"), http.StatusNotFound).RequestID
 	if a == b {
 		t.Fatalf("generated request ids repeat: %q", a)
 	}

@@ -42,6 +42,8 @@ func TestE2BSDK(t *testing.T) {
 		// A name the test daemon's egress resolver knows (egress_test.go).
 		"FORKBOX_E2B_ALLOWED_NAME=allowed.test",
 		"FORKBOX_E2B_ALLOWED_ADDR=" + egressHost,
+		// Another name it knows, which the allow-list update tests switch to.
+		"FORKBOX_E2B_OTHER_NAME=other.test",
 	}
 	var live io.Writer
 	if testing.Verbose() {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/forkbox/forkbox/node"
 )
@@ -107,6 +108,26 @@ func (f *forwardNode) Usage(ctx context.Context, id string) (*node.Usage, error)
 func (f *forwardNode) Egress(ctx context.Context, id string, skip, limit int) ([]node.EgressRecord, error) {
 	f.count("Egress")
 	return f.n.Egress(ctx, id, skip, limit)
+}
+
+func (f *forwardNode) SetNetwork(ctx context.Context, id string, allow []string) (*node.Session, error) {
+	f.count("SetNetwork")
+	return f.n.SetNetwork(ctx, id, allow)
+}
+
+func (f *forwardNode) Logs(ctx context.Context, id string, since time.Time, limit int) ([]node.LogLine, error) {
+	f.count("Logs")
+	return f.n.Logs(ctx, id, since, limit)
+}
+
+func (f *forwardNode) UsageHistory(ctx context.Context, id string, from, to time.Time) ([]node.UsageSample, error) {
+	f.count("UsageHistory")
+	return f.n.UsageHistory(ctx, id, from, to)
+}
+
+func (f *forwardNode) DeleteSnapshotKeepDependents(ctx context.Context, id string) error {
+	f.count("DeleteSnapshotKeepDependents")
+	return f.n.DeleteSnapshotKeepDependents(ctx, id)
 }
 
 func (f *forwardNode) Info() node.Info {

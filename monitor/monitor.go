@@ -88,6 +88,8 @@ type Monitor struct {
 	// listed holds when each sandbox's processes were listed last (kept
 	// from round to round; only Run's goroutine uses it).
 	listed map[string]time.Time
+	// history keeps each session's recent samples (history.go).
+	history *history
 }
 
 // New returns a monitor with opts; it samples nothing until Run.
@@ -96,7 +98,8 @@ func New(opts Options) *Monitor {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Monitor{opts: opts, log: log, detector: abuse.New(opts.Abuse), listed: map[string]time.Time{}}
+	return &Monitor{opts: opts, log: log, detector: abuse.New(opts.Abuse), listed: map[string]time.Time{},
+		history: newHistory()}
 }
 
 // Detector returns the abuse detector the monitor feeds, for the core's

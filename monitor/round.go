@@ -73,6 +73,7 @@ func (mon *Monitor) round() bool {
 			continue
 		}
 		readings = append(readings, reading{sb: sb, rec: rec, st: st})
+		mon.history.add(sb.ID(), node.UsageSample{Time: st.ReadAt.UTC(), CPUSeconds: st.CPUSeconds, MemoryBytes: st.MemoryBytes})
 		cpu = append(cpu, store.CPUReading{Session: sb.ID(), Tenant: rec.Tenant, TotalMS: int64(st.CPUSeconds * 1000), At: st.ReadAt})
 	}
 	totals, err := mon.opts.Store.AddSessionsCPU(ctx, cpu)

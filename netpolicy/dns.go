@@ -59,7 +59,7 @@ func (e *Egress) answer(w dns.ResponseWriter, req *dns.Msg) {
 		e.refused("dns", why)
 		return
 	}
-	if q.Qclass != dns.ClassINET || !e.cfg.Policy.Resolvable(ev.Host) {
+	if q.Qclass != dns.ClassINET || !e.policy().Resolvable(ev.Host) {
 		deny(dns.RcodeNameError, "name not in the allow-list")
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,6 +52,9 @@ type Egress struct {
 	cfg       Config
 	meter     *meter
 	transport *http.Transport
+	// allow is the policy whose allow-list decides (cfg.Policy until
+	// SetAllow replaces it: live.go).
+	allow atomic.Pointer[Policy]
 
 	mu      sync.Mutex
 	servers []func() // closers of running servers
@@ -72,6 +76,7 @@ func New(cfg Config) *Egress {
 		cfg.Sink = func(Event) {}
 	}
 	e := &Egress{cfg: cfg, meter: newMeter(cfg.Policy), refusals: map[string]*refusalCount{}}
+	e.allow.Store(cfg.Policy)
 	// Refusals counted in a burst are recorded within a second, not at
 	// the next refusal.
 	stop := make(chan struct{})
@@ -124,12 +129,12 @@ func (e *Egress) dial(ctx context.Context, kind, host string, port uint16) (net.
 	}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		if !e.cfg.Policy.AllowsAddr(a, port) {
+		if !e.policy().AllowsAddr(a, port) {
 			return nil, deny(fmt.Sprintf("%s port %d is not in the allow-list", a.Unmap(), port))
 		}
 		addrs = []netip.Addr{a.Unmap()}
 	} else {
-		if !e.cfg.Policy.AllowsName(host, port) {
+		if !e.policy().AllowsName(host, port) {
 			return nil, deny(fmt.Sprintf("%s port %d is not in the allow-list", host, port))
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"time"
 )
 
 // Node is everything one host offers for the sessions on it. Every method
@@ -43,9 +44,24 @@ type Sessions interface {
 	Destroy(ctx context.Context, id string) error
 	// Usage reads session id's resource use from outside the sandbox.
 	Usage(ctx context.Context, id string) (*Usage, error)
+	// UsageHistory returns the usage samples the host took of live
+	// session id in [from, to] (zero: open), oldest first (a bounded
+	// recent history).
+	UsageHistory(ctx context.Context, id string, from, to time.Time) ([]UsageSample, error)
 	// Egress lists session id's egress records, oldest first, skipping
 	// skip and returning at most limit.
 	Egress(ctx context.Context, id string, skip, limit int) ([]EgressRecord, error)
+	// SetNetwork replaces running (or paused) session id's egress
+	// allow-list with allow (empty: nothing is allowed) at once; the
+	// record keeps it, so pause, forks and a daemon restart keep it.
+	// ErrConflict for a session made without a network (one cannot be
+	// added live); the tenant's egress ceiling applies as at create
+	// (ErrPermissionDenied, ProblemEgressNotAllowed).
+	SetNetwork(ctx context.Context, id string, allow []string) (*Session, error)
+	// Logs returns live session id's log lines (its guest agent's:
+	// commands started and ended, its own warnings), oldest first: those
+	// at or after since (zero: all), at most limit (0: no cap).
+	Logs(ctx context.Context, id string, since time.Time, limit int) ([]LogLine, error)
 	// Info says what the Node offers: drivers and limits.
 	Info() Info
 	// TemplateUsable reports whether the caller may start a session from
@@ -116,6 +132,10 @@ type Snapshots interface {
 	// DeleteSnapshot deletes snapshot id; force also deletes what was
 	// made from it, otherwise that is ErrConflict.
 	DeleteSnapshot(ctx context.Context, id string, force bool) error
+	// DeleteSnapshotKeepDependents deletes snapshot id as E2B does: what
+	// was made from it keeps running with its own files where the storage
+	// allows it (btrfs), else ErrConflict as DeleteSnapshot.
+	DeleteSnapshotKeepDependents(ctx context.Context, id string) error
 }
 
 // Pools keeps warm sandboxes ready for creates.

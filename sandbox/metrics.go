@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
@@ -66,4 +67,16 @@ func (mt *Meter) Usage(ctx context.Context, id string) (*node.Usage, error) {
 	}
 	u.EgressBytes = mt.egressBytes(ctx, sb)
 	return u, nil
+}
+
+// UsageHistory returns the monitor's samples of live session id in
+// [from, to] (node.Sessions.UsageHistory). ErrNotFound, ErrTerminated as
+// for Usage.
+func (mt *Meter) UsageHistory(ctx context.Context, id string, from, to time.Time) ([]node.UsageSample, error) {
+	sb := mt.m.find(ctx, id)
+	if sb == nil || !isLive(sb.Record().State) {
+		_, _, err := mt.m.use(ctx, id) // the right error for an ended or unknown session
+		return nil, err
+	}
+	return mt.m.mon.UsageHistory(id, from, to), nil
 }

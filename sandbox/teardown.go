@@ -161,6 +161,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	res.Release()
 	close(sb.done)
 	m.mon.Detector().Forget(sb.id)
+	m.mon.ForgetHistory(sb.id)
 	rec := sb.Record()
 	if rec.Tenant != "" { // (warm-pool members belong to nobody)
 		m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: sb.id, Kind: "session.end",

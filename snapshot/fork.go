@@ -134,7 +134,9 @@ func inherit(rec node.Session, spec node.CreateSpec) node.CreateSpec {
 	if spec.Env == nil {
 		spec.Env = rec.Env
 	}
-	if spec.Network == nil && rec.Network != nil {
+	// An allow-list emptied on a running session (node.SetNetwork) allows
+	// nothing: its forks get no network, which allows nothing too.
+	if spec.Network == nil && rec.Network != nil && len(rec.Network.Allow) > 0 {
 		n := *rec.Network
 		n.Allow = append([]string(nil), rec.Network.Allow...)
 		spec.Network = &n

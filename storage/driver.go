@@ -127,3 +127,14 @@ type SnapshotInfo struct {
 	Digest    string
 	CreatedAt time.Time
 }
+
+// IndependentLayers is implemented by a driver whose layers and snapshots,
+// once made, no longer need the snapshot they were made from, so a
+// snapshot can be removed while sandboxes made from it run (btrfs: a
+// subvolume snapshot shares the extents, not the subvolume). A driver
+// without it is assumed to need them (overlay: a snapshot is a lower layer
+// of every sandbox and snapshot made from it, and RemoveSnapshot refuses).
+type IndependentLayers interface {
+	// LayersIndependent reports whether that holds for the driver.
+	LayersIndependent() bool
+}

@@ -91,6 +91,10 @@ func (h *Handler) serveCode(w http.ResponseWriter, r *http.Request, id string) {
 			return
 		}
 	}
+	if err := h.runningOrResume(r.Context(), rec); err != nil {
+		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
+		return
+	}
 	conn, err := h.mgr.OpenEnvd(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))

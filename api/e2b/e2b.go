@@ -7,8 +7,11 @@
 // are envd requests for that sandbox: they are checked against the
 // sandbox's envd access token and proxied to its guest agent (envd.go).
 // Other requests under /sandboxes, /v2/sandboxes, /snapshots and
-// /templates/ are the control plane (sandboxes.go, list.go,
-// snapshots.go), authenticated by X-API-KEY. Errors are E2B's
+// /templates are the control plane (sandboxes.go, list.go,
+// snapshots.go, templates.go, logs.go, network.go), authenticated by
+// X-API-KEY; a GET or POST /files with a signature is an uploadUrl() or
+// downloadUrl() link (signed.go). Every path outside forkbox's own API
+// reaches this handler, and errors, unknown paths included, are E2B's
 // {"code": <HTTP status>, "message": "..."} bodies.
 //
 // The wire contract follows the E2B OpenAPI schema shipped in the SDK
@@ -34,6 +37,7 @@ import (
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
+	"github.com/forkbox/forkbox/template"
 	"github.com/forkbox/forkbox/tenancy"
 )
 
@@ -51,20 +55,25 @@ const maxBody = 1 << 20
 
 // Handler serves both E2B planes. Build it with New.
 type Handler struct {
-	mgr     node.Node
-	keys    *store.Store
-	audit   *audit.Recorder
-	log     *slog.Logger
-	mux     *http.ServeMux
-	metrics *cpuSampler
-	hide    *hostpath.Redactor
+	mgr   node.Node
+	keys  *store.Store
+	audit *audit.Recorder
+	log   *slog.Logger
+	mux   *http.ServeMux
+	hide  *hostpath.Redactor
+	// catalog lists templates (nil: none are listed).
+	catalog *template.Catalog
+	// used remembers the signed file URLs already used (signed.go).
+	used *usedSignatures
 }
 
 // New returns the E2B handler over the sandbox manager; keys authenticates
-// API keys (the same keys as the forkbox API); rec records audited
-// requests; hide removes host paths from error messages.
-func New(mgr node.Node, keys *store.Store, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
-	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide}
+// API keys (the same keys as the forkbox API) and holds the template
+// records; catalog lists the templates; rec records audited requests;
+// hide removes host paths from error messages.
+func New(mgr node.Node, keys *store.Store, catalog *template.Catalog, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
+	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), hide: hide,
+		catalog: catalog, used: newUsedSignatures()}
 	h.routes()
 	return h
 }
@@ -108,6 +117,11 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/fork", auth("snapshot.fork", "session", h.handleFork))
 	h.mux.Handle("GET /snapshots", auth("", "", h.handleSnapshots))
 	h.mux.Handle("DELETE /templates/{id}", auth("snapshot.delete", "snapshot", h.handleDeleteSnapshot))
+	h.mux.Handle("GET /templates", auth("", "", h.handleTemplates))
+	h.mux.Handle("GET /templates/aliases/{alias}", auth("", "", h.handleTemplateAlias))
+	h.mux.Handle("GET /sandboxes/{id}/logs", auth("", "", h.handleLogs))
+	h.mux.Handle("GET /v2/sandboxes/{id}/logs", auth("", "", h.handleLogsV2))
+	h.mux.Handle("PUT /sandboxes/{id}/network", auth("session.network", "session", h.handleNetwork))
 }
 
 // ServeHTTP serves one E2B request (Handles(r) must be true).
@@ -120,12 +134,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+p)
 		return
 	}
-	if _, pattern := h.mux.Handler(r); pattern == "" {
-		writeError(w, http.StatusNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+		h.serveSignedFile(w, r) // an uploadUrl()/downloadUrl() link (signed.go)
+		return
+	}
+	if next, pattern := h.mux.Handler(r); pattern == "" {
+		notFoundOrMethod(w, r, next)
 		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// notFoundOrMethod answers a request no route serves in E2B's error JSON
+// (the SDKs show its message; the mux's plain text showed as "[object
+// Object]"): 405 with Allow when the path is served in other methods,
+// else 404. next is what the mux would have run for it.
+func notFoundOrMethod(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	rec := &statusRecorder{header: http.Header{}}
+	next.ServeHTTP(rec, r)
+	if rec.status == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path+
+			" (allowed: "+rec.header.Get("Allow")+")")
+		return
+	}
+	msg := "no such endpoint: " + r.Method + " " + r.URL.Path + " (forkbox serves E2B's sandbox, snapshot and template calls"
+	if r.URL.Path == "/files" || strings.HasPrefix(r.URL.Path, "/process.Process/") || strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/") {
+		msg += "; envd calls need the " + SandboxIDHeader + " header"
+	}
+	writeError(w, http.StatusNotFound, msg+")")
+}
+
+// statusRecorder keeps the status and headers a handler writes, and
+// drops its body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 
 // authenticated runs next only for a request with a valid API key, sent as
 // X-API-KEY (what the SDKs send; it wins when both are present, since E2B

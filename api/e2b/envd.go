@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/api/codecall"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 )
 
 // accessTokenHeader carries a sandbox's envd access token (envd's
@@ -72,12 +73,33 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	rec, err := h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader))
+	var rec *node.Session
+	var err error
+	if signedFileRequest(r) {
+		// An uploadUrl()/downloadUrl() link sent with the sandbox's id.
+		rec, err = h.checkSignature(r, id)
+	} else {
+		rec, err = h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader))
+	}
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnauthenticated) {
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
+		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
+		return
+	}
+	h.proxyEnvd(w, r, rec)
+}
+
+// proxyEnvd passes an envd request whose caller was checked (a token or
+// a signature of rec's) on to rec's agent, resuming the sandbox first
+// when its lifecycle says so (runningOrResume), and streams the answer
+// back. Every request is an audit record of rec's tenant before it is
+// passed on.
+func (h *Handler) proxyEnvd(w http.ResponseWriter, r *http.Request, rec *node.Session) {
+	id := rec.ID
+	if err := h.runningOrResume(r.Context(), rec); err != nil {
 		writeError(w, http.StatusBadGateway, h.notRunning(r, id, err))
 		return
 	}
@@ -95,6 +117,9 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 		h.log.Debug("envd proxy: full duplex unavailable", "err", err)
 	}
 	detail := map[string]any{"method": r.Method, "path": r.URL.Path}
+	if signedFileRequest(r) {
+		detail["signed_url"] = true
+	}
 	if r.URL.Path == "/process.Process/Start" {
 		sum, ok := startCommandHash(r, conn.StartCommand)
 		if !ok {

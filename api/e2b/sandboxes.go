@@ -38,8 +38,10 @@ type newSandbox struct {
 	AutoResume *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
-	// AllowInternetAccess is accepted and has no effect: forkbox sandboxes
-	// have no network (SDKs up to 2.50 send true on every create).
+	// AllowInternetAccess false is no network unless network.allowOut
+	// lists some; true without an allowOut is refused (400
+	// noOpenInternet): forkbox sandboxes reach only what an allow-list
+	// names (SDKs up to 2.50 send true on every create).
 	AllowInternetAccess *bool          `json:"allow_internet_access"`
 	Network             *networkConfig `json:"network"`
 	// MCP and VolumeMounts are E2B features forkbox does not have; a
@@ -163,6 +165,9 @@ func (b *newSandbox) createSpec() (node.CreateSpec, error) {
 		req.AutoResume = b.AutoResume != nil && b.AutoResume.Enabled
 	} else if b.AutoResume != nil && b.AutoResume.Enabled {
 		return req, errdefs.InvalidField("autoResume", "needs autoPause (lifecycle.onTimeout 'pause')")
+	}
+	if b.AllowInternetAccess != nil && *b.AllowInternetAccess && (b.Network == nil || len(b.Network.AllowOut) == 0) {
+		return req, errdefs.InvalidField("allow_internet_access", noOpenInternet)
 	}
 	if isSet(b.MCP) {
 		return req, errdefs.InvalidField("mcp", "MCP gateways are not supported by forkbox")

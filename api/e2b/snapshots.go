@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -110,9 +109,13 @@ func (h *Handler) handleSnapshots(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteSnapshot: DELETE /templates/{id} → 204, E2B's way to delete
-// a snapshot (Sandbox.deleteSnapshot). 404 when no snapshot has that id;
-// 409 while sandboxes restored from it still run. Templates themselves are
-// managed through forkbox's API (DELETE /v1/templates/{name}).
+// a snapshot (Sandbox.deleteSnapshot). 404 when no snapshot has that id.
+// Sandboxes restored from it keep running with their own files, as at
+// E2B, on btrfs storage; on overlay storage (where the snapshot is a layer
+// under them) and while sandboxes run from its memory checkpoint it is
+// 409 until they end (Node.DeleteSnapshotKeepDependents). Templates
+// themselves are managed through forkbox's API (DELETE
+// /v1/templates/{name}).
 func (h *Handler) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	sn, err := h.mgr.GetSnapshot(r.Context(), id)
@@ -121,7 +124,7 @@ func (h *Handler) handleDeleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err == nil {
-		err = h.mgr.DeleteSnapshot(r.Context(), sn.ID, false)
+		err = h.mgr.DeleteSnapshotKeepDependents(r.Context(), sn.ID)
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -178,99 +181,4 @@ func (h *Handler) handleFork(w http.ResponseWriter, r *http.Request) {
 		out = append(out, forkResult{Sandbox: &v})
 	}
 	httpjson.Write(w, http.StatusCreated, out)
-}
-
-// sandboxMetric is components.schemas.SandboxMetric. Memory and disk are
-// in bytes; cpuUsedPct is the share of the sandbox's CPUs used since the
-// previous sample (0-100).
-type sandboxMetric struct {
-	Timestamp     time.Time `json:"timestamp"`
-	TimestampUnix int64     `json:"timestampUnix"`
-	CPUCount      int       `json:"cpuCount"`
-	CPUUsedPct    float64   `json:"cpuUsedPct"`
-	MemUsed       int64     `json:"memUsed"`
-	MemTotal      int64     `json:"memTotal"`
-	MemCache      int64     `json:"memCache"`
-	DiskUsed      int64     `json:"diskUsed"`
-	DiskTotal     int64     `json:"diskTotal"`
-}
-
-// handleMetrics: GET /sandboxes/{id}/metrics?start=&end= (Unix seconds) →
-// 200 SandboxMetric[]. forkbox keeps no history: the answer is one sample
-// taken now, or none when now is outside [start, end].
-func (h *Handler) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	now := time.Now().UTC()
-	for _, p := range []string{"start", "end"} {
-		v := r.URL.Query().Get(p)
-		if v == "" {
-			continue
-		}
-		sec, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			h.fail(w, r, errdefs.InvalidField(p, "must be Unix seconds"))
-			return
-		}
-		if (p == "start" && now.Unix() < sec) || (p == "end" && now.Unix() > sec) {
-			httpjson.Write(w, http.StatusOK, []sandboxMetric{})
-			return
-		}
-	}
-	rec := h.session(w, r)
-	if rec == nil {
-		return
-	}
-	u, err := h.mgr.Usage(r.Context(), rec.ID)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	cpus := max(int(rec.CPU+0.999), 1)
-	m := sandboxMetric{
-		Timestamp: now, TimestampUnix: now.Unix(), CPUCount: cpus,
-		CPUUsedPct: h.metrics.percent(rec, u.CPUSeconds, now),
-		MemUsed:    u.MemoryBytes, MemTotal: rec.MemoryMB << 20,
-		DiskUsed: u.DiskBytes, DiskTotal: rec.DiskMB << 20,
-	}
-	httpjson.Write(w, http.StatusOK, []sandboxMetric{m})
-}
-
-// cpuSampler remembers each sandbox's last CPU reading, to turn the
-// cumulative CPU time into a usage percentage between two readings.
-type cpuSampler struct {
-	mu   sync.Mutex
-	last map[string]cpuSample
-}
-
-type cpuSample struct {
-	at         time.Time
-	cpuSeconds float64
-}
-
-// samplerTTL drops readings not renewed for this long.
-const samplerTTL = 10 * time.Minute
-
-func newCPUSampler() *cpuSampler { return &cpuSampler{last: map[string]cpuSample{}} }
-
-// percent returns the CPU use of rec's sandbox since its previous reading
-// (since it started, for the first), as a percentage of its CPU quota
-// (rec.CPU cores), and records this reading.
-func (c *cpuSampler) percent(rec *node.Session, cpuSeconds float64, now time.Time) float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id, s := range c.last {
-		if now.Sub(s.at) > samplerTTL {
-			delete(c.last, id)
-		}
-	}
-	prev, ok := c.last[rec.ID]
-	if !ok {
-		prev = cpuSample{at: rec.StartedAt}
-	}
-	c.last[rec.ID] = cpuSample{at: now, cpuSeconds: cpuSeconds}
-	elapsed := now.Sub(prev.at).Seconds()
-	if elapsed <= 0 || rec.CPU <= 0 {
-		return 0
-	}
-	pct := (cpuSeconds - prev.cpuSeconds) / elapsed / rec.CPU * 100
-	return min(max(pct, 0), 100)
 }

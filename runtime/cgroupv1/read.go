@@ -60,10 +60,11 @@ func (c *Cgroups) cpu(id string) (runtime.Stats, error) {
 }
 
 // Sample is the host monitor's reading of sandbox id from its cgroups
-// (see runtime.Sampler): cpuacct.usage, pids.current, pids.max and the
-// "max" count of pids.events, four small reads and no process started.
-// PidsLimit is 0 when pids.max is "max". ErrNotFound when the id is
-// invalid or the sandbox has no cgroup.
+// (see runtime.Sampler): cpuacct.usage, pids.current, pids.max, the
+// "max" count of pids.events and memory.usage_in_bytes (the history E2B's
+// getMetrics reads), five small reads and no process started. PidsLimit
+// is 0 when pids.max is "max". ErrNotFound when the id is invalid or the
+// sandbox has no cgroup.
 func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
 	st, err := c.cpu(id)
 	if err != nil {
@@ -74,6 +75,7 @@ func (c *Cgroups) Sample(id string) (runtime.Stats, error) {
 	}
 	st.PidsLimit, _ = c.readInt("pids", id, "pids.max") // "max" (no limit) reads as 0
 	st.PidsLimitHits, _ = c.pidsLimitHits(id)           // (older kernels have no pids.events)
+	st.MemoryBytes, _ = c.readInt("memory", id, "memory.usage_in_bytes")
 	st.ReadAt = time.Now()
 	return st, nil
 }

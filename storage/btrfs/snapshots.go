@@ -209,3 +209,7 @@ func (d *Driver) RemoveSnapshot(ctx context.Context, snapID string) error {
 	}
 	return removeFile(d.snapPath(snapID) + ".json")
 }
+
+// LayersIndependent reports true: a layer or snapshot made from a snapshot
+// is a subvolume of its own (storage.IndependentLayers).
+func (d *Driver) LayersIndependent() bool { return true }

@@ -1,0 +1,48 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// DeleteSnapshotKeepDependents deletes snapshot id as E2B deletes one
+// (Sandbox.deleteSnapshot): the sessions made from it and the snapshots
+// of those keep running and keep their files, which are their own where
+// the storage driver's layers do not need the snapshot they came from
+// (storage.IndependentLayers: btrfs). Where they do (overlay), and while
+// live sessions run from its memory checkpoint (their restore may still
+// read it), it is DeleteSnapshot without force: ErrConflict naming what
+// depends on it. Their records keep naming it as their origin (and
+// parent). ErrNotFound for a missing snapshot or another tenant's.
+func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) error {
+	sn, err := s.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !tenancy.Owns(ctx, sn.Tenant) {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	children, sessions, err := s.store.SnapshotDependents(ctx, id)
+	if err != nil {
+		return err
+	}
+	il, ok := s.storage.(storage.IndependentLayers)
+	independent := ok && il.LayersIndependent()
+	if len(children)+len(sessions) == 0 || !independent || (sn.MemoryDriver != "" && len(sessions) > 0) {
+		return s.DeleteSnapshot(ctx, id, false)
+	}
+	if err := s.storage.RemoveSnapshot(ctx, id); err != nil {
+		return err
+	}
+	s.dropImage(id)
+	if err := os.RemoveAll(s.memoryDir(id)); err != nil {
+		return err
+	}
+	s.log.Info("snapshot deleted; what was made from it keeps its own files", "snapshot", id,
+		"sessions", len(sessions), "snapshots", len(children))
+	return s.store.DeleteSnapshot(ctx, id)
+}
