@@ -1,0 +1,151 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/guest/wire"
+)
+
+// portDialTimeout bounds the agent's connect to a port inside the
+// sandbox. Loopback answers at once (a listener accepts, or the kernel
+// refuses): the bound only matters for a listener whose backlog is full.
+const portDialTimeout = 5 * time.Second
+
+// portBuffer is the size of each direction's copy buffer of a port
+// tunnel, in bytes: what one tunnel holds in the agent's memory is two.
+const portBuffer = 32 << 10
+
+// handlePort serves GET /port/{port} with "Connection: Upgrade" and
+// "Upgrade: forkbox-tcp" (wire.PortUpgrade): the agent connects to
+// 127.0.0.1:PORT inside the sandbox's own network namespace (then
+// [::1]:PORT), answers 101 and copies bytes both ways until either side
+// is done. The connection is made from in here, so the host never opens a
+// route into the sandbox, and only loopback is dialled: a sandbox cannot
+// use this to reach the host or another sandbox.
+//
+// Answers: 400 for a port outside 1-65535 or a request without the
+// upgrade; 502 at once when nothing listens on the port ("nothing listens
+// on port N in the sandbox"), with wire.PortErrorHeader naming why.
+func (a *Agent) handlePort(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		http.Error(w, fmt.Sprintf("port %q: must be a number from 1 to 65535", r.PathValue("port")), http.StatusBadRequest)
+		return
+	}
+	if !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), wire.PortUpgrade) {
+		http.Error(w, "a port tunnel needs Connection: Upgrade and Upgrade: "+wire.PortUpgrade, http.StatusBadRequest)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), portDialTimeout)
+	target, err := dialLoopback(ctx, port)
+	cancel()
+	if err != nil {
+		w.Header().Set(wire.PortErrorHeader, wire.PortNotListening)
+		http.Error(w, fmt.Sprintf("nothing listens on port %d in the sandbox", port), http.StatusBadGateway)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		target.Close()
+		http.Error(w, "a port tunnel needs HTTP/1.1", http.StatusHTTPVersionNotSupported)
+		return
+	}
+	client, rw, err := hj.Hijack()
+	if err != nil {
+		target.Close()
+		return
+	}
+	_, err = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + wire.PortUpgrade + "\r\n\r\n")
+	if err == nil {
+		err = rw.Flush()
+	}
+	if err != nil {
+		client.Close()
+		target.Close()
+		return
+	}
+	splice(client, rw.Reader, target)
+}
+
+// dialLoopback connects to port on the sandbox's loopback: 127.0.0.1
+// first, then [::1] (a server bound to the IPv6 loopback only).
+func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
+	var d net.Dialer
+	p := strconv.Itoa(port)
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", p))
+	if err == nil {
+		return c, nil
+	}
+	c, err6 := d.DialContext(ctx, "tcp", net.JoinHostPort("::1", p))
+	if err6 == nil {
+		return c, nil
+	}
+	return nil, errors.Join(err, err6)
+}
+
+// headerHas reports whether h's field name lists token (comma-separated,
+// any case).
+func headerHas(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// closeWriter is a connection whose sending half can be shut alone.
+type closeWriter interface{ CloseWrite() error }
+
+// splice copies client (whose bytes read ahead sit in buffered) to target
+// and target to client, each through a buffer of portBuffer bytes. The
+// end of one direction's data is passed on as a shut sending half, so
+// protocols that half-close work; an error in either direction closes
+// both connections. It returns when both directions are done, with both
+// connections closed.
+func splice(client net.Conn, buffered *bufio.Reader, target net.Conn) {
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			client.Close()
+			target.Close()
+		})
+	}
+	defer closeBoth()
+	var wg sync.WaitGroup
+	pass := func(dst net.Conn, src io.Reader) {
+		defer wg.Done()
+		buf := make([]byte, portBuffer)
+		_, err := io.CopyBuffer(struct{ io.Writer }{dst}, src, buf)
+		if err != nil {
+			closeBoth()
+			return
+		}
+		if cw, ok := dst.(closeWriter); ok {
+			if cw.CloseWrite() == nil {
+				return
+			}
+		}
+		closeBoth()
+	}
+	wg.Add(2)
+	var from io.Reader = client
+	if buffered != nil && buffered.Buffered() > 0 {
+		from = io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client)
+	}
+	go pass(target, from)
+	go pass(client, target)
+	wg.Wait()
+}
