@@ -166,7 +166,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()
-	if e2b.Handles(r) {
+	if s.e2b.PortRequest(r) || e2b.Handles(r) {
 		s.e2b.ServeHTTP(w, r)
 	} else if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for

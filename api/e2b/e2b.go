@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api/access"
+	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
@@ -58,13 +59,18 @@ type Handler struct {
 	mux     *http.ServeMux
 	metrics *cpuSampler
 	hide    *hostpath.Redactor
+	// ports reaches sandboxes' own ports (ports.go); domain is the host
+	// name suffix of E2B's PORT-ID.DOMAIN form ("" for none: SetDomain).
+	ports  *portproxy.Proxy
+	domain string
 }
 
 // New returns the E2B handler over the sandbox manager; keys authenticates
 // API keys (the same keys as the forkbox API); rec records audited
 // requests; hide removes host paths from error messages.
 func New(mgr node.Node, keys *store.Store, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
-	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide}
+	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), metrics: newCPUSampler(), hide: hide,
+		ports: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: log}}
 	h.routes()
 	return h
 }
@@ -112,6 +118,10 @@ func (h *Handler) routes() {
 
 // ServeHTTP serves one E2B request (Handles(r) must be true).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.PortRequest(r) {
+		h.serveHost(w, r)
+		return
+	}
 	if id := r.Header.Get(SandboxIDHeader); id != "" {
 		h.serveEnvd(w, r, id)
 		return
