@@ -1,29 +1,23 @@
 package agent
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/guest/wire"
+	"github.com/forkbox/forkbox/internal/splice"
 )
 
 // portDialTimeout bounds the agent's connect to a port inside the
 // sandbox. Loopback answers at once (a listener accepts, or the kernel
 // refuses): the bound only matters for a listener whose backlog is full.
 const portDialTimeout = 5 * time.Second
-
-// portBuffer is the size of each direction's copy buffer of a port
-// tunnel, in bytes: what one tunnel holds in the agent's memory is two.
-const portBuffer = 32 << 10
 
 // handlePort serves GET /port/{port} with "Connection: Upgrade" and
 // "Upgrade: forkbox-tcp" (wire.PortUpgrade): the agent connects to
@@ -74,7 +68,7 @@ func (a *Agent) handlePort(w http.ResponseWriter, r *http.Request) {
 		target.Close()
 		return
 	}
-	splice(client, rw.Reader, target)
+	splice.Conns(client, rw.Reader, target)
 }
 
 // dialLoopback connects to port on the sandbox's loopback: 127.0.0.1
@@ -104,48 +98,4 @@ func headerHas(h http.Header, name, token string) bool {
 		}
 	}
 	return false
-}
-
-// closeWriter is a connection whose sending half can be shut alone.
-type closeWriter interface{ CloseWrite() error }
-
-// splice copies client (whose bytes read ahead sit in buffered) to target
-// and target to client, each through a buffer of portBuffer bytes. The
-// end of one direction's data is passed on as a shut sending half, so
-// protocols that half-close work; an error in either direction closes
-// both connections. It returns when both directions are done, with both
-// connections closed.
-func splice(client net.Conn, buffered *bufio.Reader, target net.Conn) {
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			client.Close()
-			target.Close()
-		})
-	}
-	defer closeBoth()
-	var wg sync.WaitGroup
-	pass := func(dst net.Conn, src io.Reader) {
-		defer wg.Done()
-		buf := make([]byte, portBuffer)
-		_, err := io.CopyBuffer(struct{ io.Writer }{dst}, src, buf)
-		if err != nil {
-			closeBoth()
-			return
-		}
-		if cw, ok := dst.(closeWriter); ok {
-			if cw.CloseWrite() == nil {
-				return
-			}
-		}
-		closeBoth()
-	}
-	wg.Add(2)
-	var from io.Reader = client
-	if buffered != nil && buffered.Buffered() > 0 {
-		from = io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client)
-	}
-	go pass(target, from)
-	go pass(client, target)
-	wg.Wait()
 }

@@ -15,11 +15,9 @@
 package portproxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/splice"
 	"github.com/forkbox/forkbox/node"
 )
 
@@ -200,43 +199,7 @@ func (p *Proxy) Tunnel(w http.ResponseWriter, r *http.Request, pr Request) {
 		target.Close()
 		return
 	}
-	Splice(client, rw.Reader, target)
-}
-
-// Splice copies a's bytes (the first of them read ahead into ahead, which
-// may be nil) to b and b's to a, through a 32 KiB buffer each way, until
-// both directions are done. The end of one direction is passed on as a
-// shut sending half where the connection has one; an error either way
-// closes both. Both connections are closed when it returns.
-func Splice(a net.Conn, ahead *bufio.Reader, b net.Conn) {
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			a.Close()
-			b.Close()
-		})
-	}
-	defer closeBoth()
-	var wg sync.WaitGroup
-	pass := func(dst net.Conn, src io.Reader) {
-		defer wg.Done()
-		buf := make([]byte, 32<<10)
-		if _, err := io.CopyBuffer(struct{ io.Writer }{dst}, src, buf); err != nil {
-			closeBoth()
-			return
-		}
-		if cw, ok := dst.(interface{ CloseWrite() error }); !ok || cw.CloseWrite() != nil {
-			closeBoth()
-		}
-	}
-	var from io.Reader = a
-	if ahead != nil && ahead.Buffered() > 0 {
-		from = io.MultiReader(io.LimitReader(ahead, int64(ahead.Buffered())), a)
-	}
-	wg.Add(2)
-	go pass(b, from)
-	go pass(a, b)
-	wg.Wait()
+	splice.Conns(client, rw.Reader, target)
 }
 
 // headerHas reports whether h's field name lists token (comma-separated,
