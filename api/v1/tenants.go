@@ -115,7 +115,8 @@ type AuditRecord struct {
 	// file.list, snapshot.create, snapshot.delete, snapshot.fork,
 	// template.import, template.delete, egress, policy, abuse,
 	// tenant.create, tenant.update, tenant.delete, key.create, key.revoke,
-	// envd (a request through the E2B envd proxy).
+	// envd (a request through the E2B envd proxy), port (a request or
+	// connection to a sandbox port: detail port, method, path, via).
 	Kind string `json:"kind"`
 	// Outcome is ok, error or denied.
 	Outcome string `json:"outcome"`
