@@ -49,7 +49,7 @@ func (f *forwardNode) checkForwarded() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var missing, seen []string
-	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork"} {
+	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort"} {
 		if f.calls[m] == 0 {
 			missing = append(missing, m)
 		}
