@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/splice"
@@ -149,4 +150,25 @@ func (c *Client) PortForward(ctx context.Context, id string, l net.Listener, por
 			splice.Conns(local, nil, remote)
 		}()
 	}
+}
+
+// PortGet sends GET path (with its query) to the server on port inside
+// session id, through the daemon (GET /v1/sessions/{id}/ports/{port}/...,
+// with the client's key), and returns the answer as it comes: the
+// server's, or the daemon's problem (application/problem+json) when the
+// request did not reach it. The caller closes the body.
+func (c *Client) PortGet(ctx context.Context, id string, port int, path string) (*http.Response, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		c.baseURL+"/v1/sessions/"+id+"/ports/"+strconv.Itoa(port)+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.apiKey)
+	return c.http.Do(req)
 }

@@ -11,7 +11,9 @@
 // are kept: an open tunnel holds its session busy), so WebSocket and other
 // upgrades pass (the proxy splices them after the 101) and streamed bodies
 // are flushed as they come. Tunnel hands a whole TCP connection over
-// (forkbox port-forward). Each is one "port" audit record.
+// (forkbox port-forward). Each is one "port" audit record, written while
+// the connection into the sandbox is made; nothing is passed on before
+// the write succeeded.
 package portproxy
 
 import (
@@ -99,10 +101,28 @@ type Request struct {
 	Fail func(w http.ResponseWriter, r *http.Request, err error)
 }
 
-// record writes the request's audit record.
-func (p *Proxy) record(ctx context.Context, pr Request, method, path string) error {
-	return p.Audit.Record(ctx, audit.Event{Tenant: pr.Tenant, Session: pr.Session, Kind: "port",
-		Detail: map[string]any{"port": pr.Port, "method": method, "path": path, "via": pr.Via}})
+// errNotRecorded: the audit record of a port request could not be written.
+var errNotRecorded = errdefs.Newf(errdefs.ErrUnavailable, "the audit trail cannot be written; nothing was passed on")
+
+// record starts writing the request's audit record and returns a wait for
+// its outcome: the write runs while the connection into the sandbox is
+// made, and nothing is passed on before it succeeded.
+func (p *Proxy) record(ctx context.Context, pr Request, method, path string) (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Audit.Record(ctx, audit.Event{Tenant: pr.Tenant, Session: pr.Session, Kind: "port",
+			Detail: map[string]any{"port": pr.Port, "method": method, "path": path, "via": pr.Via}})
+	}()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			if err = <-done; err != nil {
+				err = errNotRecorded
+			}
+		})
+		return err
+	}
 }
 
 // ServeHTTP proxies r to pr's port: the session's server gets the
@@ -111,10 +131,8 @@ func (p *Proxy) record(ctx context.Context, pr Request, method, path string) err
 // port named; the session paused: 409) is answered through pr.Fail before
 // anything was written.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, pr Request) {
-	if err := p.record(r.Context(), pr, r.Method, pr.Path); err != nil {
-		pr.Fail(w, r, errdefs.Newf(errdefs.ErrUnavailable, "the audit trail cannot be written; nothing was passed on"))
-		return
-	}
+	recorded := p.record(r.Context(), pr, r.Method, pr.Path)
+	defer recorded() // (the writer ends before the request does)
 	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
 		p.Log.Debug("port proxy: full duplex unavailable", "err", err)
 	}
@@ -123,6 +141,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, pr Request) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			c, err := p.Ports.DialPort(ctx, pr.Session, pr.Port)
+			if rerr := recorded(); rerr != nil {
+				if c != nil {
+					c.Close()
+				}
+				c, err = nil, rerr
+			}
 			if err != nil {
 				mu.Lock()
 				dialErr = err
@@ -175,11 +199,14 @@ func (p *Proxy) Tunnel(w http.ResponseWriter, r *http.Request, pr Request) {
 		pr.Fail(w, r, errdefs.InvalidField("Upgrade", "a port connection needs Connection: Upgrade and Upgrade: %s", TunnelUpgrade))
 		return
 	}
-	if err := p.record(r.Context(), pr, "CONNECT", ""); err != nil {
-		pr.Fail(w, r, errdefs.Newf(errdefs.ErrUnavailable, "the audit trail cannot be written; nothing was passed on"))
-		return
-	}
+	recorded := p.record(r.Context(), pr, "CONNECT", "")
 	target, err := p.Ports.DialPort(r.Context(), pr.Session, pr.Port)
+	if rerr := recorded(); rerr != nil {
+		if target != nil {
+			target.Close()
+		}
+		target, err = nil, rerr
+	}
 	if err != nil {
 		pr.Fail(w, r, err)
 		return
