@@ -23,8 +23,12 @@ import (
 func (h *Handler) SetDomain(domain string) { h.domain = domain }
 
 // PortRequest reports whether r is for a sandbox port by its host name
-// (SetDomain): such requests go to the sandbox whatever their path.
+// (SetDomain): such requests go to the sandbox whatever their path. A nil
+// Handler routes none.
 func (h *Handler) PortRequest(r *http.Request) bool {
+	if h == nil {
+		return false
+	}
 	_, _, ok := portproxy.ParseHost(r.Host, h.domain)
 	return ok
 }
