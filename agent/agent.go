@@ -66,6 +66,12 @@ type Agent struct {
 	srv      *http.Server
 	prepared uint64
 
+	// tunnels are the port tunnels' connections from the host now open
+	// (port.go), under tunnelMu: a checkpoint prepare closes them, since
+	// the HTTP server does not track hijacked connections.
+	tunnelMu sync.Mutex
+	tunnels  map[net.Conn]struct{}
+
 	// code is the code-execution service (code.go), made on first use.
 	codeOnce sync.Once
 	code     *interp.Service

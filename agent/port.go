@@ -68,7 +68,35 @@ func (a *Agent) handlePort(w http.ResponseWriter, r *http.Request) {
 		target.Close()
 		return
 	}
+	a.trackTunnel(client, true)
+	defer a.trackTunnel(client, false)
 	splice.Conns(client, rw.Reader, target)
+}
+
+// trackTunnel adds (open) or removes a tunnel's connection from the host.
+func (a *Agent) trackTunnel(c net.Conn, open bool) {
+	a.tunnelMu.Lock()
+	defer a.tunnelMu.Unlock()
+	if !open {
+		delete(a.tunnels, c)
+		return
+	}
+	if a.tunnels == nil {
+		a.tunnels = map[net.Conn]struct{}{}
+	}
+	a.tunnels[c] = struct{}{}
+}
+
+// closeTunnels closes every open tunnel's connection from the host (each
+// tunnel then closes its connection in the sandbox): a memory checkpoint
+// cannot keep a connection to the host, and a restored clone must not
+// share one.
+func (a *Agent) closeTunnels() {
+	a.tunnelMu.Lock()
+	defer a.tunnelMu.Unlock()
+	for c := range a.tunnels {
+		c.Close()
+	}
 }
 
 // dialLoopback connects to port on the sandbox's loopback: 127.0.0.1
