@@ -402,9 +402,46 @@ func TestSandboxPortsPublic(t *testing.T) {
 	if st, body := portGet(t, "/hello.txt", map[string]string{"Host": "8000-" + sb.SandboxID + "." + e2eDomain}); st != http.StatusOK {
 		t.Errorf("public by host name, no token: %d %s", st, body)
 	}
-	s, err := env.c.GetSession(ctxFor(t, time.Minute), sb.SandboxID)
+	ctx := ctxFor(t, 2*time.Minute)
+	s, err := env.c.GetSession(ctx, sb.SandboxID)
 	if err != nil || !s.PublicTraffic {
 		t.Errorf("session view: %+v %v", s, err)
+	}
+	// Pause and resume keep it; so does a fork.
+	if _, err := env.c.Pause(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := env.c.Resume(ctx, sb.SandboxID); err != nil || !s.PublicTraffic {
+		t.Errorf("after pause and resume: %+v %v", s, err)
+	}
+	fr, err := env.c.ForkSession(ctx, sb.SandboxID, client.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := fr.Sessions[0]
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.c.DeleteSession(ctx, child.ID)
+		_ = env.c.DeleteSnapshot(ctx, fr.Snapshot.ID, true)
+	})
+	if !child.PublicTraffic {
+		t.Errorf("the fork of a public sandbox is private: %+v", child)
+	}
+	// A private sandbox's fork stays private.
+	priv := portCreate(t, `{"templateID":"base","timeout":300}`)
+	fp, err := env.c.ForkSession(ctx, priv.SandboxID, client.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = env.c.DeleteSession(ctx, fp.Sessions[0].ID)
+		_ = env.c.DeleteSnapshot(ctx, fp.Snapshot.ID, true)
+	})
+	if fp.Sessions[0].PublicTraffic {
+		t.Errorf("the fork of a private sandbox is public")
 	}
 }
 
