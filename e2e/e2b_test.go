@@ -42,6 +42,8 @@ func TestE2BSDK(t *testing.T) {
 		// A name the test daemon's egress resolver knows (egress_test.go).
 		"FORKBOX_E2B_ALLOWED_NAME=allowed.test",
 		"FORKBOX_E2B_ALLOWED_ADDR=" + egressHost,
+		// The daemon's --domain, which getHost(port) names (ports.test.mjs).
+		"FORKBOX_E2B_DOMAIN=" + e2eDomain,
 	}
 	var live io.Writer
 	if testing.Verbose() {
