@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/errdefs"
@@ -38,8 +39,11 @@ func (a *portAPI) request(w http.ResponseWriter, r *http.Request, via string) (p
 		a.writeError(w, r, err)
 		return portproxy.Request{}, false
 	}
+	// The rest of the path as the client encoded it (the id and the port
+	// have one encoding only).
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/sessions/"+id+"/ports/"+r.PathValue("port"))
 	return portproxy.Request{Session: id, Tenant: rec.Tenant, Port: port, Via: via,
-		Path: "/" + r.PathValue("path"), RawQuery: r.URL.RawQuery,
+		Path: "/" + r.PathValue("path"), RawPath: raw, RawQuery: r.URL.RawQuery,
 		Strip: []string{"Authorization", "X-Api-Key"}, Fail: a.writeError}, true
 }
 

@@ -100,8 +100,8 @@ class H(BaseHTTPRequestHandler):
                     send_frame(self.wfile, 10, data)
                 elif op in (1, 2):
                     send_frame(self.wfile, op, data)
-        body = ("host=%s forwarded=%s key=%s" % (self.headers.get("Host"), self.headers.get("X-Forwarded-Host"),
-                self.headers.get("X-Api-Key"))).encode()
+        body = ("path=%s host=%s forwarded=%s key=%s" % (self.path, self.headers.get("Host"),
+                self.headers.get("X-Forwarded-Host"), self.headers.get("X-Api-Key"))).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -243,6 +243,16 @@ func TestSandboxPorts(t *testing.T) {
 	st, body := portGet(t, "/echo", hdr("8001", "X-Api-Key", env.key))
 	if st != http.StatusOK || strings.Contains(body, env.key) || !strings.Contains(body, "key=None") {
 		t.Errorf("headers the server saw: %d %q", st, body)
+	}
+
+	// The path and query arrive as the client encoded them.
+	if st, body := portGet(t, "/a%2Fb/c?q=1&r=%20", hdr("8001", "E2b-Traffic-Access-Token", tok)); st != http.StatusOK ||
+		!strings.HasPrefix(body, "path=/a%2Fb/c?q=1&r=%20 ") {
+		t.Errorf("path by headers: %d %q", st, body)
+	}
+	if st, _, rb := rawCall(t, env.key, "GET", "/v1/sessions/"+id+"/ports/8001/a%2Fb/c?q=1", nil); st != http.StatusOK ||
+		!strings.HasPrefix(string(rb), "path=/a%2Fb/c?q=1 ") || strings.Contains(string(rb), env.key) {
+		t.Errorf("path by REST: %d %q", st, rb)
 	}
 
 	// Private by default.

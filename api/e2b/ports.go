@@ -137,7 +137,7 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, id, portText
 		return
 	}
 	h.ports.ServeHTTP(w, r, portproxy.Request{Session: id, Tenant: rec.Tenant, Port: port,
-		Path: r.URL.Path, RawQuery: r.URL.RawQuery, Via: via, Strip: strip, Fail: fail})
+		Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery, Via: via, Strip: strip, Fail: fail})
 }
 
 // tokenOpens reports whether r carries rec's traffic access token or its

@@ -87,9 +87,10 @@ type Request struct {
 	// audit record); Port is the port inside it.
 	Session, Tenant string
 	Port            int
-	// Path is the path (and RawQuery the query) the server in the
-	// sandbox gets.
-	Path, RawQuery string
+	// Path is the path (RawPath its encoded form when the client's was
+	// not the default encoding, as in url.URL; RawQuery the query) the
+	// server in the sandbox gets.
+	Path, RawPath, RawQuery string
 	// Via names the route, for the audit record ("e2b-header",
 	// "e2b-host", "rest").
 	Via string
@@ -162,7 +163,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, pr Request) {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(out *httputil.ProxyRequest) {
 			out.SetURL(target)
-			out.Out.URL.Path, out.Out.URL.RawPath, out.Out.URL.RawQuery = pr.Path, "", pr.RawQuery
+			out.Out.URL.Path, out.Out.URL.RawPath, out.Out.URL.RawQuery = pr.Path, pr.RawPath, pr.RawQuery
 			out.Out.Host = out.In.Host
 			out.SetXForwarded()
 			for _, h := range pr.Strip {
