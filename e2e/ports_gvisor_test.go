@@ -55,7 +55,10 @@ while True:
 	defer conn.Close()
 	sn := memorySnapshot(t, s.ID)
 	for _, f := range forkAll(t, sn.ID, 2) {
-		waitFor(t, func() bool { body, ok := portBody(t, f.ID, "8000", "/hello.txt"); return ok && strings.HasPrefix(body, "gvisor") })
+		waitFor(t, func() bool {
+			body, ok := portBody(t, f.ID, "8000", "/hello.txt")
+			return ok && strings.HasPrefix(body, "gvisor")
+		})
 	}
 	if body, ok := portBody(t, s.ID, "8000", "/hello.txt"); !ok || body != "gvisor port\n" {
 		t.Errorf("the source after the snapshot: %q %v", body, ok)
