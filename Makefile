@@ -41,7 +41,8 @@ lint:
 # for minutes, does not run beside them), then the storage-dependent ones
 # again on overlay,
 # then the exec, files, snapshot, fork, isolation, disk and E2B tests with
-# the API in front of a second Node implementation (e2e/forward_test.go),
+# the API in front of a second Node implementation (e2e/forward_test.go;
+# the sandbox port tests too),
 # which proves the API's seam, and with spare sandboxes on (their
 # sessions then take spares' places: e2e/spare_test.go).
 test: deps lint build vet
@@ -52,7 +53,7 @@ test: deps lint build vet
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox FORKBOX_STORAGE=overlay \
 		$(GO) test $(TEST_FLAGS) -run 'Snapshot|Fork|Pause|Disk|Pool|Destroy|Restart|Files' ./e2e/
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox FORKBOX_E2E_NODE=forward FORKBOX_E2E_SPARES=4 \
-		$(GO) test $(TEST_FLAGS) -run '^Test(Exec|Files|Snapshot|Fork|E2B|Isolation|Disk)' ./e2e/
+		$(GO) test $(TEST_FLAGS) -run '^Test(Exec|Files|Snapshot|Fork|E2B|Isolation|Disk|SandboxPorts|PortForward)' ./e2e/
 
 run: deps build
 	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) STORAGE_GIB=$(STORAGE_GIB) ./scripts/run-demo.sh

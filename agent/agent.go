@@ -66,6 +66,12 @@ type Agent struct {
 	srv      *http.Server
 	prepared uint64
 
+	// tunnels are the port tunnels' connections from the host now open
+	// (port.go), under tunnelMu: a checkpoint prepare closes them, since
+	// the HTTP server does not track hijacked connections.
+	tunnelMu sync.Mutex
+	tunnels  map[net.Conn]struct{}
+
 	// code is the code-execution service (code.go), made on first use.
 	codeOnce sync.Once
 	code     *interp.Service
@@ -91,7 +97,8 @@ func (a *Agent) config() wire.Config {
 
 // Handler returns the agent's HTTP handler: the Connect-RPC services under
 // /process.Process/ and /filesystem.Filesystem/, plus /files, /envs and
-// /health, and the code-execution service under /code (package interp).
+// /health, the code-execution service under /code (package interp) and
+// the port tunnel /port/{port} (port.go).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := processpbconnect.NewProcessHandler(&processService{a: a})
@@ -110,6 +117,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /envs", a.handleEnvs)
 	mux.Handle(codePrefix+"/", a.codeService().Handler(codePrefix))
 	mux.HandleFunc("POST "+codePrefix+"/warm", a.handleWarmCode)
+	mux.HandleFunc("GET /port/{port}", a.handlePort)
 	return mux
 }
 

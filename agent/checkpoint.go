@@ -63,6 +63,7 @@ func (a *Agent) handlePrepare(w http.ResponseWriter, r *http.Request) {
 		// checkpoints as soon as it is gone, and a still-bound socket
 		// cannot be saved. (Go's own unlink-on-close unlinks first.)
 		_ = srv.Close()
+		a.closeTunnels()
 		_ = os.Remove(a.listenPath)
 	}()
 }

@@ -15,7 +15,7 @@ func createSpec(r v1.CreateRequest) node.CreateSpec {
 		Template: r.Template, CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS,
 		Env: r.Env, Metadata: r.Metadata, User: r.User, Workdir: r.Workdir, Snapshot: r.Snapshot,
 		DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
-		Network: nodeNetwork(r.Network), Isolation: r.Isolation,
+		Network: nodeNetwork(r.Network), Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
 	}
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/node"
@@ -92,6 +93,7 @@ type handlers struct {
 	tenants   *tenantAPI
 	audit     *auditAPI
 	host      *hostAPI
+	ports     *portAPI
 }
 
 // newHandlers builds the handlers over the given node, store, catalog,
@@ -108,5 +110,6 @@ func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catal
 		tenants:   &tenantAPI{edge: e, mgr: mgr, store: st, catalog: catalog},
 		audit:     &auditAPI{edge: e, store: st},
 		host:      &hostAPI{edge: e, mgr: mgr, metrics: ms},
+		ports:     &portAPI{edge: e, mgr: mgr, proxy: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: e.log}},
 	}
 }

@@ -78,6 +78,8 @@ var typedProblems = []problemClass{
 			"do not retry the exec, which would run the command again."},
 	{errdefs.ErrInternal, http.StatusBadGateway, node.ProblemAgentFailed, "Agent failed",
 		"The sandbox's agent could not do this (for example an I/O error on a file in the sandbox); `detail` has its message. The same call fails the same way again."},
+	{errdefs.ErrUnavailable, http.StatusBadGateway, node.ProblemPortNotListening, "Port not listening",
+		"Nothing listens on that port inside the sandbox (on 127.0.0.1 or ::1); start the server in the sandbox first."},
 	{errdefs.ErrInvalidArgument, http.StatusRequestEntityTooLarge, httpjson.ProblemContentTooLarge, "Content too large",
 		"The request body is larger than the endpoint accepts; `detail` says the limit in bytes."},
 	{errdefs.ErrInvalidArgument, http.StatusUnsupportedMediaType, httpjson.ProblemUnsupportedMediaType, "Unsupported media type",

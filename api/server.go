@@ -49,6 +49,11 @@ type Server struct {
 	audit *audit.Recorder
 }
 
+// SetDomain routes requests for host names "PORT-ID.domain" to sandbox
+// ports and names domain in E2B's sandbox answers (e2b.Handler.SetDomain;
+// forkbox serve --domain). Call it before serving.
+func (s *Server) SetDomain(domain string) { s.e2b.SetDomain(domain) }
+
 // New returns the API server over the given manager, store and catalog.
 // spoolDir is where uploads are staged (on the data directory's
 // filesystem); rec records audited requests; ms serves GET /metrics; hide
@@ -111,6 +116,9 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/sessions/{id}/code/{path...}", "", "", hs.code.handleCode, false},
 		{"DELETE /v1/sessions/{id}/code/{path...}", "code", "session", hs.code.handleCode, false},
 
+		{"GET /v1/sessions/{id}/ports/{port}", "", "", hs.ports.handleConnect, false},
+		{"/v1/sessions/{id}/ports/{port}/{path...}", "", "", hs.ports.handleHTTP, false},
+
 		{"PUT /v1/sessions/{id}/files/{path...}", "file.write", "session", hs.files.handleUpload, false},
 		{"GET /v1/sessions/{id}/files/{path...}", "file.read", "session", hs.files.handleDownload, false},
 		{"DELETE /v1/sessions/{id}/files/{path...}", "file.remove", "session", hs.files.handleRemove, false},
@@ -168,7 +176,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(w, r, ProblemFor(errdefs.ErrInternal))
 		}
 	}()
-	if e2b.Handles(r) || !s.ownPath(r) {
+	if s.e2b.PortRequest(r) || e2b.Handles(r) || !s.ownPath(r) {
 		s.e2b.ServeHTTP(w, r)
 	} else if r.Method != http.MethodConnect && !isCleanPath(r.URL.EscapedPath()) {
 		// The mux would redirect to the cleaned path, which for

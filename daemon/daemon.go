@@ -55,6 +55,12 @@ type Options struct {
 	DataDir string
 	// Listen is the TCP address of the API ("127.0.0.1:0" picks a port).
 	Listen string
+	// Domain, when set, routes requests for host names "PORT-ID.Domain"
+	// to port PORT of sandbox ID (wildcard DNS *.Domain pointed at the
+	// daemon) and is the "domain" of E2B's sandbox answers, so the SDKs'
+	// getHost(port) names such a host. "": ports by E2B's headers and the
+	// REST path only.
+	Domain string
 	// AgentPath is the forkbox-agent binary to install; "" looks beside
 	// the running executable, then in PATH.
 	AgentPath string
@@ -351,6 +357,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		served = opts.WrapNode(mgr)
 	}
 	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
+	apiServer.SetDomain(opts.Domain)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),

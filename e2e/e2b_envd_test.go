@@ -113,7 +113,7 @@ func TestE2BEnvdProxyAuth(t *testing.T) {
 	if st, body := rawEnvdRequest(t, a, "POST /process.Process/%2e%2e/init HTTP/1.1"); st != http.StatusNotFound {
 		t.Errorf("escaped dot segments: %d %s, want 404", st, body)
 	}
-	// Only envd's port: sandboxes expose nothing else.
+	// A port nothing listens on in the sandbox: 502 (e2e/ports_test.go has the rest).
 	if st, body := envdCall(t, a.SandboxID, a.EnvdAccessToken, "GET", files, map[string]string{"E2b-Sandbox-Port": "8080"}); st != http.StatusBadGateway {
 		t.Errorf("port 8080: %d %s, want 502", st, body)
 	}

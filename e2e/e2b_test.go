@@ -44,6 +44,8 @@ func TestE2BSDK(t *testing.T) {
 		"FORKBOX_E2B_ALLOWED_ADDR=" + egressHost,
 		// Another name it knows, which the allow-list update tests switch to.
 		"FORKBOX_E2B_OTHER_NAME=other.test",
+		// The daemon's --domain, which getHost(port) names (ports.test.mjs).
+		"FORKBOX_E2B_DOMAIN=" + e2eDomain,
 	}
 	var live io.Writer
 	if testing.Verbose() {

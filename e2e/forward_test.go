@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strings"
@@ -49,7 +50,7 @@ func (f *forwardNode) checkForwarded() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var missing, seen []string
-	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork"} {
+	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort"} {
 		if f.calls[m] == 0 {
 			missing = append(missing, m)
 		}
@@ -218,6 +219,11 @@ func (f *forwardNode) OpenEnvd(ctx context.Context, id string) (*node.EnvdConn, 
 func (f *forwardNode) AgentHealthy(ctx context.Context, id string) error {
 	f.count("AgentHealthy")
 	return f.n.AgentHealthy(ctx, id)
+}
+
+func (f *forwardNode) DialPort(ctx context.Context, id string, port int) (net.Conn, error) {
+	f.count("DialPort")
+	return f.n.DialPort(ctx, id, port)
 }
 
 func (f *forwardNode) Snapshot(ctx context.Context, id string, opts node.SnapshotOptions) (*node.Snapshot, error) {

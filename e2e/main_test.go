@@ -112,7 +112,7 @@ func startDaemon(dataDir string) (*daemon.Daemon, error) { return startDaemonWit
 func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon, error) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := daemon.Options{
-		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log,
+		DataDir: dataDir, Listen: "127.0.0.1:0", AgentPath: env.agent, Log: log, Domain: e2eDomain,
 		Storage: os.Getenv("FORKBOX_STORAGE"), StorageImageBytes: 4 << 30, Limits: testLimits(),
 		EgressResolver: egressNames, EgressTestNetworks: egressTestNetworks,
 		// Small enough that one session can be over it (TestTenantPolicyErrors),

@@ -45,6 +45,9 @@ type CreateSpec struct {
 	AutoResume bool
 	// Network opens egress to an allow-list; nil leaves loopback only.
 	Network *Network
+	// PublicTraffic opens the session's ports to requests without a
+	// token (Session.PublicTraffic); forks of a public session are public.
+	PublicTraffic bool
 	// Isolation picks the isolation driver by name ("" = the Node's
 	// default); a session from a memory snapshot runs on the snapshot's.
 	Isolation string

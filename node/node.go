@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"time"
 )
@@ -20,6 +21,7 @@ type Node interface {
 	Processes
 	Files
 	Envd
+	Ports
 	Snapshots
 	Pools
 	Tenants
@@ -114,6 +116,18 @@ type Envd interface {
 	OpenEnvd(ctx context.Context, id string) (*EnvdConn, error)
 	// AgentHealthy reports (nil) whether session id's agent answers.
 	AgentHealthy(ctx context.Context, id string) error
+}
+
+// Ports reaches TCP ports inside a session: the connection is made by the
+// session's agent on the sandbox's own loopback, so no route from the
+// host into the sandbox is opened.
+type Ports interface {
+	// DialPort connects to port (1-65535) on running session id's
+	// loopback; closing the connection ends it. A field error on "port"
+	// for a port out of range; ErrUnavailable typed
+	// ProblemPortNotListening when nothing listens there; ErrConflict
+	// when the session is paused or not yet running.
+	DialPort(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
 // Snapshots saves sessions and starts new ones from them.

@@ -18,6 +18,9 @@ const (
 	// ProblemExecStreamCut: a memory snapshot cut an exec or re-attach
 	// stream (the command keeps running).
 	ProblemExecStreamCut = "exec-stream-cut"
+	// ProblemPortNotListening: nothing listens on the sandbox port a
+	// request was for (502; the class is ErrUnavailable).
+	ProblemPortNotListening = "port-not-listening"
 )
 
 // ExecOverhead is the fixed allowance, in bytes, an exec or stdin call

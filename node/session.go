@@ -98,6 +98,10 @@ type Session struct {
 	AutoResume bool
 	// Network is the session's egress policy; nil for none (loopback only).
 	Network *Network
+	// PublicTraffic: requests to the session's ports (other than envd's
+	// and the code service's) need no token; false (the default) asks
+	// for its traffic or envd token or its tenant's API key.
+	PublicTraffic bool
 	// Tenant owns the session; it never changes.
 	Tenant string
 }

@@ -229,7 +229,7 @@ func (m *Manager) launchWith(ctx context.Context, req node.CreateSpec, idempoten
 		IdempotencyKey: idempotencyKey, RequestHash: hash, CreatedAt: now,
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 		EnvdToken: newToken(), TrafficToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
-		Network: copyNetwork(req.Network), Tenant: callerTenant(ctx),
+		Network: copyNetwork(req.Network), Tenant: callerTenant(ctx), PublicTraffic: req.PublicTraffic,
 	}
 	if initial == node.StatePooled {
 		sb.rec.Tenant = "" // a warm-pool member belongs to whoever claims it

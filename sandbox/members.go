@@ -150,6 +150,7 @@ func (m *Manager) adoptMember(ctx context.Context, sb *Sandbox, req node.CreateS
 		r.DefaultUser, r.Workdir, r.Env, r.Metadata = req.User, req.Workdir, req.Env, req.Metadata
 		r.TimeoutS, r.AutoPauseS = req.TimeoutS, req.AutoPauseS
 		r.OnTimeout, r.AutoResume = req.OnTimeout, req.AutoResume
+		r.PublicTraffic = req.PublicTraffic
 		r.IdempotencyKey, r.RequestHash = idempotencyKey, hash
 		r.Tenant = callerTenant(ctx)
 		sb.res = reservationOf(ctx)

@@ -120,7 +120,7 @@ func requestHash(r *node.CreateSpec) string {
 		Template: r.Template, CPU: r.CPU, MemoryMB: r.MemoryMB, Pids: r.Pids, TimeoutS: r.TimeoutS,
 		Env: r.Env, Metadata: r.Metadata, User: r.User, Workdir: r.Workdir, Snapshot: r.Snapshot,
 		DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
-		Isolation: r.Isolation,
+		Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
 	}
 	if n := r.Network; n != nil {
 		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
@@ -150,6 +150,9 @@ type hashedSpec struct {
 	AutoResume bool              `json:"auto_resume,omitempty"`
 	Network    *hashedNetwork    `json:"network,omitempty"`
 	Isolation  string            `json:"isolation,omitempty"`
+	// PublicTraffic is omitted when false, so hashes of requests made
+	// before it existed stay the same.
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 }
 
 // hashedNetwork is a Network as requestHash encodes it (api/v1.Network).

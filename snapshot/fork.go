@@ -150,5 +150,6 @@ func inherit(rec node.Session, spec node.CreateSpec) node.CreateSpec {
 	if spec.Isolation == "" {
 		spec.Isolation = rec.Driver
 	}
+	spec.PublicTraffic = spec.PublicTraffic || rec.PublicTraffic
 	return spec
 }

@@ -24,7 +24,7 @@ func networkJSON(n *node.Network) string {
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
 	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused,
-	envd_token, on_timeout, auto_resume, network, tenant, traffic_token`
+	envd_token, on_timeout, auto_resume, network, tenant, traffic_token, public_traffic`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -36,12 +36,12 @@ func (s *Store) CreateSession(ctx context.Context, se *node.Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -151,12 +151,12 @@ func (s *Store) UpdateSession(ctx context.Context, se *node.Session) error {
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
 		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ?,
-		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ?, tenant = ?, traffic_token = ? WHERE id = ?`,
+		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ?, tenant = ?, traffic_token = ?, public_traffic = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.ID)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic, se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -179,7 +179,7 @@ func scanSession(r scanner) (*node.Session, error) {
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
 		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused,
-		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network, &se.Tenant, &se.TrafficToken)
+		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network, &se.Tenant, &se.TrafficToken, &se.PublicTraffic)
 	if err != nil {
 		return nil, err
 	}

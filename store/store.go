@@ -203,6 +203,9 @@ var migrations = []string{
 	// its services other than envd (the code-execution service); '' for
 	// sessions made before, which opens those services to nobody.
 	`ALTER TABLE sessions ADD COLUMN traffic_token TEXT NOT NULL DEFAULT '';`,
+	// 12: whether the session's ports take requests without a token
+	// (public_traffic); 0, private, for every session made before.
+	`ALTER TABLE sessions ADD COLUMN public_traffic INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

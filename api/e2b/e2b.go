@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api/access"
+	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
@@ -65,6 +66,10 @@ type Handler struct {
 	catalog *template.Catalog
 	// used remembers the signed file URLs already used (signed.go).
 	used *usedSignatures
+	// ports reaches sandboxes' own ports (ports.go); domain is the host
+	// name suffix of E2B's PORT-ID.DOMAIN form ("" for none: SetDomain).
+	ports  *portproxy.Proxy
+	domain string
 }
 
 // New returns the E2B handler over the sandbox manager; keys authenticates
@@ -73,7 +78,8 @@ type Handler struct {
 // hide removes host paths from error messages.
 func New(mgr node.Node, keys *store.Store, catalog *template.Catalog, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
 	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), hide: hide,
-		catalog: catalog, used: newUsedSignatures()}
+		catalog: catalog, used: newUsedSignatures(),
+		ports: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: log}}
 	h.routes()
 	return h
 }
@@ -126,6 +132,10 @@ func (h *Handler) routes() {
 
 // ServeHTTP serves one E2B request (Handles(r) must be true).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.PortRequest(r) {
+		h.serveHost(w, r)
+		return
+	}
 	if id := r.Header.Get(SandboxIDHeader); id != "" {
 		h.serveEnvd(w, r, id)
 		return

@@ -49,16 +49,15 @@ func envdPublic(r *http.Request) bool {
 // sandbox's token in X-Access-Token (else 401). A sandbox that is unknown,
 // ended or paused answers 502, which the SDK reads as "not running" (a
 // TimeoutError for calls). forkbox adds: only envd's public endpoints are
-// reachable (else 404), and only envd's port and the code-execution
-// service's (49999: serveCode); other ports answer 502 (sandboxes expose
-// no ports of their own).
+// reachable (else 404); the code-execution service's port (49999) is
+// serveCode's and any other port the port proxy's (servePort, ports.go).
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	if r.Header.Get(PortHeader) == codecall.Port {
 		h.serveCode(w, r, id)
 		return
 	}
 	if port := r.Header.Get(PortHeader); port != "" && port != EnvdPort {
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("port %s of sandbox %s is not reachable: forkbox exposes no sandbox ports", port, id))
+		h.servePort(w, r, id, port, "e2b-header")
 		return
 	}
 	if !envdPublic(r) {

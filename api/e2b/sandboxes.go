@@ -57,6 +57,10 @@ type networkConfig struct {
 	DenyOut     []string        `json:"denyOut"`
 	Rules       json.RawMessage `json:"rules"`
 	EgressProxy json.RawMessage `json:"egressProxy"`
+	// AllowPublicTraffic opens the sandbox's ports to requests without a
+	// token (ports.go). E2B's default is true; forkbox's is false (private):
+	// a create must ask for it.
+	AllowPublicTraffic *bool `json:"allowPublicTraffic"`
 }
 
 // sandboxView is components.schemas.Sandbox: what create, connect and
@@ -182,6 +186,7 @@ func (b *newSandbox) createSpec() (node.CreateSpec, error) {
 		if len(n.AllowOut) > 0 {
 			req.Network = &node.Network{Allow: allowList(n.AllowOut)}
 		}
+		req.PublicTraffic = n.AllowPublicTraffic != nil && *n.AllowPublicTraffic
 	}
 	return req, nil
 }
@@ -249,7 +254,7 @@ func (h *Handler) handleCreate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	access.NoteFrom(r.Context()).Session(rec.ID)
-	httpjson.Write(w, http.StatusCreated, viewOf(rec))
+	httpjson.Write(w, http.StatusCreated, h.view(rec))
 }
 
 // session returns session id's record, or writes 404 for an unknown or
@@ -337,13 +342,13 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, mustBePaused b
 		}
 		rec = extended
 	}
-	httpjson.Write(w, status, viewOf(rec))
+	httpjson.Write(w, status, h.view(rec))
 }
 
 // handleGet: GET /sandboxes/{id} → 200 SandboxDetail.
 func (h *Handler) handleGet(w http.ResponseWriter, r *http.Request) {
 	if rec := h.session(w, r); rec != nil {
-		httpjson.Write(w, http.StatusOK, detailOf(rec))
+		httpjson.Write(w, http.StatusOK, h.detail(rec))
 	}
 }
 

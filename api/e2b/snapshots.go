@@ -177,7 +177,7 @@ func (h *Handler) handleFork(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]forkResult, 0, len(sessions))
 	for _, s := range sessions {
-		v := viewOf(s)
+		v := h.view(s)
 		out = append(out, forkResult{Sandbox: &v})
 	}
 	httpjson.Write(w, http.StatusCreated, out)

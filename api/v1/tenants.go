@@ -116,7 +116,8 @@ type AuditRecord struct {
 	// template.import, template.delete, egress, policy, abuse,
 	// tenant.create, tenant.update, tenant.delete, key.create, key.revoke,
 	// envd (a request through the E2B envd proxy), mcp.tool (a tool call
-	// of the MCP endpoint; detail "tool" names it).
+	// of the MCP endpoint; detail "tool" names it), port (a request or
+	// connection to a sandbox port: detail port, method, path, via).
 	Kind string `json:"kind"`
 	// Outcome is ok, error or denied.
 	Outcome string `json:"outcome"`

@@ -57,6 +57,13 @@ type CreateRequest struct {
 	// drivers this host has. A session started from a memory snapshot
 	// runs on the snapshot's driver.
 	Isolation string `json:"isolation,omitempty"`
+	// PublicTraffic lets requests reach the session's ports (GET
+	// /v1/sessions/{id}/ports/{port}/..., the E2B port headers and
+	// PORT-ID.DOMAIN host names) without a token or key. false (the
+	// default): a request needs the session's traffic or envd access
+	// token, or an API key of its tenant. Forks of a public session are
+	// public.
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 }
 
 // Network is a session's egress policy. The sandbox gets an interface
@@ -170,6 +177,8 @@ type Session struct {
 	AutoResume bool   `json:"auto_resume,omitempty"`
 	// Network is the egress policy, if the session has a network.
 	Network *Network `json:"network,omitempty"`
+	// PublicTraffic as in CreateRequest.
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.

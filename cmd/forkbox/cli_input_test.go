@@ -176,3 +176,22 @@ func TestUploadText(t *testing.T) {
 		t.Error("a pipe or a buffer is taken for a terminal")
 	}
 }
+
+// TestParseForward: LOCAL:REMOTE, or REMOTE alone for the same number on
+// both sides; LOCAL 0 picks a free port; the sandbox port is 1-65535.
+func TestParseForward(t *testing.T) {
+	for _, c := range []struct {
+		in            string
+		local, remote int
+	}{{"8000:3000", 8000, 3000}, {"5432", 5432, 5432}, {"0:80", 0, 80}} {
+		l, r, err := parseForward(c.in)
+		if err != nil || l != c.local || r != c.remote {
+			t.Errorf("%q: %d %d %v", c.in, l, r, err)
+		}
+	}
+	for _, bad := range []string{"", "0", "8000:0", "8000:70000", "a:80", "80:b", "-1:80", "70000:80"} {
+		if _, _, err := parseForward(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

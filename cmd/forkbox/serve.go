@@ -75,6 +75,7 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: the pinned build make deps installs, else from PATH)")
+	f.StringVar(&opts.Domain, "domain", "", "serve sandbox ports at host names PORT-ID.DOMAIN (point wildcard DNS *.DOMAIN at this daemon); E2B's getHost(port) then returns such names")
 	f.IntVar(&opts.MemoryImageCacheMB, "memory-image-cache-mb", 0, "MiB of decrypted memory snapshots kept in tmpfs (plaintext, root-only) for later restores of the same snapshot (default 0: none, plaintext exists only while a restore runs)")
 	f.StringVar(&opts.GVisorRestore, "gvisor-restore", "", `how gVisor restores read a checkpoint: "plain", "direct", "background" or "direct+background" (default: direct for a checkpoint on a disk where runsc has it, plain from tmpfs)`)
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)

@@ -39,3 +39,14 @@ const (
 	// where the sandbox's memory had no room for more.
 	TruncatedTrailer = "Forkbox-Truncated"
 )
+
+// The agent's port tunnel (GET /port/{port}): the request upgrades to
+// PortUpgrade, after which the connection carries the bytes of a TCP
+// connection the agent made to that port on the sandbox's loopback. A
+// refusal because nothing listens there carries PortErrorHeader with
+// PortNotListening, so the host can tell it from the agent's other errors.
+const (
+	PortUpgrade      = "forkbox-tcp"
+	PortErrorHeader  = "Forkbox-Port-Error"
+	PortNotListening = "not-listening"
+)
