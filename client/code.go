@@ -30,7 +30,17 @@ type Execution struct {
 	Text           string
 	Error          *CodeLine
 	ExecutionCount int
+	// Dropped counts the bytes RunCode did not keep: stdout or stderr
+	// past MaxCodeKept each, and result lines once MaxCodeKept bytes of
+	// them were kept (onLine still saw them all).
+	Dropped int64
 }
+
+// MaxCodeKept bounds, in bytes, each of what RunCode keeps of a cell:
+// its stdout, its stderr, and its other lines (results, say) together. A
+// cell printing without end must not grow the caller without end (the
+// daemon's MCP tools run RunCode in the daemon).
+const MaxCodeKept = 16 << 20
 
 // maxCodeLine bounds one line of an execute stream, in bytes.
 const maxCodeLine = 32 << 20
@@ -53,6 +63,14 @@ func (c *Client) RunCode(ctx context.Context, id string, req CodeRequest, onLine
 	defer resp.Body.Close()
 	ex := &Execution{}
 	var stdout, stderr strings.Builder
+	var linesKept int64
+	keep := func(b *strings.Builder, text string) {
+		if room := MaxCodeKept - b.Len(); room < len(text) {
+			ex.Dropped += int64(len(text) - max(room, 0))
+			text = text[:max(room, 0)]
+		}
+		b.WriteString(text)
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxCodeLine)
 	for sc.Scan() {
@@ -71,10 +89,10 @@ func (c *Client) RunCode(ctx context.Context, id string, req CodeRequest, onLine
 		case "keepalive":
 			continue
 		case "stdout":
-			stdout.WriteString(l.Text)
+			keep(&stdout, l.Text)
 			continue
 		case "stderr":
-			stderr.WriteString(l.Text)
+			keep(&stderr, l.Text)
 			continue
 		case "result":
 			if l.IsMainResult {
@@ -86,6 +104,11 @@ func (c *Client) RunCode(ctx context.Context, id string, req CodeRequest, onLine
 		case "number_of_executions":
 			ex.ExecutionCount = l.ExecutionCount
 		}
+		if n := int64(len(sc.Bytes())); linesKept+n > MaxCodeKept {
+			ex.Dropped += n
+			continue
+		}
+		linesKept += int64(len(sc.Bytes()))
 		ex.Lines = append(ex.Lines, l)
 	}
 	if err := sc.Err(); err != nil {

@@ -2,10 +2,13 @@ package client
 
 import (
 	"context"
+	"fmt"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -17,6 +20,27 @@ func filesPath(id, p string) string {
 		segs[i] = url.PathEscape(s)
 	}
 	return "/v1/sessions/" + url.PathEscape(id) + "/files/" + strings.Join(segs, "/")
+}
+
+// relativePath cleans a relative sandbox path p ("a/../b" is "b"), since
+// the daemon's routes take no "." or ".." segments; one that climbs out of
+// the working directory is an error naming it (give an absolute path).
+// Absolute paths are returned as they are (the daemon cleans them).
+func relativePath(p string) (string, error) {
+	if strings.HasPrefix(p, "/") || p == "" {
+		return p, nil
+	}
+	if !slices.ContainsFunc(strings.Split(p, "/"), func(s string) bool { return s == "." || s == ".." }) {
+		return p, nil
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("sandbox path %q climbs out of the session's working directory: give an absolute path", p)
+	}
+	if strings.HasSuffix(p, "/") && c != "." {
+		c += "/" // still names a directory
+	}
+	return c, nil
 }
 
 func userQuery(user string) url.Values {
@@ -49,6 +73,10 @@ func (c *Client) Upload(ctx context.Context, id, p string, r io.Reader, size int
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
+	p, err := relativePath(p)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.do(ctx, request{method: http.MethodPut, path: filesPath(id, p), query: fileQuery(p, user),
 		body: r, size: size, contentType: "application/octet-stream", accept: "application/json"})
 	if err != nil {
@@ -65,6 +93,10 @@ func (c *Client) Download(ctx context.Context, id, p, user string) (io.ReadClose
 	if err := checkID("session", id); err != nil {
 		return nil, err
 	}
+	p, err := relativePath(p)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := c.do(ctx, request{method: http.MethodGet, path: filesPath(id, p), query: fileQuery(p, user)})
 	if err != nil {
 		return nil, err
@@ -77,7 +109,11 @@ func (c *Client) Remove(ctx context.Context, id, p, user string) error {
 	if err := checkID("session", id); err != nil {
 		return err
 	}
-	_, err := c.doJSON(ctx, http.MethodDelete, filesPath(id, p), fileQuery(p, user), nil, nil, nil)
+	p, err := relativePath(p)
+	if err != nil {
+		return err
+	}
+	_, err = c.doJSON(ctx, http.MethodDelete, filesPath(id, p), fileQuery(p, user), nil, nil, nil)
 	return err
 }
 

@@ -207,9 +207,12 @@ func (t *tools) runCode(ctx context.Context, in CodeInput) (*sdk.CallToolResult,
 		fmt.Fprintf(&b, "--- error ---\n%s: %s\n%s\n", ex.Error.Name, ex.Error.Value, ex.Error.Traceback)
 	}
 	fmt.Fprintf(&b, "--- stdout ---\n%s\n--- stderr ---\n%s", out.Stdout, out.Stderr)
-	if cutOut > 0 || cutErr > 0 {
-		fmt.Fprintf(&b, "\n--- note ---\n%d bytes of stdout and %d of stderr were cut from their middle; write long output "+
-			"to a file and read it with read_file.", cutOut, cutErr)
+	if cutOut > 0 || cutErr > 0 || ex.Dropped > 0 {
+		fmt.Fprintf(&b, "\n--- note ---\n%d bytes of stdout and %d of stderr were cut from their middle", cutOut, cutErr)
+		if ex.Dropped > 0 {
+			fmt.Fprintf(&b, ", and %d more bytes of output past the first %d MiB were not kept", ex.Dropped, client.MaxCodeKept>>20)
+		}
+		b.WriteString("; write long output to a file and read it with read_file.")
 	}
 	res.Content = append([]sdk.Content{&sdk.TextContent{Text: b.String()}}, res.Content...)
 	return res, out, nil

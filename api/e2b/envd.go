@@ -77,6 +77,7 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request, id string) {
 	if signedFileRequest(r) {
 		// An uploadUrl()/downloadUrl() link sent with the sandbox's id.
 		rec, err = h.checkSignature(r, id)
+		dropSignedUser(r)
 	} else {
 		rec, err = h.mgr.CheckEnvdToken(r.Context(), id, r.Header.Get(accessTokenHeader))
 	}

@@ -29,7 +29,11 @@ import (
 // signatureVersion prefixes every signature the SDK makes.
 const signatureVersion = "v1_"
 
-// maxUsedSignatures bounds the signatures remembered as used.
+// maxSignedPath bounds a signed link's path and username, in bytes (a
+// Linux path is at most 4096 bytes).
+const maxSignedPath = 4096
+
+// maxUsedSignatures bounds the signatures of one tenant remembered as used.
 const maxUsedSignatures = 100_000
 
 // unexpiringSignatureTTL is how long a signature without an expiration is
@@ -65,6 +69,11 @@ func signedParts(r *http.Request, now time.Time) (op, sig, exp string, expires t
 		return "", "", "", time.Time{}, errdefs.Newf(errdefs.ErrInvalidArgument, "a signed /files URL is for GET (read) or POST (write)")
 	}
 	q := r.URL.Query()
+	if len(q.Get("path")) > maxSignedPath || len(q.Get("username")) > maxSignedPath {
+		// Each unnamed link is checked against every live sandbox: a
+		// long path would make each anonymous request costly.
+		return "", "", "", time.Time{}, errdefs.InvalidField("path", "a signed /files URL's path and username are at most %d bytes", maxSignedPath)
+	}
 	if q.Get("path") == "" {
 		// Signed without a path, a write would let the link's holder
 		// write any file (a multipart part's own name): forkbox's links
@@ -118,7 +127,7 @@ func (h *Handler) checkSignature(r *http.Request, id string) (*node.Session, err
 	if !signedBy(r, rec, op, sig, exp) {
 		return nil, errdefs.Newf(errdefs.ErrUnauthenticated, "the signature does not match sandbox %s's %s of this path and user", id, op)
 	}
-	if err := h.used.claim(sig, expires); err != nil {
+	if err := h.used.claim(rec.Tenant, sig, expires); err != nil {
 		return nil, err
 	}
 	return rec, nil
@@ -151,42 +160,56 @@ func (h *Handler) serveSignedFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "the signature matches no running sandbox's "+op+" of this path and user")
 		return
 	}
-	if err := h.used.claim(sig, expires); err != nil {
+	if err := h.used.claim(found.Tenant, sig, expires); err != nil {
 		h.fail(w, r, err)
 		return
 	}
+	dropSignedUser(r)
 	h.proxyEnvd(w, r, found)
 }
 
+// dropSignedUser removes what could name a user other than the one a
+// signed link was made for: the agent takes an empty username from
+// "Authorization: Basic", which the signature does not cover.
+func dropSignedUser(r *http.Request) { r.Header.Del("Authorization") }
+
 // usedSignatures remembers the signatures that opened a request, each
-// until it expires (bounded: maxUsedSignatures).
+// until it expires, per tenant (bounded: maxUsedSignatures a tenant), so
+// that one tenant using links without end refuses only its own.
 type usedSignatures struct {
 	mu   sync.Mutex
-	seen map[string]time.Time
+	seen map[string]map[string]time.Time // tenant → signature → until
 }
 
-func newUsedSignatures() *usedSignatures { return &usedSignatures{seen: map[string]time.Time{}} }
+func newUsedSignatures() *usedSignatures {
+	return &usedSignatures{seen: map[string]map[string]time.Time{}}
+}
 
-// claim records sig (valid until expires) as used; ErrUnauthenticated
-// when it was used already, ErrResourceExhausted when maxUsedSignatures
-// unexpired ones are remembered.
-func (u *usedSignatures) claim(sig string, expires time.Time) error {
+// claim records sig (valid until expires) as used by tenant;
+// ErrUnauthenticated when it was used already, ErrResourceExhausted when
+// maxUsedSignatures unexpired ones of tenant are remembered.
+func (u *usedSignatures) claim(tenant, sig string, expires time.Time) error {
 	now := time.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if until, ok := u.seen[sig]; ok && now.Before(until) {
+	seen := u.seen[tenant]
+	if seen == nil {
+		seen = map[string]time.Time{}
+		u.seen[tenant] = seen
+	}
+	if until, ok := seen[sig]; ok && now.Before(until) {
 		return errdefs.Newf(errdefs.ErrUnauthenticated, "this signed URL was used already: each one opens one request")
 	}
-	if len(u.seen) >= maxUsedSignatures {
-		for s, until := range u.seen {
+	if len(seen) >= maxUsedSignatures {
+		for s, until := range seen {
 			if !now.Before(until) {
-				delete(u.seen, s)
+				delete(seen, s)
 			}
 		}
-		if len(u.seen) >= maxUsedSignatures {
-			return errdefs.Newf(errdefs.ErrResourceExhausted, "too many signed URLs in use (%d); try again later", maxUsedSignatures)
+		if len(seen) >= maxUsedSignatures {
+			return errdefs.Newf(errdefs.ErrResourceExhausted, "too many of this tenant's signed URLs in use (%d); try again later", maxUsedSignatures)
 		}
 	}
-	u.seen[sig] = expires
+	seen[sig] = expires
 	return nil
 }

@@ -86,22 +86,32 @@ func TestSignedRequestChecks(t *testing.T) {
 func TestSignatureOpensOneRequest(t *testing.T) {
 	u := newUsedSignatures()
 	later := time.Now().Add(time.Minute)
-	if err := u.claim("a", later); err != nil {
+	if err := u.claim("t", "a", later); err != nil {
 		t.Fatal(err)
 	}
-	if err := u.claim("a", later); !errors.Is(err, errdefs.ErrUnauthenticated) {
+	if err := u.claim("t", "a", later); !errors.Is(err, errdefs.ErrUnauthenticated) {
 		t.Fatalf("second claim: %v, want unauthenticated", err)
 	}
-	if err := u.claim("b", later); err != nil {
+	if err := u.claim("t", "b", later); err != nil {
 		t.Fatalf("another signature: %v", err)
 	}
 	// An entry whose time is over is pruned when the table is full.
-	u.seen = map[string]time.Time{}
+	u.seen = map[string]map[string]time.Time{"t": {}}
 	for i := 0; i < maxUsedSignatures; i++ {
-		u.seen[strconv.Itoa(i)] = time.Now().Add(-time.Second)
+		u.seen["t"][strconv.Itoa(i)] = time.Now().Add(-time.Second)
 	}
-	if err := u.claim("c", later); err != nil || len(u.seen) != 1 {
-		t.Fatalf("a full table of expired entries: %v, %d left", err, len(u.seen))
+	if err := u.claim("t", "c", later); err != nil || len(u.seen["t"]) != 1 {
+		t.Fatalf("a full table of expired entries: %v, %d left", err, len(u.seen["t"]))
+	}
+	// A tenant's full table of live entries refuses only that tenant.
+	for i := 0; i < maxUsedSignatures; i++ {
+		u.seen["t"][strconv.Itoa(i)] = later
+	}
+	if err := u.claim("t", "d", later); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("a full table: %v, want resource exhausted", err)
+	}
+	if err := u.claim("other", "d", later); err != nil {
+		t.Fatalf("another tenant beside a full table: %v", err)
 	}
 }
 
