@@ -526,7 +526,7 @@ func TestHostileCLIEmptyID(t *testing.T) {
 		code int
 	}{
 		{[]string{"exec", "", "--", "true"}, "a session id is required", 125},
-		{[]string{"rm", ""}, "a session id is required", 1},
+		{[]string{"rm", ""}, "a session id is required", 125},
 		{[]string{"snapshot", ""}, "a session id is required", 125},
 		{[]string{"fork", ""}, "a session id is required", 125},
 		{[]string{"pause", ""}, "a session id is required", 125},
