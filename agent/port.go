@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/guest/wire"
@@ -36,7 +35,7 @@ func (a *Agent) handlePort(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("port %q: must be a number from 1 to 65535", r.PathValue("port")), http.StatusBadRequest)
 		return
 	}
-	if !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), wire.PortUpgrade) {
+	if !splice.Upgrading(r.Header, wire.PortUpgrade) {
 		http.Error(w, "a port tunnel needs Connection: Upgrade and Upgrade: "+wire.PortUpgrade, http.StatusBadRequest)
 		return
 	}
@@ -113,17 +112,4 @@ func dialLoopback(ctx context.Context, port int) (net.Conn, error) {
 		return c, nil
 	}
 	return nil, errors.Join(err, err6)
-}
-
-// headerHas reports whether h's field name lists token (comma-separated,
-// any case).
-func headerHas(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/tenancy"
 )
 
@@ -19,14 +20,7 @@ import (
 // (recursively, with force) first. Deleting a missing snapshot (or
 // another tenant's) is ErrNotFound.
 func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) error {
-	sn, err := s.store.GetSnapshot(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !tenancy.Owns(ctx, sn.Tenant) {
-		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
-	}
-	children, sessions, err := s.store.SnapshotDependents(ctx, id)
+	_, children, sessions, err := s.ownedDependents(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -155,4 +149,22 @@ func (s *Service) reclaimForks(ctx context.Context) {
 			s.log.Warn("delete the snapshot of an interrupted fork", "snapshot", sn.ID, "err", err)
 		}
 	}
+}
+
+// ownedDependents returns snapshot id's record and the ids of the child
+// snapshots and live sessions that depend on it; ErrNotFound for a
+// missing snapshot or another tenant's.
+func (s *Service) ownedDependents(ctx context.Context, id string) (sn *node.Snapshot, children, sessions []string, err error) {
+	sn, err = s.store.GetSnapshot(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if !tenancy.Owns(ctx, sn.Tenant) {
+		return nil, nil, nil, errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	children, sessions, err = s.store.SnapshotDependents(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return sn, children, sessions, nil
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
-	"github.com/forkbox/forkbox/tenancy"
 )
 
 // DeleteSnapshotKeepDependents deletes snapshot id as E2B deletes one
@@ -19,14 +17,7 @@ import (
 // depends on it. Their records keep naming it as their origin (and
 // parent). ErrNotFound for a missing snapshot or another tenant's.
 func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) error {
-	sn, err := s.store.GetSnapshot(ctx, id)
-	if err != nil {
-		return err
-	}
-	if !tenancy.Owns(ctx, sn.Tenant) {
-		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
-	}
-	children, sessions, err := s.store.SnapshotDependents(ctx, id)
+	sn, children, sessions, err := s.ownedDependents(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -196,7 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request, pr Request) {
 // the client's connection carries the bytes of the TCP connection until
 // either side is done (a half-close is passed on).
 func (p *Proxy) Tunnel(w http.ResponseWriter, r *http.Request, pr Request) {
-	if !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), TunnelUpgrade) {
+	if !splice.Upgrading(r.Header, TunnelUpgrade) {
 		pr.Fail(w, r, errdefs.InvalidField("Upgrade", "a port connection needs Connection: Upgrade and Upgrade: %s", TunnelUpgrade))
 		return
 	}
@@ -228,19 +228,6 @@ func (p *Proxy) Tunnel(w http.ResponseWriter, r *http.Request, pr Request) {
 		return
 	}
 	splice.Conns(client, rw.Reader, target)
-}
-
-// headerHas reports whether h's field name lists token (comma-separated,
-// any case).
-func headerHas(h http.Header, name, token string) bool {
-	for _, v := range h.Values(name) {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // errText is a transport error's text without the URL the proxy made.

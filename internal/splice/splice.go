@@ -9,6 +9,8 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -52,4 +54,21 @@ func Conns(a net.Conn, ahead *bufio.Reader, b net.Conn) {
 	go pass(b, from)
 	go pass(a, b)
 	wg.Wait()
+}
+
+// Upgrading reports whether h asks to upgrade its connection to protocol
+// (RFC 9110 §7.8: "Connection: upgrade", the token in any case, among
+// others, and Upgrade naming protocol), the start of every tunnel here.
+func Upgrading(h http.Header, protocol string) bool {
+	if !strings.EqualFold(h.Get("Upgrade"), protocol) {
+		return false
+	}
+	for _, v := range h.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
