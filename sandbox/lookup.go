@@ -99,6 +99,13 @@ func (m *Manager) use(ctx context.Context, id string) (*Sandbox, func(), error) 
 			sb.mu.Unlock()
 			return sb, func() { m.released(sb) }, nil
 		}
+		if state == node.StateTerminated {
+			// Ended, not yet out of the table: its reason, as for one
+			// that is (a caller told the session ended reads why).
+			err := terminatedError(&sb.rec)
+			sb.mu.Unlock()
+			return nil, nil, err
+		}
 		sb.mu.Unlock()
 		switch {
 		case state == node.StatePaused && auto && attempt == 0:
