@@ -58,11 +58,7 @@ func (a *Agent) handlePort(w http.ResponseWriter, r *http.Request) {
 		target.Close()
 		return
 	}
-	_, err = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + wire.PortUpgrade + "\r\n\r\n")
-	if err == nil {
-		err = rw.Flush()
-	}
-	if err != nil {
+	if err := splice.Switch(rw, wire.PortUpgrade); err != nil {
 		client.Close()
 		target.Close()
 		return

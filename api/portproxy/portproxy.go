@@ -218,11 +218,7 @@ func (p *Proxy) Tunnel(w http.ResponseWriter, r *http.Request, pr Request) {
 		pr.Fail(w, r, fmt.Errorf("a port connection needs HTTP/1.1: %w", errdefs.ErrInvalidArgument))
 		return
 	}
-	_, err = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + TunnelUpgrade + "\r\n\r\n")
-	if err == nil {
-		err = rw.Flush()
-	}
-	if err != nil {
+	if err := splice.Switch(rw, TunnelUpgrade); err != nil {
 		client.Close()
 		target.Close()
 		return

@@ -72,3 +72,13 @@ func Upgrading(h http.Header, protocol string) bool {
 	}
 	return false
 }
+
+// Switch answers an upgrade to protocol on a hijacked connection's rw:
+// the 101 status line and headers (RFC 9110 §15.2.2), flushed, so that
+// the bytes after it are the tunnel's.
+func Switch(rw *bufio.ReadWriter, protocol string) error {
+	if _, err := rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + protocol + "\r\n\r\n"); err != nil {
+		return err
+	}
+	return rw.Flush()
+}
