@@ -209,7 +209,7 @@ class Bridge:
 
     def silent(self, code):
         """Runs code with no output and no history; returns the reply."""
-        mid = self.kc.execute(code, silent=True, store_history=False)
+        mid = self.kc.execute(code, silent=True, store_history=False, stop_on_error=False)
         while True:
             r = self.kc.get_shell_msg(timeout=120)
             if r['parent_header'].get('msg_id') == mid:
@@ -238,9 +238,26 @@ class Bridge:
         emit({'type': 'end_of_execution'})
 
     def run_cell(self, code, interrupted):
-        mid = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+        # stop_on_error=False: with True, a kernel that just raised aborts
+        # whatever request reaches it in the moment after (ipykernel's
+        # abort window), and the next cell would come back empty. The
+        # bridge sends one cell at a time, so there is no queue to drop.
+        # A cell the kernel still aborts (it says so in its reply, having
+        # run nothing) is sent again, a few times.
+        for _ in range(5):
+            if self.run_once(code, interrupted) != 'aborted':
+                return
+            time.sleep(0.05)
+        emit({'type': 'error', 'name': 'KernelBusy',
+              'value': 'The kernel aborted the cell five times without running it',
+              'traceback': ''})
+
+    def run_once(self, code, interrupted):
+        """Sends one cell and relays its output; returns the status of its
+        execute_reply ('ok', 'error', 'aborted') or None if none came."""
+        mid = self.kc.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
         errored = False
-        replied = False
+        replied = None
         quiet_since = None
         while True:
             if interrupted():
@@ -250,12 +267,14 @@ class Bridge:
             except queue.Empty:
                 if not replied:
                     replied = self.reply_ready(mid)
+                if replied == 'aborted':
+                    return replied
                 if replied:
                     # The kernel answered; an idle status lost on the way
                     # (a full queue) must not hang the cell.
                     quiet_since = quiet_since or time.monotonic()
                     if time.monotonic() - quiet_since > 2:
-                        return
+                        return replied
                 if not self.km.is_alive():
                     emit({'type': 'error', 'name': 'KernelDied',
                           'value': 'The kernel died while running the cell; the next call restarts it',
@@ -290,20 +309,21 @@ class Bridge:
                 # channel, maybe a moment later: wait for it there (not
                 # for iopub messages that will not come).
                 if not replied:
-                    self.reply_ready(mid, timeout=2)
-                return
+                    replied = self.reply_ready(mid, timeout=2)
+                return replied
 
     def reply_ready(self, mid, timeout=0):
         """Reads the cell's execute_reply if it arrived, waiting up to
-        timeout seconds for it (True then)."""
+        timeout seconds for it; returns its status ('ok', 'error',
+        'aborted') or None if it did not come."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 r = self.kc.get_shell_msg(timeout=max(0, deadline - time.monotonic()))
             except queue.Empty:
-                return False
+                return None
             if r['parent_header'].get('msg_id') == mid:
-                return True
+                return r['content'].get('status') or 'ok'
 
     def close(self):
         try:
