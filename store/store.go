@@ -206,6 +206,18 @@ var migrations = []string{
 	// 12: whether the session's ports take requests without a token
 	// (public_traffic); 0, private, for every session made before.
 	`ALTER TABLE sessions ADD COLUMN public_traffic INTEGER NOT NULL DEFAULT 0;`,
+	// 13: tenant secrets for the credential broker; the value only sealed
+	// (broker.Seal), hosts a JSON array.
+	`CREATE TABLE secrets (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		hosts      TEXT NOT NULL,
+		header     TEXT NOT NULL DEFAULT '',
+		sealed     BLOB NOT NULL,
+		created_at INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to
