@@ -246,8 +246,13 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		if err != nil {
 			return nil, fmt.Errorf("open pty: %w", err)
 		}
+		if err := pollPTY(master); err != nil {
+			_ = master.Close()
+			_ = tty.Close()
+			return nil, fmt.Errorf("open pty: %w", err)
+		}
 		if sz := ls.pty.GetSize(); sz != nil {
-			_ = pty.Setsize(master, &pty.Winsize{Cols: uint16(sz.GetCols()), Rows: uint16(sz.GetRows())})
+			_ = resizePTY(master, sz)
 		}
 		_ = unix.Fchown(int(tty.Fd()), int(ls.acc.UID), -1)
 		childFiles = append(childFiles, tty)
