@@ -97,11 +97,13 @@ func TestAccountCacheFollowsTheFiles(t *testing.T) {
 // TestStartedProcessOOMScore proves a started process (and so what it
 // starts) is the OOM killer's first choice, and that its stdin without a
 // pipe reads as empty (the agent's shared /dev/null) for each of two
-// processes in a row.
+// processes in a row. The agent sets the score just after the start, so
+// for its first moment a process still has 0 (a known window, seen on a
+// loaded host): the shell waits up to 5 s for the score to be set.
 func TestStartedProcessOOMScore(t *testing.T) {
 	_, c := newProcessAgent(t, wire.Config{})
 	for range 2 {
-		req := shell(`cat /proc/$$/oom_score_adj; cat; echo end`)
+		req := shell(`i=0; while [ "$(cat /proc/$$/oom_score_adj)" != ` + userOOMScoreAdj + ` ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; cat /proc/$$/oom_score_adj; cat; echo end`)
 		noStdin := false
 		req.Stdin = &noStdin
 		o := mustRun(t, c, req, "")
