@@ -100,6 +100,19 @@ func (r *rig) eventsWhere(f func(Event) bool) []Event {
 	return out
 }
 
+// waitEvents is eventsWhere once it holds an event, or after 5 s: a
+// connection's event is recorded when the proxy finishes with it, which
+// can come a moment after its client read the answer.
+func (r *rig) waitEvents(f func(Event) bool) []Event {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if es := r.eventsWhere(f); len(es) > 0 || time.Now().After(deadline) {
+			return es
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func get(t *testing.T, c *http.Client, u string) (int, string) {
 	t.Helper()
 	resp, err := c.Get(u)
@@ -174,7 +187,8 @@ func TestProxyAllowList(t *testing.T) {
 		t.Errorf("forged Host header: %v %v", resp, err)
 	}
 
-	allowed := r.eventsWhere(func(e Event) bool { return e.Decision == DecisionAllow && e.Host == "allowed.test" })
+	c.CloseIdleConnections()
+	allowed := r.waitEvents(func(e Event) bool { return e.Decision == DecisionAllow && e.Host == "allowed.test" && e.BytesDown > 0 })
 	if len(allowed) == 0 || allowed[0].Addr != "198.51.100.10" {
 		t.Errorf("no allow event for allowed.test: %+v", r.events)
 	}
