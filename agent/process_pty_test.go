@@ -168,3 +168,34 @@ func (o *outcome) ptyString() string {
 	}
 	return o.pty.String()
 }
+
+// TestPTYDrainEndsWithoutHangup proves the drain after exit ends a PTY
+// command whose main process left its terminal without a hangup (it gave
+// up the terminal, and a child it left holds it open): only the read
+// deadline ends the read then, which a PTY master in blocking mode would
+// not honour.
+func TestPTYDrainEndsWithoutHangup(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("python3 missing (the install script installs it): %v", err)
+		}
+		t.Skipf("python3 missing (scripts/install-deps.sh installs it): %v", err)
+	}
+	_, c := newProcessAgent(t, wire.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	script := `import fcntl, os, signal, termios
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+fcntl.ioctl(0, termios.TIOCNOTTY)
+print("child", os.fork() or os.execvp("sleep", ["sleep", "30"]), flush=True)`
+	o, err := runProcess(ctx, c, ptyRequest(`exec /usr/bin/python3 -c '`+script+`'`, 80, 24), "")
+	if f := strings.Fields(o.ptyString()); len(f) >= 2 {
+		if pid, err := strconv.Atoi(f[1]); err == nil {
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, o, 0)
+}

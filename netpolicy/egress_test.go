@@ -188,7 +188,8 @@ func TestProxyAllowList(t *testing.T) {
 	}
 
 	c.CloseIdleConnections()
-	allowed := r.waitEvents(func(e Event) bool { return e.Decision == DecisionAllow && e.Host == "allowed.test" && e.BytesDown > 0 })
+	r.waitEvents(func(e Event) bool { return e.Decision == DecisionAllow && e.Host == "allowed.test" && e.BytesDown > 0 })
+	allowed := r.eventsWhere(func(e Event) bool { return e.Decision == DecisionAllow && e.Host == "allowed.test" })
 	if len(allowed) == 0 || allowed[0].Addr != "198.51.100.10" {
 		t.Errorf("no allow event for allowed.test: %+v", r.events)
 	}

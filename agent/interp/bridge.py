@@ -244,8 +244,18 @@ class Bridge:
         # bridge sends one cell at a time, so there is no queue to drop.
         # A cell the kernel still aborts (it says so in its reply, having
         # run nothing) is sent again, a few times.
+        asked = []
+
+        def take():
+            # An interrupt taken during an attempt that comes back aborted
+            # still stops the cell: it is not sent again.
+            if interrupted():
+                asked.append(True)
+                return True
+            return False
+
         for _ in range(5):
-            if self.run_once(code, interrupted) != 'aborted':
+            if self.run_once(code, take) != 'aborted' or asked:
                 return
             time.sleep(0.05)
         emit({'type': 'error', 'name': 'KernelBusy',
