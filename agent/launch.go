@@ -304,13 +304,16 @@ func (a *Agent) launch(ls *launchSpec, tag string, config *processpb.ProcessConf
 		}
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start %s: %w", ls.argv[0], err))
 	}
+	// First, so the window in which the process (and what it forks) still
+	// has the agent's score is as short as it can be without a hook
+	// between fork and exec.
+	setOOMScoreAdj(pid)
 	p.pid, p.began = pid, time.Now()
 	// The sandbox's log (E2B's sandbox logs): which program ran, as
 	// whom; never its arguments, which may hold secrets.
 	a.log.Info("process started", "logger", "process", "pid", pid, "cmd", filepath.Base(ls.argv[0]), "user", ls.acc.Name, "tag", tag)
 	closeChild()
 	childFiles = nil
-	setOOMScoreAdj(pid)
 	a.procs.add(p)
 	if ls.stdinData != nil {
 		// Taken before the start event is sent: input sent after it waits

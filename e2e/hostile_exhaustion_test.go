@@ -486,7 +486,10 @@ func TestHostileMemoryHogDiesNotTheAgent(t *testing.T) {
 	if b, err := os.ReadFile("/proc/" + agentPid + "/oom_score_adj"); err != nil || strings.TrimSpace(string(b)) != "0" {
 		t.Fatalf("the agent's oom_score_adj is %q (%v), want 0", b, err)
 	}
-	const probe = "cat /proc/self/oom_score_adj; echo -1 > /proc/self/oom_score_adj 2>/dev/null && echo lowered || echo refused; " +
+	// The agent sets a command's score just after it starts: the probe
+	// waits for it (up to 5 s) before its first fork, a known window.
+	const probe = "i=0; while [ \"$(cat /proc/$$/oom_score_adj)\" != 1000 ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; " +
+		"cat /proc/self/oom_score_adj; echo -1 > /proc/self/oom_score_adj 2>/dev/null && echo lowered || echo refused; " +
 		"echo 0 > /proc/self/oom_score_adj; cat /proc/self/oom_score_adj"
 	for _, user := range []string{"", "root"} {
 		_, out, _ := run(t, s.ID, client.ExecRequest{User: user, Cmd: probe})
