@@ -28,8 +28,9 @@ type extractor struct {
 	layer int // 1-based number of the layer being applied, for messages
 
 	entries int   // tar entries seen over all layers (capped at maxEntries)
-	read    int64 // uncompressed tar bytes read over all layers (capped at maxImageBytes)
-	written int64 // regular file bytes written over all layers (capped at maxImageBytes)
+	read       int64 // uncompressed tar bytes read over all layers (capped at maxImageBytes)
+	written    int64 // regular file bytes written over all layers (capped at maxWritten)
+	maxWritten int64 // maxImageBytes, or Limits.MaxBytes when lower
 
 	depth map[inodeKey]int // directory depth below the rootfs (root: 0), see mkdirAt
 
@@ -48,7 +49,7 @@ type dirTime struct {
 }
 
 // errTooLarge is returned by countingReader once maxImageBytes is exceeded.
-var errTooLarge = fmt.Errorf("image larger than the uncompressed size limit: %w", errdefs.ErrResourceExhausted)
+var errTooLarge = fmt.Errorf("uncompressed size limit: %w", ErrTooLarge)
 
 // countingReader reads from r, adding the bytes to x.read and failing with
 // errTooLarge once the total exceeds maxImageBytes.
@@ -71,8 +72,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // open at rootfd and returns the image description. Errors name the layer
 // and entry and wrap an errdefs class (see Import); the caller removes the
 // rootfs on error.
-func applyImage(ctx context.Context, src *source, rootfd int, shift IDShift) (*Image, error) {
-	x := &extractor{ctx: ctx, root: rootfd, shift: shift, depth: map[inodeKey]int{}}
+func applyImage(ctx context.Context, src *source, rootfd int, shift IDShift, lim Limits) (*Image, error) {
+	x := &extractor{ctx: ctx, root: rootfd, shift: shift, depth: map[inodeKey]int{}, maxWritten: maxImageBytes}
+	if lim.MaxBytes > 0 && lim.MaxBytes < x.maxWritten {
+		x.maxWritten = lim.MaxBytes
+	}
 	rk, err := statKey(rootfd)
 	if err != nil {
 		return nil, err
@@ -255,13 +259,13 @@ func (x *extractor) mkdir(pfd int, name string, uid, gid int, mode uint32) error
 // writeFile replaces name in the directory fd pfd with a new regular file
 // (O_CREAT|O_EXCL|O_NOFOLLOW, so no existing inode is ever written through)
 // holding hdr.Size bytes from r, owned by uid/gid, with permission bits mode
-// and hdr's mtime. The bytes count against maxImageBytes.
+// and hdr's mtime. The bytes count against x.maxWritten.
 func (x *extractor) writeFile(pfd int, name string, hdr *tar.Header, r io.Reader, uid, gid int, mode uint32) error {
 	if hdr.Size < 0 {
 		return invalidf("negative size")
 	}
-	if x.written+hdr.Size > maxImageBytes {
-		return fmt.Errorf("image writes more than %d bytes: %w", maxImageBytes, errdefs.ErrResourceExhausted)
+	if x.written+hdr.Size > x.maxWritten {
+		return fmt.Errorf("the image's files are more than %d bytes: %w", x.maxWritten, ErrTooLarge)
 	}
 	if _, err := prepare(pfd, name, false); err != nil {
 		return err

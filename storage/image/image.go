@@ -36,6 +36,7 @@ import (
 	"os"
 	"path/filepath"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -127,14 +128,28 @@ type Image struct {
 //
 // ctx cancels the import between tar entries. Import must run as root (it
 // chowns files and needs openat2, Linux >= 5.6).
-func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (_ *Image, retErr error) {
+func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (*Image, error) {
+	return ImportWith(ctx, src, ref, rootfs, shift, Limits{})
+}
+
+// Limits bound one import beyond the package's own limits.
+type Limits struct {
+	// MaxBytes caps the regular file bytes the image writes to the rootfs
+	// over all its layers (0: only the package's own cap, 64 GiB). Past
+	// it the import fails with an error wrapping ErrTooLarge.
+	MaxBytes int64
+}
+
+// ErrTooLarge is wrapped by the error of an import that wrote or read
+// more than its limit (Limits.MaxBytes, or the package's own caps). It
+// wraps errdefs.ErrResourceExhausted.
+var ErrTooLarge = fmt.Errorf("image larger than its size limit: %w", errdefs.ErrResourceExhausted)
+
+// ImportWith is Import within lim.
+func ImportWith(ctx context.Context, src, ref, rootfs string, shift IDShift, lim Limits) (_ *Image, retErr error) {
 	defer func() { retErr = relativeError(retErr, src, rootfs, filepath.Dir(filepath.Clean(rootfs))) }()
-	if shift.Size == 0 || uint64(shift.UIDBase)+uint64(shift.Size) > 1<<32 ||
-		uint64(shift.GIDBase)+uint64(shift.Size) > 1<<32 {
-		return nil, fmt.Errorf("import image: id shift %+v out of range: %w", shift, errdefs.ErrInvalidArgument)
-	}
-	if rootfs == "" {
-		return nil, fmt.Errorf("import image: empty rootfs path: %w", errdefs.ErrInvalidArgument)
+	if err := checkTarget(rootfs, shift); err != nil {
+		return nil, err
 	}
 	rootfs = filepath.Clean(rootfs)
 	if _, err := os.Stat(src); err != nil {
@@ -143,23 +158,60 @@ func Import(ctx context.Context, src, ref, rootfs string, shift IDShift) (_ *Ima
 		}
 		return nil, fmt.Errorf("import image: source %q: %w", src, err)
 	}
-	if _, err := os.Lstat(rootfs); err == nil {
-		return nil, fmt.Errorf("import image: rootfs %q already exists: %w", rootfs, errdefs.ErrConflict)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("import image: rootfs %q: %w", rootfs, err)
-	}
-
 	img, closeSrc, err := openSource(src, ref, filepath.Dir(rootfs))
 	defer closeSrc()
 	if err != nil {
 		return nil, fmt.Errorf("import image: %w", err)
 	}
+	return unpack(ctx, img, rootfs, shift, lim)
+}
 
+// Apply unpacks img, one image already selected (a registry pull's, whose
+// layers the caller serves from where it keeps them), into rootfs, as
+// Import does: the raw manifest must hash to want (when want is not zero;
+// the manifest's digest as the registry's index or the caller's reference
+// names it), the config to the manifest's config digest, each layer's
+// uncompressed stream to its diff id; the config must be linux's. Errors,
+// the rootfs's creation and removal and the id shift are Import's;
+// errors name paths in the image only.
+func Apply(ctx context.Context, img v1.Image, want v1.Hash, rootfs string, shift IDShift, lim Limits) (_ *Image, retErr error) {
+	defer func() { retErr = relativeError(retErr, rootfs, rootfs, filepath.Dir(filepath.Clean(rootfs))) }()
+	if err := checkTarget(rootfs, shift); err != nil {
+		return nil, err
+	}
+	src, err := verify(img, want)
+	if err != nil {
+		return nil, fmt.Errorf("import image: %w", err)
+	}
+	return unpack(ctx, src, filepath.Clean(rootfs), shift, lim)
+}
+
+// checkTarget checks shift and that rootfs is a path where nothing is
+// yet (see Import).
+func checkTarget(rootfs string, shift IDShift) error {
+	if shift.Size == 0 || uint64(shift.UIDBase)+uint64(shift.Size) > 1<<32 ||
+		uint64(shift.GIDBase)+uint64(shift.Size) > 1<<32 {
+		return fmt.Errorf("import image: id shift %+v out of range: %w", shift, errdefs.ErrInvalidArgument)
+	}
+	if rootfs == "" {
+		return fmt.Errorf("import image: empty rootfs path: %w", errdefs.ErrInvalidArgument)
+	}
+	if _, err := os.Lstat(rootfs); err == nil {
+		return fmt.Errorf("import image: rootfs %q already exists: %w", rootfs, errdefs.ErrConflict)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("import image: rootfs %q: %w", rootfs, err)
+	}
+	return nil
+}
+
+// unpack creates rootfs and applies img's layers to it; on error the
+// partial rootfs is removed.
+func unpack(ctx context.Context, img *source, rootfs string, shift IDShift, lim Limits) (*Image, error) {
 	rootfd, err := createRoot(rootfs, shift)
 	if err != nil {
 		return nil, fmt.Errorf("import image: %w", err)
 	}
-	out, err := applyImage(ctx, img, rootfd, shift)
+	out, err := applyImage(ctx, img, rootfd, shift, lim)
 	unix.Close(rootfd)
 	if err != nil {
 		if rerr := removeRootfs(rootfs); rerr != nil {
