@@ -27,7 +27,7 @@ type extractor struct {
 	shift IDShift
 	layer int // 1-based number of the layer being applied, for messages
 
-	entries int   // tar entries seen over all layers (capped at maxEntries)
+	entries    int   // tar entries seen over all layers (capped at maxEntries)
 	read       int64 // uncompressed tar bytes read over all layers (capped at maxImageBytes)
 	written    int64 // regular file bytes written over all layers (capped at maxWritten)
 	maxWritten int64 // maxImageBytes, or Limits.MaxBytes when lower
