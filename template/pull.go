@@ -314,7 +314,7 @@ func (p *pull) resolve(want v1.Platform) (v1.Image, v1.Hash, string, error) {
 		if err != nil {
 			return nil, v1.Hash{}, "", err
 		}
-		return pickPlatform(idx, desc.Digest, want, 0)
+		return pickPlatform(p.ref, idx, desc.Digest, want, 0)
 	case desc.MediaType.IsImage():
 		img, err := desc.Image()
 		if err != nil {
@@ -338,9 +338,9 @@ func (p *pull) resolve(want v1.Platform) (v1.Image, v1.Hash, string, error) {
 	return nil, v1.Hash{}, "", errdefs.InvalidField("ref", "%s is a %q, not an image or an image index", p.ref, desc.MediaType)
 }
 
-// pickPlatform returns the image of platform want in index idx (whose
-// digest is d; nested indexes are followed, depth bounds them).
-func pickPlatform(idx v1.ImageIndex, d v1.Hash, want v1.Platform, depth int) (v1.Image, v1.Hash, string, error) {
+// pickPlatform returns the image of platform want in index idx (ref's,
+// whose digest is d; nested indexes are followed, depth bounds them).
+func pickPlatform(ref string, idx v1.ImageIndex, d v1.Hash, want v1.Platform, depth int) (v1.Image, v1.Hash, string, error) {
 	im, err := idx.IndexManifest()
 	if err != nil {
 		return nil, v1.Hash{}, "", err
@@ -366,14 +366,14 @@ func pickPlatform(idx v1.ImageIndex, d v1.Hash, want v1.Platform, depth int) (v1
 			if err != nil {
 				return nil, v1.Hash{}, "", err
 			}
-			return pickPlatform(child, m.Digest, want, depth+1)
+			return pickPlatform(ref, child, m.Digest, want, depth+1)
 		}
 	}
 	if len(have) == 0 {
 		have = []string{"none"}
 	}
-	return nil, v1.Hash{}, "", errdefs.InvalidField("platform", "index %s has no image for %s (it has %s)",
-		d, want.String(), strings.Join(have, ", "))
+	return nil, v1.Hash{}, "", errdefs.InvalidField("platform", "image %s (index %s) has no image for %s; it has %s",
+		ref, d, want.String(), strings.Join(have, ", "))
 }
 
 // layer is one compressed layer of the image being pulled.

@@ -170,8 +170,12 @@ type addressError struct {
 
 // Error names the host and the address.
 func (e *addressError) Error() string {
-	return fmt.Sprintf("%s is at %s, a private, loopback or link-local address that this caller's pulls may not reach "+
-		"(the daemon's --private-registry allows a registry there; an admin key's pulls reach any address)", e.host, e.addr)
+	where := fmt.Sprintf("%s is at %s,", e.host, e.addr)
+	if e.host == e.addr.String() {
+		where = e.host + " is"
+	}
+	return where + " a private, loopback or link-local address, which this caller's pulls may not reach " +
+		"(the daemon's --private-registry allows a registry there; an admin key's pulls reach any address)"
 }
 
 // DialContext dials address (host:port), checking the address it
