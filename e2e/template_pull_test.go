@@ -2,16 +2,20 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -410,3 +414,86 @@ func randomText(n int) string {
 	return string(b)
 }
 
+// TestCLITemplatePull proves `forkbox template import NAME --ref REF`
+// pulls through the daemon with the credentials of --username and
+// --password-stdin, or of a docker config (--registry-config), printing a
+// line per layer when standard error is no terminal; without credentials
+// it fails saying the registry refused.
+func TestCLITemplatePull(t *testing.T) {
+	need(t)
+	reg := newTestRegistry(t)
+	const user, pass = "cli-user", "cli-pass-4410"
+	reg.requireAuth(user, pass)
+	img := withLayers(t, busyboxV1(t), fileLayer(t, "etc/cli", uniq(t)))
+	ref, dig := reg.push(t, "test/cli:1", img)
+
+	name1 := tplName("cli-pull")
+	out, errOut, code := forkbox(t, pass+"\n", "template", "import", name1, "--ref", ref, "--username", user, "--password-stdin")
+	if code != 0 || !strings.Contains(out, "imported "+name1+" ("+dig.String()+", 2 layers") {
+		t.Fatalf("template import --ref: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	deleteTemplateAtEnd(t, env.c, name1)
+	if !strings.Contains(errOut, ref+": "+dig.String()) || strings.Count(errOut, " downloaded\n") != 2 ||
+		!strings.Contains(errOut, "layer 2/2 sha256:") || strings.Contains(errOut, pass) {
+		t.Fatalf("progress lines %q: want the image, two downloaded layers and no password", errOut)
+	}
+
+	// The same layers through a docker config: both cached now.
+	cfgDir := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+	os.WriteFile(filepath.Join(cfgDir, "config.json"), []byte(`{"auths":{"`+reg.host+`":{"auth":"`+auth+`"}}}`), 0o600)
+	name2 := tplName("cli-cfg")
+	out, errOut, code = forkbox(t, "", "template", "import", name2, "--ref", ref, "--registry-config", cfgDir, "--quiet")
+	if code != 0 || out != name2+"\n" || errOut != "" {
+		t.Fatalf("template import --registry-config --quiet: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	deleteTemplateAtEnd(t, env.c, name2)
+	name3 := tplName("cli-env")
+	cmd := exec.Command(env.cli, "template", "import", name3, "--ref", ref)
+	cmd.Env = append(os.Environ(), "FORKBOX_URL="+env.d.URL, "FORKBOX_API_KEY="+env.key, "DOCKER_CONFIG="+cfgDir, "HOME="+t.TempDir())
+	b, err := cmd.CombinedOutput()
+	if err != nil || strings.Count(string(b), " cached\n") != 2 {
+		t.Fatalf("template import with DOCKER_CONFIG: %v: %s (want both layers cached)", err, b)
+	}
+	deleteTemplateAtEnd(t, env.c, name3)
+
+	// On a terminal: one line redrawn in place.
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	name4 := tplName("cli-tty")
+	cmd = exec.Command(env.cli, "template", "import", name4, "--ref", ref, "--registry-config", cfgDir)
+	cmd.Env = append(os.Environ(), "FORKBOX_URL="+env.d.URL, "FORKBOX_API_KEY="+env.key)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, tty
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	var screen bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&screen, ptmx); close(done) }()
+	err = cmd.Wait()
+	<-done
+	deleteTemplateAtEnd(t, env.c, name4)
+	if err != nil || !strings.Contains(screen.String(), "\r"+ref+": ") || !strings.Contains(screen.String(), "unpacking 2 layers") ||
+		strings.Contains(screen.String(), " downloaded\n") {
+		t.Fatalf("template import --ref on a terminal: %v; terminal got %q, stdout %q", err, screen.String(), stdout.String())
+	}
+
+	_, errOut, code = forkbox(t, "", "template", "import", tplName("cli-noauth"), "--ref", ref, "--registry-config", t.TempDir())
+	if code != 125 || !strings.Contains(errOut, "refused access") || !strings.Contains(errOut, "403") {
+		t.Fatalf("template import without credentials: exit %d, stderr %q", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"template", "import", "x"},
+		{"template", "import", "x", "some.tar", "--platform", "linux/amd64"},
+		{"template", "import", "x", "--ref", ref, "--username", user},
+	} {
+		if _, errOut, code := forkbox(t, "", args...); code != 125 || errOut == "" {
+			t.Errorf("forkbox %v: exit %d, stderr %q; want a usage error", args, code, errOut)
+		}
+	}
+}
