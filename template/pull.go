@@ -33,6 +33,13 @@ const maxPullBytes = 64 << 30
 // pullJobs is how many layers one pull downloads at once.
 const pullJobs = 3
 
+// maxLayers bounds the layers of one pulled image (Docker's own limit is
+// 127 layers on overlay).
+const maxLayers = 256
+
+// maxConfigBytes bounds an image config, which is read into memory.
+const maxConfigBytes = 8 << 20
+
 // PullOptions are how Catalog.Pull takes an image from a registry.
 type PullOptions struct {
 	// Platform picks the image of a multi-platform index: "os/arch" or
@@ -320,6 +327,11 @@ func (p *pull) resolve(want v1.Platform) (v1.Image, v1.Hash, string, error) {
 		if err != nil {
 			return nil, v1.Hash{}, "", err
 		}
+		if m, err := img.Manifest(); err != nil {
+			return nil, v1.Hash{}, "", err
+		} else if m.Config.Size > maxConfigBytes || m.Config.Size < 0 {
+			return nil, v1.Hash{}, "", errdefs.InvalidField("ref", "image %s: its config is %d bytes (at most %d)", p.ref, m.Config.Size, maxConfigBytes)
+		}
 		cfg, err := img.ConfigFile()
 		if err != nil {
 			return nil, v1.Hash{}, "", err
@@ -385,12 +397,24 @@ type layer struct {
 	remote v1.Layer
 }
 
-// layers lists img's layers from its manifest, refusing what cannot be
-// pulled (a non-distributable layer, one that is no layer) and an image
-// past the size limits before anything is downloaded.
+// layers lists img's layers from its manifest and fetches its config,
+// refusing what cannot be pulled (a non-distributable layer, one that is
+// no layer, too many layers, a config too large) and an image past the
+// size limits before any layer is downloaded.
 func (p *pull) layers(img v1.Image) ([]layer, error) {
 	m, err := img.Manifest()
 	if err != nil {
+		return nil, err
+	}
+	if len(m.Layers) > maxLayers {
+		return nil, errdefs.InvalidField("ref", "image %s has %d layers, more than %d", p.ref, len(m.Layers), maxLayers)
+	}
+	if m.Config.Size > maxConfigBytes || m.Config.Size < 0 {
+		return nil, errdefs.InvalidField("ref", "image %s: its config is %d bytes (at most %d)", p.ref, m.Config.Size, maxConfigBytes)
+	}
+	// The config now, so that a registry's failure to serve it is told
+	// as one (Apply checks it against its digest).
+	if _, err := img.RawConfigFile(); err != nil {
 		return nil, err
 	}
 	var out []layer
