@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +158,33 @@ func TestPullArguments(t *testing.T) {
 	}
 	if err := c.CheckImportName("busy"); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("CheckImportName of a name being made: %v, want conflict", err)
+	}
+}
+
+// TestLayersInUse: the layers in use are the recorded templates'
+// layer_digests; directories of installs under way are not read (their
+// pulls pin their layers).
+func TestLayersInUse(t *testing.T) {
+	c, _ := testCatalog(t, RegistryPolicy{})
+	for name, digests := range map[string][]string{
+		"a":         {"sha256:" + strings.Repeat("1", 64), "sha256:" + strings.Repeat("2", 64)},
+		"b":         {"sha256:" + strings.Repeat("2", 64)},
+		"c":         nil,
+		".tmp-0123": {"sha256:" + strings.Repeat("3", 64)},
+	} {
+		dir := c.layout.Template(name)
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := storage.SaveTemplate(dir, &storage.Template{Name: name, LayerDigests: digests}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.LayersInUse(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got["sha256:"+strings.Repeat("1", 64)] || !got["sha256:"+strings.Repeat("2", 64)] {
+		t.Fatalf("LayersInUse = %v, want the two digests of a and b", got)
 	}
 }
