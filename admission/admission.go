@@ -49,6 +49,10 @@ func ValidatePolicy(p *tenancy.Policy) error {
 		return errdefs.InvalidField("policy.max_snapshots", "must not be negative")
 	case p.MaxTemplates < 0:
 		return errdefs.InvalidField("policy.max_templates", "must not be negative")
+	case p.MaxTemplateMB < 0:
+		return errdefs.InvalidField("policy.max_template_mb", "must not be negative")
+	case p.MaxTemplateMB > 1<<30:
+		return errdefs.InvalidField("policy.max_template_mb", "must be at most %d (1 PiB)", 1<<30)
 	case p.CPUSecondsPerDay < 0:
 		return errdefs.InvalidField("policy.cpu_seconds_per_day", "must not be negative")
 	case len(p.EgressAllow) > netpolicy.MaxRules:

@@ -12,6 +12,7 @@ import (
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/template"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -84,6 +85,16 @@ var typedProblems = []problemClass{
 		"The request body is larger than the endpoint accepts; `detail` says the limit in bytes."},
 	{errdefs.ErrInvalidArgument, http.StatusUnsupportedMediaType, httpjson.ProblemUnsupportedMediaType, "Unsupported media type",
 		"The body's Content-Type is not JSON: send `Content-Type: application/json` (a body without Content-Type is read as JSON)."},
+	{errdefs.ErrUnavailable, http.StatusGatewayTimeout, template.ProblemRegistryUnreachable, "Registry unreachable",
+		"The image's registry did not answer a pull (connection refused, a name that does not resolve, a timeout); `detail` names the image. Nothing was kept."},
+	{errdefs.ErrUnavailable, http.StatusBadGateway, template.ProblemRegistryError, "Registry error",
+		"The image's registry failed a pull, limited its rate, or served content that does not match its digest; `detail` says which. Nothing of the image was kept."},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, template.ProblemRegistryDenied, "Registry denied",
+		"The image's registry refused the pull's credentials, or wants some: give them (`auth` in the request; the CLI's --username and --password-stdin or a docker config)."},
+	{errdefs.ErrPermissionDenied, http.StatusForbidden, template.ProblemRegistryAddress, "Registry address not allowed",
+		"The registry is at a private, loopback or link-local address, which a tenant's pulls may not reach; the daemon's --private-registry allows one."},
+	{errdefs.ErrResourceExhausted, http.StatusRequestEntityTooLarge, template.ProblemTemplateTooLarge, "Template too large",
+		"The image (its compressed layers, or the files they unpack to) is larger than the tenant's max_template_mb or the host's limit; `detail` names the limit."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},

@@ -62,8 +62,13 @@ func (h *templateAPI) handleTemplate(w http.ResponseWriter, r *http.Request) {
 // the data directory, then unpacked safely. source is what the
 // template's source shows (the CLI sends the file's name; default
 // "upload"); start_cmd keeps the image's ENTRYPOINT and CMD as the
-// template's start command. 201.
+// template's start command. 201. A JSON body pulls the image from a
+// registry instead (handleTemplatePull).
 func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Request) {
+	if isPullRequest(r) {
+		h.handleTemplatePull(w, r)
+		return
+	}
 	name := r.PathValue("name")
 	access.NoteFrom(r.Context()).Set("template", name)
 	shared, err := boolParam(r, "shared")
@@ -86,16 +91,19 @@ func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	// The tenant's template quota: a place is held until the import is in.
+	var maxBytes int64
+	var maxName string
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
-		release, err := h.mgr.ReserveQuota(r.Context(), caller.Tenant, "templates", func() (int, error) {
-			own, err := tenantTemplates(r.Context(), h.store, caller.Tenant)
-			return len(own), err
-		})
+		release, err := h.reserveTemplate(r.Context(), caller.Tenant)
 		if err != nil {
 			h.writeError(w, r, err)
 			return
 		}
 		defer release()
+		if maxBytes, maxName, err = h.templateLimit(r.Context(), caller.Tenant); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	}
 	// Refuse before receiving what may be gigabytes.
 	if err := h.catalog.CheckImportName(name); err != nil {
@@ -113,16 +121,16 @@ func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Reques
 		return
 	}
 	t, err := h.catalog.Import(r.Context(), name, spool.Name(), template.ImportOptions{
-		Ref: r.URL.Query().Get("ref"), Source: source, Shared: shared, StartCmd: startCmd})
+		Ref: r.URL.Query().Get("ref"), Source: source, Shared: shared, StartCmd: startCmd,
+		MaxBytes: maxBytes, MaxBytesName: maxName})
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	// An import that outlived its tenant's deletion is not kept.
 	if caller, ok := tenancy.From(r.Context()); ok && !shared {
-		if _, err := h.store.GetTenant(r.Context(), caller.Tenant); errors.Is(err, errdefs.ErrNotFound) {
-			_ = h.catalog.Delete(r.Context(), name)
-			h.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "tenant %s was deleted", caller.Tenant))
+		if err := h.dropIfTenantGone(r.Context(), caller.Tenant, name); err != nil {
+			h.writeError(w, r, err)
 			return
 		}
 	}

@@ -93,7 +93,8 @@ const (
 var opOrder = []string{OpFork, OpFork64, OpPoolCreate, OpCreate, OpRestoreFiles, OpExec, OpSustained,
 	OpRun, OpDestroy, OpPause, OpResume, OpSnapshot,
 	OpSnapshotUnsynced, OpFrozenUnsynced, OpFrozenSynced,
-	OpMemSnapshot, OpMemRestore, OpMemFork, OpGVisorExec, OpCodeWarm, OpCodeFirst, OpCodeFirstCold, OpCodeChart}
+	OpMemSnapshot, OpMemRestore, OpMemFork, OpGVisorExec, OpCodeWarm, OpCodeFirst, OpCodeFirstCold, OpCodeChart,
+	OpPullCold, OpPullCached}
 
 // systemOrder is the order of systems within one operation.
 var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy, SystemPythonExec}

@@ -69,8 +69,10 @@ func (e *Error) Unwrap() error {
 		return errdefs.ErrResourceExhausted
 	case "insufficient-storage":
 		return errdefs.ErrInsufficientStorage
-	case "unavailable":
+	case "unavailable", "registry-unreachable", "registry-error":
 		return errdefs.ErrUnavailable
+	case "template-too-large":
+		return errdefs.ErrResourceExhausted
 	}
 	return classOfStatus(e.Status)
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/storage/layercache"
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/userns"
 
@@ -74,6 +75,15 @@ type Options struct {
 	// (runsc.Options.Restore; "" reads a checkpoint on a disk with
 	// O_DIRECT where runsc can, one in tmpfs through the page cache).
 	GVisorRestore string
+	// LayerCacheBytes bounds, in bytes, the layers of pulled images that
+	// the layer cache keeps although no template uses them (least
+	// recently used go first; layers templates use are always kept); 0:
+	// defaults.LayerCacheBytes.
+	LayerCacheBytes int64
+	// PrivateRegistries are registries (host or host:port) at private
+	// addresses that tenants' pulls may reach (admins' reach any):
+	// template.RegistryPolicy.PrivateRegistries.
+	PrivateRegistries []string
 	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
 	// kept (in tmpfs) for later restores of the same snapshots; 0 keeps
 	// none: plaintext then exists only while a restore runs.
@@ -311,6 +321,14 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
+	if opts.LayerCacheBytes <= 0 {
+		opts.LayerCacheBytes = defaults.LayerCacheBytes
+	}
+	layers, err := layercache.Open(layout.Layers(), opts.LayerCacheBytes, catalog.LayersInUse)
+	if err != nil {
+		return nil, err
+	}
+	catalog.UsePull(layers, template.RegistryPolicy{PrivateRegistries: opts.PrivateRegistries})
 	unavailable, err := catalog.Register(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("register templates with %s storage: %w", sdrv.Name(), err)

@@ -30,6 +30,8 @@ import (
 //	  runc/                   runc's state root
 //	  templates/NAME/         template.json + rootfs/ (no rootfs/ when the
 //	                          storage driver holds the only copy: Template.Storage)
+//	  layers/                 compressed layers pulled from registries, once
+//	                          each by digest (storage/layercache)
 //	  storage/DRIVER/         writable layers and snapshots (btrfs or overlay;
 //	                          a loop-mounted DRIVER.img beside it when needed)
 //	  sandboxes/ID/           runtime state, agent.sock, hosts, hostname
@@ -92,6 +94,10 @@ func (l Layout) RunscRoot() string { return filepath.Join(l.Root, "runsc") }
 
 // Templates is the directory of all templates.
 func (l Layout) Templates() string { return filepath.Join(l.Root, "templates") }
+
+// Layers is the layer cache: the compressed layers of images pulled from
+// registries, kept once each by digest (storage/layercache).
+func (l Layout) Layers() string { return filepath.Join(l.Root, "layers") }
 
 // Template is the directory of template name.
 func (l Layout) Template(name string) string { return filepath.Join(l.Templates(), name) }

@@ -23,6 +23,7 @@ func TestPathsOnDisk(t *testing.T) {
 		l.SnapshotKey():       "/var/lib/forkbox/keys/snapshot.key",
 		l.Templates():         "/var/lib/forkbox/templates",
 		l.Template("base"):    "/var/lib/forkbox/templates/base",
+		l.Layers():            "/var/lib/forkbox/layers",
 		l.StorageRoot():       "/var/lib/forkbox/storage",
 		l.Storage("btrfs"):    "/var/lib/forkbox/storage/btrfs",
 		l.Sandboxes():         "/var/lib/forkbox/sandboxes",

@@ -61,6 +61,12 @@ const (
 	ExecInflightPerTenant = 256 << 20
 )
 
+// LayerCacheBytes bounds the layer cache (`forkbox serve
+// --layer-cache-mb`): the compressed layers of pulled images no template
+// uses that are kept for the next pull, in bytes (layers templates use
+// are kept whatever the bound).
+const LayerCacheBytes = 10 << 30
+
 // MaxSnapshotEntries is how many entries (files, directories, links,
 // devices: every line of the contents manifest) a snapshot may hold
 // unless the daemon is told otherwise (`forkbox serve

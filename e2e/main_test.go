@@ -118,6 +118,9 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 		// Small enough that one session can be over it (TestTenantPolicyErrors),
 		// large enough for every other test's sessions at once.
 		Capacity: admission.Capacity{MaxMemoryMB: 48 << 10},
+		// Tenants' pulls may reach the tests' registries by this name
+		// (not by 127.0.0.1: TestTemplatePullTenant).
+		PrivateRegistries: []string{"localhost"},
 	}
 	if forwardMode && dataDir == env.dataDir {
 		opts.WrapNode = newForwardNode

@@ -26,6 +26,18 @@ import (
 // a `docker save` tarball.
 func busyboxImage(t *testing.T) []byte {
 	t.Helper()
+	img := busyboxV1(t)
+	tag, _ := name.NewTag("forkbox.test/busybox:1")
+	var out bytes.Buffer
+	if err := tarball.Write(tag, img, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// busyboxV1 is busyboxImage's image.
+func busyboxV1(t *testing.T) v1.Image {
+	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Skip("needs a static /bin/busybox (Debian busybox-static; make deps installs it)")
@@ -57,12 +69,7 @@ func busyboxImage(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _ := name.NewTag("forkbox.test/busybox:1")
-	var out bytes.Buffer
-	if err := tarball.Write(tag, img, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out.Bytes()
+	return img
 }
 
 // TestTemplateImport proves an OCI image imported from a `docker save`

@@ -63,6 +63,11 @@ type Template struct {
 	StartCmd []string `json:"start_cmd,omitempty"`
 	// Layers is how many image layers the import applied.
 	Layers int `json:"layers,omitempty"`
+	// LayerDigests are the digests ("sha256:...") of the compressed
+	// layers of a template pulled from a registry, lowest first: the
+	// layer cache (storage/layercache) keeps them while the template
+	// exists. Empty for other templates.
+	LayerDigests []string `json:"layer_digests,omitempty"`
 	// HostMounts are host directories bind-mounted read-only into every
 	// sandbox of this template (the base template's /usr and friends).
 	HostMounts []bindmount.Mount `json:"host_mounts,omitempty"`

@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/image"
+	"github.com/forkbox/forkbox/storage/layercache"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
 )
@@ -37,7 +38,14 @@ type Catalog struct {
 	// sandboxes' layers can be built on it.
 	storage storage.Driver
 
-	mu sync.Mutex // serialises imports and deletes
+	// layers keeps pulled images' layers (nil: this catalog pulls
+	// nothing; see UsePull); registry says which registries pulls reach.
+	layers   *layercache.Cache
+	registry RegistryPolicy
+
+	mu sync.Mutex // serialises installs, deletes and base builds
+	// making holds the names of imports and pulls under way.
+	making map[string]bool
 }
 
 // NewCatalog returns the catalog over layout and st. guard, when not nil,
@@ -124,20 +132,60 @@ func (c *Catalog) EnsureBase(ctx context.Context) error {
 // its viewers should not learn; "" for "upload"). The image's ENV,
 // WORKDIR and USER become the template's (ImportOptions), and its
 // ENTRYPOINT and CMD its start command when o.StartCmd. ErrConflict when
-// name exists (names are global: another tenant's template holds the name
-// too); ErrInvalidArgument for a bad name or image (the message names
-// paths in the image only), a USER the image has no account for, or
-// o.StartCmd for an image without a command. The files every sandbox
-// mounts over are made safe first (storage.PrepareMountTargets).
+// name exists or another import of it is under way (names are global:
+// another tenant's template holds the name too); ErrInvalidArgument for
+// a bad name or image (the message names paths in the image only), a
+// USER the image has no account for, or o.StartCmd for an image without
+// a command; past o.MaxBytes the 413 template-too-large. The files every
+// sandbox mounts over are made safe first (storage.PrepareMountTargets).
 func (c *Catalog) Import(ctx context.Context, name, src string, o ImportOptions) (*storage.Template, error) {
-	if err := c.CheckImportName(name); err != nil {
+	release, err := c.reserve(name)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
+	owner := tenancy.TenantOf(ctx, "")
+	if o.Shared {
+		owner = ""
+	}
+	return c.install(ctx, name, owner, o, func(rootfs string, shift image.IDShift) (*image.Image, error) {
+		img, err := image.ImportWith(ctx, src, o.Ref, rootfs, shift, image.Limits{MaxBytes: o.MaxBytes})
+		return img, tooLarge(err, o.MaxBytes, o.MaxBytesName)
+	}, nil)
+}
+
+// reserve takes name for an import or pull under way until release is
+// called (once): CheckImportName's errors, or ErrConflict when another
+// holds it.
+func (c *Catalog) reserve(name string) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.CheckImportName(name); err != nil {
+	if err := c.checkName(name); err != nil {
 		return nil, err
 	}
+	if c.making == nil {
+		c.making = map[string]bool{}
+	}
+	c.making[name] = true
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			delete(c.making, name)
+			c.mu.Unlock()
+		})
+	}, nil
+}
+
+// install makes template name (owned by tenant; "" shared) in a fresh
+// temporary directory: unpack writes the image's root filesystem at the
+// path it is given (which does not exist yet) and returns what it found;
+// then the user directories and mount targets are prepared, the image's
+// config applied (applyConfig), edit (when not nil) adds to the metadata,
+// and the template is renamed into place and recorded, under c.mu. On
+// any error nothing of it is left. The caller holds name (reserve).
+func (c *Catalog) install(ctx context.Context, name, tenant string, o ImportOptions,
+	unpack func(rootfs string, shift image.IDShift) (*image.Image, error), edit func(*storage.Template)) (*storage.Template, error) {
 	dir := c.layout.Template(name)
 	tmp, err := c.tempDir()
 	if err != nil {
@@ -163,8 +211,7 @@ func (c *Catalog) Import(ctx context.Context, name, src string, o ImportOptions)
 		defer storage.RemoveTree(stage) // AddTemplate has taken what it needs by then
 		rootfs, held = storage.RootFS(stage), c.storage.Name()
 	}
-	img, err := image.Import(ctx, src, o.Ref, rootfs,
-		image.IDShift{UIDBase: c.shift.UIDBase, GIDBase: c.shift.GIDBase, Size: c.shift.Size})
+	img, err := unpack(rootfs, image.IDShift{UIDBase: c.shift.UIDBase, GIDBase: c.shift.GIDBase, Size: c.shift.Size})
 	if err != nil {
 		return nil, err
 	}
@@ -182,21 +229,22 @@ func (c *Catalog) Import(ctx context.Context, name, src string, o ImportOptions)
 	if err := applyConfig(t, img, rootfs, o, c.shift.Size); err != nil {
 		return nil, err
 	}
+	if edit != nil {
+		edit(t)
+	}
 	if err := storage.SaveTemplate(tmp, t); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := os.Rename(tmp, dir); err != nil {
 		return nil, err
 	}
 	ok = true
-	owner := tenancy.TenantOf(ctx, "")
-	if o.Shared {
-		owner = ""
-	}
 	if held == "" {
 		rootfs = storage.RootFS(dir)
 	}
-	if err := c.record(ctx, t, rootfs, owner); err != nil {
+	if err := c.record(ctx, t, rootfs, tenant); err != nil {
 		// Leave no half-made template under the name (a retry can use it).
 		_ = c.storage.RemoveTemplate(context.WithoutCancel(ctx), name)
 		os.RemoveAll(dir)
@@ -209,6 +257,16 @@ func (c *Catalog) Import(ctx context.Context, name, src string, o ImportOptions)
 // for a bad or reserved name, ErrConflict when a template has it. Callers
 // use it to refuse an upload before receiving it; Import checks again.
 func (c *Catalog) CheckImportName(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.checkName(name)
+}
+
+// checkName is CheckImportName under c.mu.
+func (c *Catalog) checkName(name string) error {
+	if c.making[name] {
+		return errdefs.Newf(errdefs.ErrConflict, "template %q is being imported now; wait for it or pick another name", name)
+	}
 	if !storage.ValidTemplateName(name) {
 		return errdefs.InvalidField("name", "must be 1-63 characters of [a-z0-9._-]")
 	}
@@ -317,7 +375,14 @@ func (c *Catalog) Delete(ctx context.Context, name string) error {
 	if err := c.store.DeleteTemplate(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return err
 	}
-	return os.RemoveAll(trash)
+	if err := os.RemoveAll(trash); err != nil {
+		return err
+	}
+	if c.layers != nil {
+		// Its layers may be unused now: the cache keeps them within its bound.
+		_, _ = c.layers.Evict(context.WithoutCancel(ctx))
+	}
+	return nil
 }
 
 // tempDir makes a fresh hidden directory under the templates directory, on

@@ -27,6 +27,12 @@ type ImportOptions struct {
 	// StartCmd makes the image's ENTRYPOINT and CMD the template's start
 	// command (storage.Template.StartCmd).
 	StartCmd bool
+	// MaxBytes caps the bytes of the image's files (0: only the host's
+	// cap); past it the import fails with the 413 template-too-large,
+	// whose message names the limit as MaxBytesName says ("tenant a's
+	// max_template_mb"; "" for "the limit").
+	MaxBytes     int64
+	MaxBytesName string
 }
 
 // source is the Source a template imported with o records.

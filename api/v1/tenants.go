@@ -26,6 +26,10 @@ type TenantPolicy struct {
 	// or import gets 429 tenant-quota-exceeded.
 	MaxSnapshots int `json:"max_snapshots,omitempty"`
 	MaxTemplates int `json:"max_templates,omitempty"`
+	// MaxTemplateMB bounds each template the tenant imports or pulls, in
+	// MiB: the image's compressed layers and the files they unpack to;
+	// past it the import gets 413 template-too-large naming the limit.
+	MaxTemplateMB int64 `json:"max_template_mb,omitempty"`
 	// SuspendWhenFlagged refuses the tenant's creates (403
 	// tenant-suspended) while the abuse detector's flag is on it, until
 	// an admin clears it.

@@ -24,6 +24,7 @@ func newServeCmd() *cobra.Command {
 	var pools []string
 	var imageSize int64
 	var execMB, execTenantMB int64
+	var layerCacheMB int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -41,6 +42,10 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 			}
 			opts.Log = log
 			opts.StorageImageBytes = imageSize << 30
+			if layerCacheMB < 1 {
+				return fmt.Errorf("--layer-cache-mb %d: must be at least 1", layerCacheMB)
+			}
+			opts.LayerCacheBytes = layerCacheMB << 20
 			opts.ExecInflight = inflight.Limits{Total: execMB << 20, PerTenant: execTenantMB << 20}
 			for _, p := range pools {
 				name, size, ok := strings.Cut(p, "=")
@@ -77,6 +82,10 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: the pinned build make deps installs, else from PATH)")
 	f.StringVar(&opts.Domain, "domain", "", "serve sandbox ports at host names PORT-ID.DOMAIN (point wildcard DNS *.DOMAIN at this daemon); E2B's getHost(port) then returns such names")
 	f.IntVar(&opts.MemoryImageCacheMB, "memory-image-cache-mb", 0, "MiB of decrypted memory snapshots kept in tmpfs (plaintext, root-only) for later restores of the same snapshot (default 0: none, plaintext exists only while a restore runs)")
+	f.Int64Var(&layerCacheMB, "layer-cache-mb", defaults.LayerCacheBytes>>20,
+		"MiB of pulled images' layers that no template uses kept for later pulls (least recently used go first; layers templates use are always kept)")
+	f.StringArrayVar(&opts.PrivateRegistries, "private-registry", nil,
+		"a registry (host or host:port) at a private address that tenants' pulls may reach (repeatable; admin keys' pulls reach any address)")
 	f.StringVar(&opts.GVisorRestore, "gvisor-restore", "", `how gVisor restores read a checkpoint: "plain", "direct", "background" or "direct+background" (default: direct for a checkpoint on a disk where runsc has it, plain from tmpfs)`)
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
