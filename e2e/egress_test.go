@@ -95,6 +95,22 @@ print(json.dumps(res))
 
 func TestEgressAllowList(t *testing.T) {
 	need(t)
+	testEgressAllowList(t, "")
+}
+
+// TestGVisorEgressAllowList: the same fence, redirects, refusals and
+// records for a sandbox whose network stack is gVisor's (its frames leave
+// by the link without passing the rules of its namespace).
+func TestGVisorEgressAllowList(t *testing.T) {
+	needGVisor(t)
+	testEgressAllowList(t, "gvisor")
+}
+
+// testEgressAllowList runs the allow-list probe in a session of isolation
+// ("" the default tier) and checks what each attempt gave, that root in
+// the sandbox cannot change its network, the records, and that nothing of
+// the network outlives the session.
+func testEgressAllowList(t *testing.T, isolation string) {
 	host := testnet.NewHost(t, egressHost)
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })
 	host.ServeHTTP(t, 80, hello)
@@ -103,7 +119,7 @@ func TestEgressAllowList(t *testing.T) {
 	ssh := host.Listen(t, 22) // open, so that only the fence can refuse it
 	defer ssh.Close()
 
-	s := newSession(t, client.CreateRequest{Network: &client.Network{
+	s := newSession(t, client.CreateRequest{Isolation: isolation, Network: &client.Network{
 		Allow: []string{"allowed.test:80", "allowed.test:443", "rebind.test:80", "198.51.100.40/32:8080"}}})
 	if s.Network == nil || len(s.Network.Allow) != 4 || s.Network.MaxEgressBytes == 0 {
 		t.Fatalf("session network: %+v", s.Network)

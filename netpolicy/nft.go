@@ -21,6 +21,9 @@ const (
 	listenHTTPPort  = 15080
 	listenTLSPort   = 15443
 	listenDNSPort   = 15053
+	// refusedPort is where the host table sends the TCP connections of a
+	// sandbox that nothing serves: the input chain resets them.
+	refusedPort = 15009
 	// LegacyHostTable is the one host table every daemon shared before
 	// each had its own (ServiceOptions.Table).
 	LegacyHostTable      = "forkbox"
@@ -98,6 +101,42 @@ func dnat(a netip.Addr, port uint16) rule {
 		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(port)},
 		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2, Specified: true},
 	}
+}
+
+// redirect rewrites the destination to port on the address of the
+// interface the packet came in on (a sandbox link's gateway).
+func redirect(port uint16) rule {
+	return rule{
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(port)},
+		&expr.Redir{RegisterProtoMin: 2, Flags: expr.NF_NAT_RANGE_PROTO_SPECIFIED},
+	}
+}
+
+// toOwnGateway matches a packet addressed to an address of the interface
+// it came in on (a sandbox link: its own gateway), not to another link's.
+func toOwnGateway() rule {
+	return match(&expr.Fib{Register: 1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},
+		binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL))
+}
+
+// notToOwnGateway is toOwnGateway negated.
+func notToOwnGateway() rule {
+	return rule{&expr.Fib{Register: 1, FlagDADDR: true, FlagIIF: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)}}
+}
+
+// spoofed matches a packet whose source address has no route back through
+// the interface it came in on (reverse-path filter).
+func spoofed() rule {
+	return match(&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+		binaryutil.NativeEndian.PutUint32(0))
+}
+
+// refuse rejects a packet at once: a TCP reset, else ICMP administratively
+// prohibited, so that what a sandbox may not reach fails fast instead of
+// timing out.
+func refuse() rule {
+	return rule{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}
 }
 
 // sandboxRules installs the sandbox namespace's table (netnsFD is a handle
@@ -190,16 +229,44 @@ func hostRules(name string, group uint32) error {
 		add(in, toGateways.then(notFromSandbox...).then(tcp...).then(dport(p)...).then(drop()))
 	}
 	add(in, toGateways.then(notFromSandbox...).then(udp...).then(dport(listenDNSPort)...).then(drop()))
+	// A sandbox reaches the egress service on its own gateway only (one
+	// whose stack the daemon does not fence inside, gVisor's, could
+	// otherwise address another sandbox's listeners and get its policy).
+	own := fromSandbox.then(toOwnGateway()...)
 	for _, p := range []uint16{listenProxyPort, listenHTTPPort, listenTLSPort, listenDNSPort} {
-		add(in, fromSandbox.then(tcp...).then(dport(p)...).then(accept()))
+		add(in, own.then(tcp...).then(dport(p)...).then(accept()))
 	}
-	add(in, fromSandbox.then(udp...).then(dport(listenDNSPort)...).then(accept()))
+	add(in, own.then(udp...).then(dport(listenDNSPort)...).then(accept()))
 	add(in, fromSandbox.then(established()...).then(accept()))
-	add(in, fromSandbox.then(drop()))
+	add(in, fromSandbox.then(tcp...).then(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
+	add(in, fromSandbox.then(refuse()...))
+
+	// The same redirects as in a sandbox's own namespace, on the host side
+	// of its link: a gVisor sandbox's network stack is in its Sentry
+	// (runtime/runsc), whose frames leave by the link without passing the
+	// namespace's rules. For the runc tier these never match (its
+	// namespace has already sent those packets to the listen ports).
+	// Nor may it send from an address that is not its link's.
+	guard := c.AddChain(&nftables.Chain{Name: "sandboxes_source", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle})
+	add(guard, fromSandbox.then(spoofed()...).then(drop()))
+	pre := c.AddChain(&nftables.Chain{Name: "sandboxes_redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	add(pre, fromSandbox.then(ipv4()...).then(tcp...).then(dport(80)...).then(redirect(listenHTTPPort)...))
+	add(pre, fromSandbox.then(ipv4()...).then(tcp...).then(dport(443)...).then(redirect(listenTLSPort)...))
+	add(pre, fromSandbox.then(toGateways...).then(tcp...).then(dport(ProxyPort)...).then(redirect(listenProxyPort)...))
+	add(pre, fromSandbox.then(toGateways...).then(tcp...).then(dport(53)...).then(redirect(listenDNSPort)...))
+	add(pre, fromSandbox.then(toGateways...).then(udp...).then(dport(53)...).then(redirect(listenDNSPort)...))
+	// Any other TCP connection is sent to a port of its own gateway on
+	// which the input chain answers with a reset, as the namespace's rules
+	// do for the runc tier (a host that does not forward would drop it
+	// unanswered: a timeout instead of a refusal).
+	add(pre, fromSandbox.then(ipv4()...).then(tcp...).then(notToOwnGateway()...).then(redirect(refusedPort)...))
 
 	fwd := c.AddChain(&nftables.Chain{Name: "sandboxes_forward", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
-	add(fwd, fromSandbox.then(drop()))
+	add(fwd, fromSandbox.then(tcp...).then(&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}))
+	add(fwd, fromSandbox.then(refuse()...))
 	add(fwd, sandboxLinks(expr.MetaKeyOIFNAME, expr.MetaKeyOIFGROUP, group).then(drop()))
 
 	if err := c.Flush(); err != nil {

@@ -109,6 +109,11 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 			return nil, false, errdefs.InvalidField("memory_mb", "snapshot %s holds %d MiB of memory: give at least that",
 				snap.ID, need)
 		}
+		if snap.MemoryDriver != "" {
+			if err := m.memoryNetwork(ctx, snap, &req); err != nil {
+				return nil, false, err
+			}
+		}
 	}
 	if !m.tpls.templateVisible(ctx, req.Template) {
 		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)

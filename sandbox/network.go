@@ -252,3 +252,24 @@ func (mt *Meter) egressBytes(ctx context.Context, sb *Sandbox) int64 {
 	}
 	return n
 }
+
+// memoryNetwork makes req, a session restored from memory snapshot snap,
+// have a network exactly when snap's session had one: the checkpoint
+// holds that session's network stack (gVisor's, in its Sentry) and gVisor
+// restores only into a sandbox of the same shape. A request that names no
+// network gets a copy of the source session's (its allow-list as it is
+// now); one that names a network for a snapshot taken without one is
+// ErrInvalidArgument naming network.
+func (m *Manager) memoryNetwork(ctx context.Context, snap *node.Snapshot, req *node.CreateSpec) error {
+	src, err := m.opts.Store.GetSession(ctx, snap.SessionID)
+	if err != nil {
+		return fmt.Errorf("the session of memory snapshot %s: %w", snap.ID, err)
+	}
+	switch {
+	case src.Network != nil && req.Network == nil:
+		req.Network = copyNetwork(src.Network)
+	case src.Network == nil && req.Network != nil:
+		return errdefs.InvalidField("network", "memory snapshot %s was taken of a session without a network: sessions restored from it have none", snap.ID)
+	}
+	return nil
+}

@@ -39,6 +39,19 @@ func WriteSpec(dir string, spec *specs.Spec) error {
 	return nil
 }
 
+// ReadSpec reads the spec WriteSpec wrote in dir.
+func ReadSpec(dir string) (*specs.Spec, error) {
+	data, err := os.ReadFile(filepath.Join(dir, SpecFile))
+	if err != nil {
+		return nil, err
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", dir, err)
+	}
+	return &s, nil
+}
+
 // AgentStdio is the stdio of a sandbox's agent: /dev/null in, the log file
 // StateDir/agent.log (appended, mode 0600) out. It is a go-runc IO
 // (github.com/containerd/go-runc); Close closes both.

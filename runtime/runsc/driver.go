@@ -56,7 +56,10 @@ type Options struct {
 
 // Driver runs sandboxes with runsc. Create one with New.
 type Driver struct {
-	runsc   *gorunc.Runc
+	// runsc runs sandboxes without a network, runscNet those that join a
+	// network namespace (Config.NetnsPath): see network.go.
+	runsc    *gorunc.Runc
+	runscNet *gorunc.Runc
 	bin     string
 	version string // runsc --version's
 	// restoreArgs are added to runsc restore (Options.Restore), and
@@ -125,9 +128,11 @@ func New(opts Options) (*Driver, error) {
 	if platform == "" {
 		platform = "systrap"
 	}
-	args := []string{"--platform=" + platform, "--network=none", "--host-uds=create"}
+	args := []string{"--platform=" + platform, networkNone, "--host-uds=create"}
+	netArgs := []string{"--platform=" + platform, networkSandbox, "--host-uds=create"}
 	return &Driver{
-		runsc: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
+		runsc:    &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
+		runscNet: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: netArgs},
 		bin:   path, version: version, restoreArgs: restore, autoDirect: autoDirect, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
@@ -146,7 +151,7 @@ func (d *Driver) Name() string { return DriverName }
 // the host cgroup's, shared with the Sentry, so going over it stops the
 // whole sandbox.
 func (d *Driver) Capabilities() runtime.Capabilities {
-	return runtime.Capabilities{Pause: true, MemorySnapshot: true, Fork: true, SandboxOOM: true, UserNamespace: true}
+	return runtime.Capabilities{Pause: true, MemorySnapshot: true, Fork: true, SandboxOOM: true, UserNamespace: true, Network: true}
 }
 
 // Create writes the bundle and runs the sandbox detached.
@@ -224,14 +229,14 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	}()
 	if image == "" {
 		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
-		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+		if _, err := d.runner(cfg.NetnsPath != "").Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
 			return runtime.AsMountError(fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
 				summary([]byte(stdio.Tail(8192)))))
 		}
 		return nil
 	}
 	args := append([]string{"restore", "--detach"}, d.directFor(image)...)
-	cmd := d.command(ctx, append(args, "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)...)
+	cmd := d.commandNet(ctx, cfg.NetnsPath != "", append(args, "--image-path", image, "--bundle", cfg.StateDir, cfg.ID)...)
 	stdio.Set(cmd)
 	if err := cmd.Run(); err != nil {
 		return runtime.AsMountError(fmt.Errorf("runsc restore %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
@@ -240,9 +245,17 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	return nil
 }
 
-// command returns a runsc command with the driver's global flags.
+// command returns a runsc command with the driver's global flags (those of
+// a sandbox without a network; runsc reads --network only where a sandbox
+// is started or checkpointed, see commandNet).
 func (d *Driver) command(ctx context.Context, args ...string) *exec.Cmd {
-	global := append([]string{"--root", d.root}, d.runsc.ExtraArgs...)
+	return d.commandNet(ctx, false, args...)
+}
+
+// commandNet returns a runsc command with the global flags of a sandbox
+// with a network (networked) or without.
+func (d *Driver) commandNet(ctx context.Context, networked bool, args ...string) *exec.Cmd {
+	global := append([]string{"--root", d.root}, d.runner(networked).ExtraArgs...)
 	cmd := exec.CommandContext(ctx, d.bin, append(global, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd
@@ -258,7 +271,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string) error {
 		return errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
 	}
 	defer d.lock(id)()
-	cmd := d.command(ctx, "checkpoint", "--leave-running", "--compression=none", "--image-path", dir, id)
+	// --leave-running restores the sandbox in place, which must be given
+	// the flags it was started with (runsc's checkpoint documentation).
+	cmd := d.commandNet(ctx, d.networked(id), "checkpoint", "--leave-running", "--compression=none", "--image-path", dir, id)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		if notExist(errors.New(string(out))) {
