@@ -60,8 +60,8 @@ type Driver struct {
 	// network namespace (Config.NetnsPath): see network.go.
 	runsc    *gorunc.Runc
 	runscNet *gorunc.Runc
-	bin     string
-	version string // runsc --version's
+	bin      string
+	version  string // runsc --version's
 	// restoreArgs are added to runsc restore (Options.Restore), and
 	// --direct for a checkpoint on a disk when autoDirect.
 	restoreArgs []string
@@ -133,7 +133,7 @@ func New(opts Options) (*Driver, error) {
 	return &Driver{
 		runsc:    &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: args},
 		runscNet: &gorunc.Runc{Command: path, Root: opts.StateRoot, Setpgid: true, ExtraArgs: netArgs},
-		bin:   path, version: version, restoreArgs: restore, autoDirect: autoDirect, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
+		bin:      path, version: version, restoreArgs: restore, autoDirect: autoDirect, root: opts.StateRoot, cg: cgroupv1.New(opts.CgroupParent),
 		locks: map[string]*idLock{}, sentries: map[string]process{},
 	}, nil
 }
