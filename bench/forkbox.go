@@ -153,6 +153,8 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		// may stay on the host (its nftables table, cgroup parent).
 		StopSessions: f.removeDir,
 		Spares:       f.opts.Spares,
+		// The egress rows' server (egress.go), and nothing else.
+		EgressResolver: egressResolver, EgressTestNetworks: egressTestNetworks,
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)

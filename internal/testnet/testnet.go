@@ -1,7 +1,7 @@
 // Package testnet makes "internet" hosts for tests on this machine: each
 // Host is a network namespace joined to the host by a veth pair, with one
-// address from the documentation ranges (198.51.100.0/24, 203.0.113.0/24)
-// and a host route to it, so that no test packet can leave the machine even
+// address from the documentation range 198.51.100.0/24 and a host route
+// (/32) to it, so that no test packet can leave the machine even
 // when the code under test is wrong. It needs root.
 package testnet
 
@@ -40,62 +40,76 @@ type Host struct {
 // TLSCertificate is the certificate of the last ServeTLS (nil before one).
 func (h *Host) TLSCertificate() *x509.Certificate { return h.cert }
 
-// NewHost makes a test host at addr (which must be in 198.51.100.0/24 or
-// 203.0.113.0/24) and removes it when t ends. It skips t when not root.
+// testRange is where test hosts live: a documentation range (RFC 5737)
+// that nothing on these machines routes elsewhere. Only host routes (/32)
+// inside it are ever added.
+var testRange = netip.MustParsePrefix("198.51.100.0/24")
+
+// NewHost makes a test host at addr (which must be in 198.51.100.0/24) and
+// removes it when t ends. It skips t when not root.
 func NewHost(t testing.TB, addr string) *Host {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("testnet: needs root to make network namespaces")
 	}
-	a := netip.MustParseAddr(addr)
-	if !netip.MustParsePrefix("198.51.100.0/24").Contains(a) && !netip.MustParsePrefix("203.0.113.0/24").Contains(a) {
-		t.Fatalf("testnet: %s is not in a documentation range", a)
+	h, err := Start(addr)
+	if err != nil {
+		t.Fatalf("testnet: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// Start makes a host at addr (in 198.51.100.0/24): a new network namespace
+// with the address, a veth pair to this one and a host route (/32) to it.
+// The caller must Close it. It needs root.
+func Start(addr string) (h *Host, retErr error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil || !a.Is4() || !testRange.Contains(a) {
+		return nil, fmt.Errorf("%q is not an address in %s", addr, testRange)
 	}
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	tag := hex.EncodeToString(rnd[:])
-	h := &Host{Addr: a, link: "fbt" + tag + "h"}
+	h = &Host{Addr: a, link: "fbt" + tag + "h", ns: -1}
 	peer := "fbt" + tag + "p"
+	defer func() {
+		if retErr != nil {
+			_ = h.Close()
+		}
+	}()
 
 	ns, err := newNamespace()
 	if err != nil {
-		t.Fatalf("testnet: %v", err)
+		return nil, err
 	}
 	h.ns = ns
-	t.Cleanup(func() { h.ns.Close() })
-
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: h.link}, PeerName: peer}
 	if err := netlink.LinkAdd(veth); err != nil {
-		t.Fatalf("testnet: add veth: %v", err)
+		return nil, fmt.Errorf("add veth: %w", err)
 	}
-	t.Cleanup(func() {
-		if l, err := netlink.LinkByName(h.link); err == nil {
-			_ = netlink.LinkDel(l)
-		}
-	})
 	pl, err := netlink.LinkByName(peer)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := netlink.LinkSetNsFd(pl, int(ns)); err != nil {
-		t.Fatalf("testnet: move veth: %v", err)
+		return nil, fmt.Errorf("move veth: %w", err)
 	}
 	hl, err := netlink.LinkByName(h.link)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := netlink.LinkSetUp(hl); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	bits := a.BitLen()
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Scope: netlink.SCOPE_LINK,
-		Dst: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)}}); err != nil {
-		t.Fatalf("testnet: host route: %v", err)
+	host32 := &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: hl.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: host32}); err != nil {
+		return nil, fmt.Errorf("host route: %w", err)
 	}
 
 	nh, err := netlink.NewHandleAt(ns)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer nh.Close()
 	lo, err := nh.LinkByName("lo")
@@ -103,23 +117,37 @@ func NewHost(t testing.TB, addr string) *Host {
 		err = nh.LinkSetUp(lo)
 	}
 	if err != nil {
-		t.Fatalf("testnet: lo: %v", err)
+		return nil, fmt.Errorf("lo: %w", err)
 	}
 	pl, err = nh.LinkByName(peer)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	if err := nh.AddrAdd(pl, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, bits)}}); err != nil {
-		t.Fatalf("testnet: address: %v", err)
+	if err := nh.AddrAdd(pl, &netlink.Addr{IPNet: host32}); err != nil {
+		return nil, fmt.Errorf("address: %w", err)
 	}
 	if err := nh.LinkSetUp(pl); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := nh.RouteAdd(&netlink.Route{LinkIndex: pl.Attrs().Index, Scope: netlink.SCOPE_LINK,
 		Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}); err != nil {
-		t.Fatalf("testnet: default route: %v", err)
+		return nil, fmt.Errorf("default route: %w", err)
 	}
-	return h
+	return h, nil
+}
+
+// Close removes the host: its veth pair (and with it the host route) and
+// its namespace. Closing twice is fine.
+func (h *Host) Close() error {
+	var err error
+	if l, lerr := netlink.LinkByName(h.link); lerr == nil {
+		err = netlink.LinkDel(l)
+	}
+	if h.ns >= 0 {
+		h.ns.Close()
+		h.ns = -1
+	}
+	return err
 }
 
 // newNamespace makes a network namespace and returns a handle to it.
@@ -173,17 +201,27 @@ func onThreadIn(enter, fn func() error) error {
 	return <-errc
 }
 
-// Listen opens a TCP listener on the host's address and port, inside its
-// namespace.
-func (h *Host) Listen(t testing.TB, port int) net.Listener {
-	t.Helper()
+// ListenTCP opens a TCP listener on the host's address and port, inside
+// its namespace.
+func (h *Host) ListenTCP(port int) (net.Listener, error) {
 	var l net.Listener
 	err := onThreadIn(func() error { return netns.Set(h.ns) }, func() (err error) {
 		l, err = net.Listen("tcp", netip.AddrPortFrom(h.Addr, uint16(port)).String())
 		return err
 	})
 	if err != nil {
-		t.Fatalf("testnet: listen on %s:%d: %v", h.Addr, port, err)
+		return nil, fmt.Errorf("listen on %s:%d: %w", h.Addr, port, err)
+	}
+	return l, nil
+}
+
+// Listen is ListenTCP for a test: it fails t on an error and closes the
+// listener when t ends.
+func (h *Host) Listen(t testing.TB, port int) net.Listener {
+	t.Helper()
+	l, err := h.ListenTCP(port)
+	if err != nil {
+		t.Fatalf("testnet: %v", err)
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
