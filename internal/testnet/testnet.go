@@ -215,6 +215,20 @@ func (h *Host) ListenTCP(port int) (net.Listener, error) {
 	return l, nil
 }
 
+// ListenUDP opens a UDP socket on the host's address and port, inside its
+// namespace.
+func (h *Host) ListenUDP(port int) (net.PacketConn, error) {
+	var c net.PacketConn
+	err := onThreadIn(func() error { return netns.Set(h.ns) }, func() (err error) {
+		c, err = net.ListenPacket("udp", netip.AddrPortFrom(h.Addr, uint16(port)).String())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listen on udp %s:%d: %w", h.Addr, port, err)
+	}
+	return c, nil
+}
+
 // Listen is ListenTCP for a test: it fails t on an error and closes the
 // listener when t ends.
 func (h *Host) Listen(t testing.TB, port int) net.Listener {
