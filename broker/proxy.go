@@ -247,9 +247,9 @@ func (b *Session) note(kind, name, host, reason string) {
 	if reason != "" {
 		detail["reason"] = reason
 	}
-	outcome := ""
+	outcome := "ok"
 	if kind == KindRefused {
-		outcome = "refused"
+		outcome = "denied"
 	}
 	_ = b.secrets.rec.Record(context.Background(), audit.Event{Tenant: b.tenant, Session: b.id, Kind: kind,
 		Outcome: outcome, Detail: detail})

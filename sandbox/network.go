@@ -55,7 +55,7 @@ func copyNetwork(n *node.Network) *node.Network {
 		return nil
 	}
 	return &node.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
-		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute, Secrets: append([]string(nil), n.Secrets...)}
 }
 
 // policyOf turns a stored network into the egress policy.

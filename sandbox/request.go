@@ -92,6 +92,9 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 	if err := validateMetadata(r.Metadata); err != nil {
 		return err
 	}
+	if err := normalizeSecrets(r); err != nil {
+		return err
+	}
 	if err := normalizeNetwork(r.Network); err != nil {
 		return err
 	}
@@ -123,7 +126,8 @@ func requestHash(r *node.CreateSpec) string {
 		Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
 	}
 	if n := r.Network; n != nil {
-		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute,
+			Secrets: n.Secrets}
 	}
 	b, _ := json.Marshal(h) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
@@ -160,6 +164,9 @@ type hashedNetwork struct {
 	Allow                   []string `json:"allow"`
 	MaxEgressBytes          int64    `json:"max_egress_bytes,omitempty"`
 	MaxConnectionsPerMinute int      `json:"max_connections_per_minute,omitempty"`
+	// Secrets is omitted when empty, so hashes of requests made before
+	// it existed stay the same.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // validateEnv checks environment variable names and values: a name is
