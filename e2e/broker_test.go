@@ -166,8 +166,9 @@ func placeholderOf(t *testing.T, id string) string {
 
 // assertValueAbsent fails t when value is in session id's files (its root
 // filesystem as the host sees it) or in the environment or command line of
-// any of its processes.
-func assertValueAbsent(t *testing.T, id string, value []byte) {
+// any of its processes; control, which is in a process's environment (the
+// placeholder), must be found, or the scan proves nothing.
+func assertValueAbsent(t *testing.T, id string, value, control []byte) {
 	t.Helper()
 	root := hostPath(t, env.dataDir, id, "/")
 	walked := 0
@@ -191,7 +192,7 @@ func assertValueAbsent(t *testing.T, id string, value []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	n, seen := 0, false
 	for _, pid := range strings.Fields(string(procs)) {
 		for _, f := range []string{"environ", "cmdline"} {
 			b, err := os.ReadFile(filepath.Join("/proc", pid, f))
@@ -199,13 +200,14 @@ func assertValueAbsent(t *testing.T, id string, value []byte) {
 				continue
 			}
 			n++
+			seen = seen || bytes.Contains(b, control)
 			if bytes.Contains(b, value) {
 				t.Errorf("the secret's value is in /proc/%s/%s of a sandbox process", pid, f)
 			}
 		}
 	}
-	if n == 0 {
-		t.Fatal("read no sandbox process's environment")
+	if n == 0 || !seen {
+		t.Fatalf("read %d environments and command lines of sandbox processes, none with the placeholder", n)
 	}
 }
 
@@ -269,8 +271,8 @@ func TestCredentialBroker(t *testing.T) {
 	if apiLog.get("api.broker.test/parent/z") != nil {
 		t.Error("a placeholder over plain HTTP reached the secret's host")
 	}
-	assertValueAbsent(t, s.ID, value)
-	assertValueAbsent(t, s.ID, other)
+	assertValueAbsent(t, s.ID, value, []byte(ph))
+	assertValueAbsent(t, s.ID, other, []byte(ph))
 
 	// The audit trail: a use, and the stray placeholder, by name and host.
 	waitAudit(t, s.ID, func(recs []client.AuditRecord) bool {
