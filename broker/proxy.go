@@ -170,6 +170,19 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 			}
 			http.Error(w, "forkbox broker: upstream: "+err.Error(), http.StatusBadGateway)
 		},
+		// An upstream that echoes a value in a response header does not
+		// hand it to the sandbox (a body is streamed as it is).
+		ModifyResponse: func(resp *http.Response) error {
+			vals, _ := resp.Request.Context().Value(usedValuesKey{}).([]string)
+			for _, vs := range resp.Header {
+				for i := range vs {
+					for _, v := range vals {
+						vs[i] = strings.ReplaceAll(vs[i], v, "[withheld by forkbox]")
+					}
+				}
+			}
+			return nil
+		},
 		ErrorLog: errLog,
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -177,11 +190,12 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 			http.Error(w, "forkbox broker: protocol upgrades are not brokered", http.StatusNotImplemented)
 			return
 		}
-		if err := b.rewrite(r.Context(), r.Header, host); err != nil {
+		vals, err := b.rewrite(r.Context(), r.Header, host)
+		if err != nil {
 			http.Error(w, "forkbox broker: "+err.Error(), http.StatusForbidden)
 			return
 		}
-		rp.ServeHTTP(w, r)
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), usedValuesKey{}, vals)))
 	})
 	l := newOneConnListener(tc)
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
@@ -189,14 +203,21 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 	_ = srv.Serve(l)
 }
 
-// rewrite puts the values into one request's headers h to host (Rewrite)
-// and records what it did. An error refuses the request: a secret removed
-// since the session began.
-func (b *Session) rewrite(ctx context.Context, h http.Header, host string) error {
+// usedValuesKey keys the values a request was given, in its context.
+type usedValuesKey struct{}
+
+// rewrite puts the values into one request's headers h to host (Rewrite),
+// records what it did and returns the values it put in. An error refuses
+// the request: a secret removed since the session began.
+func (b *Session) rewrite(ctx context.Context, h http.Header, host string) ([]string, error) {
+	var vals []string
 	lookup := func(name string) ([]byte, bool) {
 		v, ok, err := b.secrets.Value(ctx, b.tenant, name)
 		if err != nil {
 			b.log.Error("broker: open secret", "secret", name, "err", err)
+		}
+		if ok && err == nil {
+			vals = append(vals, string(v))
 		}
 		return v, ok && err == nil
 	}
@@ -223,9 +244,9 @@ func (b *Session) rewrite(ctx context.Context, h http.Header, host string) error
 		for _, n := range revoked {
 			b.note(KindRefused, n, host, "the secret was removed")
 		}
-		return fmt.Errorf("secret %s no longer exists", strings.Join(revoked, ", "))
+		return nil, fmt.Errorf("secret %s no longer exists", strings.Join(revoked, ", "))
 	}
-	return nil
+	return vals, nil
 }
 
 // note writes an audit record of kind for secret name and host (never a

@@ -64,6 +64,7 @@ func newProxyRig(t *testing.T) *proxyRig {
 		rig.got = append(rig.got, r.Header.Clone())
 		rig.mu.Unlock()
 		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "host=%s proto=%s body=%s", r.Host, r.Proto, body)
 	}))
 	up.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -126,6 +127,12 @@ func newProxyRig(t *testing.T) *proxyRig {
 
 func (r *proxyRig) do(t *testing.T, url string, hdr map[string]string) (int, string) {
 	t.Helper()
+	code, body, _ := r.doH(t, url, hdr)
+	return code, body
+}
+
+func (r *proxyRig) doH(t *testing.T, url string, hdr map[string]string) (int, string, http.Header) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader("payload"))
 	for k, v := range hdr {
 		req.Header.Set(k, v)
@@ -136,7 +143,7 @@ func (r *proxyRig) do(t *testing.T, url string, hdr map[string]string) (int, str
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, string(b), resp.Header
 }
 
 func (r *proxyRig) last() http.Header {
@@ -151,7 +158,10 @@ func TestBrokerProxy(t *testing.T) {
 	for _, b := range rig.sess.Bindings() {
 		p[b.Name] = b.Placeholder
 	}
-	code, body := rig.do(t, "https://api.test/v1", map[string]string{"Authorization": "Bearer " + p["openai"]})
+	code, body, rh := rig.doH(t, "https://api.test/v1", map[string]string{"Authorization": "Bearer " + p["openai"]})
+	if echo := rh.Get("X-Echo"); strings.Contains(echo, "sk-one") || !strings.Contains(echo, "withheld") {
+		t.Errorf("the value echoed in a response header reached the sandbox: %q", echo)
+	}
 	if code != 200 || !strings.Contains(body, "proto=HTTP/1.1 body=payload") || !strings.Contains(body, "host=api.test") {
 		t.Fatalf("brokered request: %d %q", code, body)
 	}
