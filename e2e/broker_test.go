@@ -188,6 +188,10 @@ func assertValueAbsent(t *testing.T, id string, value, control []byte) {
 	if walked == 0 {
 		t.Fatalf("no files under %s", root)
 	}
+	// A process with the session's environment, for the control.
+	if _, err := env.c.ExecBackground(ctxFor(t, time.Minute), id, client.ExecRequest{Argv: []string{"sleep", "300"}}); err != nil {
+		t.Fatal(err)
+	}
 	procs, err := os.ReadFile(cgroupFile(t, "pids", id, "cgroup.procs"))
 	if err != nil {
 		t.Fatal(err)
