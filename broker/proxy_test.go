@@ -232,3 +232,32 @@ func TestBindUnknownSecret(t *testing.T) {
 		t.Fatalf("another tenant's secret bound: %v", err)
 	}
 }
+
+func TestSessionSealRestore(t *testing.T) {
+	rig := newProxyRig(t)
+	blob, err := rig.sess.Sealed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range rig.sess.Bindings() {
+		if strings.Contains(string(blob), b.Placeholder) {
+			t.Fatal("the sealed state holds a placeholder in the clear")
+		}
+	}
+	got, err := rig.secrets.Restore("t1", "s1", blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.CA().PEM()) != string(rig.sess.CA().PEM()) || fmt.Sprint(got.Bindings()) != fmt.Sprint(rig.sess.Bindings()) {
+		t.Fatal("restored session differs")
+	}
+	if _, err := got.CA().Leaf("api.test"); err != nil {
+		t.Fatalf("restored CA cannot sign: %v", err)
+	}
+	if _, err := rig.secrets.Restore("t1", "s2", blob); err == nil {
+		t.Fatal("one session's state restored as another's")
+	}
+	if _, err := rig.secrets.Restore("t2", "s1", blob); err == nil {
+		t.Fatal("one tenant's session state restored for another")
+	}
+}

@@ -88,7 +88,12 @@ func (hr *hostResources) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(p
 		if err != nil {
 			return nil, err
 		}
-		return hr.m.opts.Net.Adopt(sb.id, p, sink, used)
+		att, err := hr.m.opts.Net.Adopt(sb.id, p, sink, used)
+		if err != nil {
+			return nil, err
+		}
+		hr.m.restoreSecrets(sb)
+		return att, nil
 	}
 	return hr.m.opts.Net.Attach(sb.id, p, sink, makeNetns)
 }

@@ -115,6 +115,13 @@ func (m *Manager) bindSecrets(ctx context.Context, sb *Sandbox, rootfs string) (
 	if err != nil {
 		return nil, nil, err
 	}
+	sealed, err := bs.Sealed()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(sb.dir, brokerStateFile), sealed, 0o600); err != nil {
+		return nil, nil, err
+	}
 	if err := m.opts.Net.Intercept(sb.id, bs); err != nil {
 		return nil, nil, err
 	}
@@ -132,6 +139,41 @@ func (m *Manager) bindSecrets(ctx context.Context, sb *Sandbox, rootfs string) (
 		env[broker.EnvName(b.Name)] = b.Placeholder
 	}
 	return env, []runtime.Mount{{Source: path, Target: TrustBundle, ReadOnly: true}}, nil
+}
+
+// brokerStateFile, in a sandbox's state directory (root only), holds its
+// broker's state sealed (broker.Session.Sealed: the CA key and the
+// placeholders, no value), for a restarted daemon to restore.
+const brokerStateFile = "broker.sealed"
+
+// restoreSecrets gives adopted sandbox sb's running egress service its
+// broker again from the sealed state bindSecrets left (a daemon restart).
+// When that fails the session's secret hosts are passed through like any
+// other: its placeholders reach them unreplaced, worthless, and the value
+// is never sent.
+func (m *Manager) restoreSecrets(sb *Sandbox) {
+	rec := sb.Record()
+	if rec.Network == nil || len(rec.Network.Secrets) == 0 {
+		return
+	}
+	err := func() error {
+		if m.opts.Secrets == nil {
+			return errors.New("this daemon has no credential broker")
+		}
+		blob, err := os.ReadFile(filepath.Join(sb.dir, brokerStateFile))
+		if err != nil {
+			return err
+		}
+		bs, err := m.opts.Secrets.Restore(rec.Tenant, sb.id, blob)
+		if err != nil {
+			return err
+		}
+		return m.opts.Net.Intercept(sb.id, bs)
+	}()
+	if err != nil {
+		m.log.Warn("adopt: the session's secrets do not work after this restart (its secret hosts are passed through, placeholders unreplaced)",
+			"session", sb.id, "err", err)
+	}
 }
 
 // templateBundle returns the trust bundle in rootfs (nil when it has
