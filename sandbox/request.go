@@ -126,8 +126,8 @@ func requestHash(r *node.CreateSpec) string {
 		Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
 	}
 	if n := r.Network; n != nil {
-		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute,
-			Secrets: n.Secrets}
+		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+		h.Secrets = n.Secrets
 	}
 	b, _ := json.Marshal(h) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
@@ -153,7 +153,10 @@ type hashedSpec struct {
 	OnTimeout  string            `json:"on_timeout,omitempty"`
 	AutoResume bool              `json:"auto_resume,omitempty"`
 	Network    *hashedNetwork    `json:"network,omitempty"`
-	Isolation  string            `json:"isolation,omitempty"`
+	// Secrets (the REST body's, kept in Network.Secrets) is omitted when
+	// empty, so hashes of requests made before it existed stay the same.
+	Secrets   []string `json:"secrets,omitempty"`
+	Isolation string   `json:"isolation,omitempty"`
 	// PublicTraffic is omitted when false, so hashes of requests made
 	// before it existed stay the same.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
@@ -164,9 +167,6 @@ type hashedNetwork struct {
 	Allow                   []string `json:"allow"`
 	MaxEgressBytes          int64    `json:"max_egress_bytes,omitempty"`
 	MaxConnectionsPerMinute int      `json:"max_connections_per_minute,omitempty"`
-	// Secrets is omitted when empty, so hashes of requests made before
-	// it existed stay the same.
-	Secrets []string `json:"secrets,omitempty"`
 }
 
 // validateEnv checks environment variable names and values: a name is
