@@ -72,8 +72,7 @@ func TestCredentialBrokerBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, tkey, tc := newTenant(t, env.c, "brokertenant", client.TenantPolicy{EgressAllow: []string{"*"}})
-	_ = tkey
+	_, _, tc := newTenant(t, env.c, "brokertenant", client.TenantPolicy{EgressAllow: []string{"*"}})
 	net := &client.Network{Allow: []string{"api.broker.test:443"}}
 	for _, c := range []struct {
 		name  string
