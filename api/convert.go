@@ -16,6 +16,7 @@ func createSpec(r v1.CreateRequest) node.CreateSpec {
 		Env: r.Env, Metadata: r.Metadata, User: r.User, Workdir: r.Workdir, Snapshot: r.Snapshot,
 		DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
 		Network: nodeNetwork(r.Network), Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
+		Secrets: append([]string(nil), r.Secrets...),
 	}
 }
 
@@ -35,6 +36,14 @@ func apiNetwork(n *node.Network) *v1.Network {
 	}
 	return &v1.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
 		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+}
+
+// sessionSecrets is the secret names of a session's network (nil for none).
+func sessionSecrets(n *node.Network) []string {
+	if n == nil || len(n.Secrets) == 0 {
+		return nil
+	}
+	return append([]string(nil), n.Secrets...)
 }
 
 // execResult is a command's end as the API reports it (nil for nil).

@@ -94,6 +94,7 @@ type handlers struct {
 	audit     *auditAPI
 	host      *hostAPI
 	ports     *portAPI
+	secrets   *secretAPI
 }
 
 // newHandlers builds the handlers over the given node, store, catalog,
@@ -110,6 +111,7 @@ func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catal
 		tenants:   &tenantAPI{edge: e, mgr: mgr, store: st, catalog: catalog},
 		audit:     &auditAPI{edge: e, store: st},
 		host:      &hostAPI{edge: e, mgr: mgr, metrics: ms},
+		secrets:   &secretAPI{edge: e},
 		ports:     &portAPI{edge: e, mgr: mgr, proxy: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: e.log}},
 	}
 }

@@ -47,6 +47,8 @@ type Server struct {
 	e2b *e2b.Handler
 	// audit records requests.
 	audit *audit.Recorder
+	// secrets serves /v1/secrets once SetSecrets gives it the broker.
+	secrets *secretAPI
 }
 
 // SetDomain routes requests for host names "PORT-ID.domain" to sandbox
@@ -63,7 +65,9 @@ func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir str
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	e := edge{log: log, hide: hide}
 	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec}
-	s.routes(newHandlers(e, mgr, st, catalog, spoolDir, rec, ms))
+	hs := newHandlers(e, mgr, st, catalog, spoolDir, rec, ms)
+	s.secrets = hs.secrets
+	s.routes(hs)
 	return s
 }
 
@@ -133,6 +137,12 @@ func (s *Server) routes(hs handlers) {
 		{"DELETE /v1/templates/{name}", "template.delete", "", hs.templates.handleTemplateDelete, false},
 
 		{"GET /v1/audit", "", "", hs.audit.handleAudit, false},
+
+		// The broker records set and remove itself (never a value).
+		{"PUT /v1/secrets/{name}", "", "", hs.secrets.handleSet, false},
+		{"GET /v1/secrets", "", "", hs.secrets.handleList, false},
+		{"GET /v1/secrets/{name}", "", "", hs.secrets.handleGet, false},
+		{"DELETE /v1/secrets/{name}", "", "", hs.secrets.handleRemove, false},
 
 		// Admin: tenants, keys, warm pools (host-wide), metrics.
 		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},

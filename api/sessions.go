@@ -25,7 +25,7 @@ func sessionView(r *node.Session) v1.Session {
 		Workdir: r.Workdir, Metadata: meta,
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
 		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
-		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: apiNetwork(r.Network),
+		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: apiNetwork(r.Network), Secrets: sessionSecrets(r.Network),
 		PublicTraffic: r.PublicTraffic,
 	}
 	if v.OnTimeout == "" {

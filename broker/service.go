@@ -2,7 +2,11 @@ package broker
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
@@ -27,12 +31,39 @@ type Secrets struct {
 	key *seal.Key
 	bl  *netpolicy.Blocklist
 	rec *audit.Recorder
+	// roots verify the broker's upstream connections (nil: the system's).
+	roots *x509.CertPool
+	log   *slog.Logger
 }
 
 // NewSecrets returns the secret service over st, sealing with key, judging
 // IP-literal hosts with bl and recording to rec (nil records nothing).
 func NewSecrets(st *store.Store, key *seal.Key, bl *netpolicy.Blocklist, rec *audit.Recorder) *Secrets {
-	return &Secrets{st: st, key: key, bl: bl, rec: rec}
+	return &Secrets{st: st, key: key, bl: bl, rec: rec, log: slog.Default()}
+}
+
+// SetLog makes the broker log to log (set before any session binds).
+func (s *Secrets) SetLog(log *slog.Logger) { s.log = log }
+
+// TrustUpstreamCAFile adds the PEM certificates in the file at path to the
+// roots the broker verifies upstream servers with (the system's roots stay
+// trusted): for private upstreams with their own CA. Call it before any
+// session binds. An error when the file cannot be read or holds no
+// certificate.
+func (s *Secrets) TrustUpstreamCAFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	s.roots = pool
+	return nil
 }
 
 // Set validates spec and value (field errors as Validate), seals the value

@@ -30,4 +30,6 @@ type (
 	NewKey          = v1.NewKey
 	AuditRecord     = v1.AuditRecord
 	AuditList       = v1.AuditList
+	Secret          = v1.Secret
+	SecretRequest   = v1.SecretRequest
 )

@@ -84,6 +84,10 @@ type Options struct {
 	// addresses that tenants' pulls may reach (admins' reach any):
 	// template.RegistryPolicy.PrivateRegistries.
 	PrivateRegistries []string
+	// BrokerUpstreamCA is a PEM file of CA certificates the credential
+	// broker trusts for upstream servers besides the system's roots (for
+	// private upstreams with their own CA); "" trusts the system's only.
+	BrokerUpstreamCA string
 	// MemoryImageCacheMB bounds, in MiB, the decrypted memory checkpoints
 	// kept (in tmpfs) for later restores of the same snapshots; 0 keeps
 	// none: plaintext then exists only while a restore runs.
@@ -312,9 +316,13 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	rec := audit.New(st, log)
 	ms := metrics.New()
+	secrets, err := openSecrets(st, snapKey, netsvc, rec, opts.BrokerUpstreamCA, log)
+	if err != nil {
+		return nil, err
+	}
 	mgr := host.New(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, MemoryImageCacheBytes: int64(opts.MemoryImageCacheMB) << 20, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
-		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
+		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Secrets: secrets, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
 	}, host.Options{Spares: opts.Spares})
@@ -376,6 +384,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
 	apiServer.SetDomain(opts.Domain)
+	apiServer.SetSecrets(secrets)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),

@@ -35,6 +35,9 @@ var egressNames = netpolicy.MapResolver{
 	"rebind.test":  {netip.MustParseAddr("169.254.169.254")},
 	"quota.test":   {netip.MustParseAddr("198.51.100.41")},
 	"restart.test": {netip.MustParseAddr("198.51.100.42")},
+	// The credential broker's upstreams (broker_test.go).
+	"api.broker.test": {netip.MustParseAddr(brokerAPIHost)},
+	"b.broker.test":   {netip.MustParseAddr(brokerBHost)},
 }
 
 // egressProbe runs inside the sandbox and prints one JSON object: what

@@ -128,6 +128,11 @@ func startDaemonWith(dataDir string, tune func(*daemon.Options)) (*daemon.Daemon
 	if dataDir == env.dataDir {
 		opts.Spares = spareMode
 	}
+	_, ca, err := brokerUpstreamCA()
+	if err != nil {
+		return nil, err
+	}
+	opts.BrokerUpstreamCA = ca
 	if tune != nil {
 		tune(&opts)
 	}

@@ -22,6 +22,7 @@ type CreateInput struct {
 	TimeoutS     int64             `json:"timeout_s,omitempty" jsonschema:"lifetime in seconds; the sandbox is destroyed when it runs out (0: the server's default, 300)"`
 	NetworkAllow []string          `json:"network_allow,omitempty" jsonschema:"egress allow-list: host:port, *.domain:port or CIDR[:port] entries (e.g. pypi.org:443); without it the sandbox has no network at all"`
 	Env          map[string]string `json:"env,omitempty" jsonschema:"environment variables for every command in the sandbox"`
+	Secrets      []string          `json:"secrets,omitempty" jsonschema:"names of the tenant's secrets the sandbox may use: each variable (the name upper-cased) holds a placeholder that the egress proxy replaces with the value in HTTPS requests to the secret's hosts (which network_allow must allow on port 443); the value never enters the sandbox"`
 }
 
 // SandboxInfo is how the tools describe a sandbox.
@@ -38,6 +39,7 @@ type SandboxInfo struct {
 	Snapshot     string     `json:"snapshot,omitempty" jsonschema:"the snapshot it started from"`
 	Workdir      string     `json:"workdir,omitempty"`
 	NetworkAllow []string   `json:"network_allow,omitempty"`
+	Secrets      []string   `json:"secrets,omitempty"`
 	Reason       string     `json:"reason,omitempty" jsonschema:"why it ended"`
 }
 
@@ -45,7 +47,7 @@ type SandboxInfo struct {
 func info(s *client.Session) SandboxInfo {
 	out := SandboxInfo{ID: s.ID, Template: s.Template, Tier: s.Driver, State: s.State, CPU: s.CPU,
 		MemoryMB: s.MemoryMB, DiskMB: s.DiskMB, TimeoutS: s.TimeoutS, ExpiresAt: s.ExpiresAt,
-		Snapshot: s.Snapshot, Workdir: s.Workdir, Reason: s.Reason}
+		Snapshot: s.Snapshot, Workdir: s.Workdir, Reason: s.Reason, Secrets: s.Secrets}
 	if s.Network != nil {
 		out.NetworkAllow = s.Network.Allow
 	}
@@ -157,7 +159,7 @@ func (t *tools) addSessionTools(s *sdk.Server) {
 // create is create_sandbox.
 func (t *tools) create(ctx context.Context, in CreateInput) (*sdk.CallToolResult, SandboxInfo, error) {
 	req := client.CreateRequest{Template: in.Template, Snapshot: in.Snapshot, Isolation: in.Tier, CPU: in.CPU,
-		MemoryMB: in.MemoryMB, DiskMB: in.DiskMB, TimeoutS: in.TimeoutS, Env: in.Env}
+		MemoryMB: in.MemoryMB, DiskMB: in.DiskMB, TimeoutS: in.TimeoutS, Env: in.Env, Secrets: in.Secrets}
 	if len(in.NetworkAllow) > 0 {
 		req.Network = &client.Network{Allow: in.NetworkAllow}
 	}

@@ -62,6 +62,10 @@ type Egress struct {
 
 	refMu    sync.Mutex
 	refusals map[string]*refusalCount // by kind and reason
+
+	// icpt is the interceptor (the credential broker), if any, and the
+	// connections it serves (intercept.go).
+	icpt interceptState
 }
 
 // New returns the egress service for cfg; Serve* start its listeners.
@@ -112,6 +116,13 @@ func New(cfg Config) *Egress {
 type denied struct{ reason string }
 
 func (d *denied) Error() string { return "egress denied: " + d.reason }
+
+// IsDenied reports whether err is (or wraps) a refusal by the egress
+// policy, the quotas or the blocklist (rather than a network error).
+func IsDenied(err error) bool {
+	var d *denied
+	return errors.As(err, &d)
+}
 
 // dial checks host:port against the policy and the blocklist, resolves
 // host, and connects to the first allowed address. The connection counts
@@ -377,6 +388,14 @@ func (e *Egress) serveHTTP(l net.Listener, transparent bool) {
 		case !transparent && (r.URL.Scheme != "http" || r.URL.Host == ""):
 			http.Error(w, "forkbox egress: the proxy takes CONNECT and absolute http:// requests", http.StatusBadRequest)
 		default:
+			host := r.URL.Hostname()
+			if transparent {
+				host, _, _ = splitHostPort(r.Host, 80)
+			}
+			if err := e.plainCheck(host, r.Header); err != nil {
+				http.Error(w, "forkbox egress: "+err.Error(), http.StatusForbidden)
+				return
+			}
 			proxy.ServeHTTP(w, r)
 		}
 	})
@@ -389,6 +408,10 @@ func (e *Egress) serveConnect(w http.ResponseWriter, r *http.Request) {
 	host, port, err := splitHostPort(r.Host, 0)
 	if err != nil || port == 0 {
 		http.Error(w, "forkbox egress: CONNECT needs host:port", http.StatusBadRequest)
+		return
+	}
+	if i := e.interceptor(host); i != nil && port == 443 {
+		e.serveConnectIntercepted(w, i, host)
 		return
 	}
 	up, err := e.dial(r.Context(), "connect", host, port)
@@ -470,6 +493,7 @@ func (e *Egress) Close() {
 	for _, stop := range stops {
 		stop()
 	}
+	e.closeIntercepted()
 	e.transport.CloseIdleConnections()
 	e.wg.Wait()
 	e.flushRefusals()

@@ -16,7 +16,8 @@ type Event struct {
 	Time time.Time
 	// Kind is how the sandbox asked: "connect" (HTTP CONNECT), "http" (a
 	// plain or transparent HTTP request's connection), "tls" (transparent
-	// TLS, by SNI) or "dns".
+	// TLS, by SNI), "broker" (an upstream connection of the credential
+	// broker, for a TLS connection it terminated) or "dns".
 	Kind string
 	// Host is the name the sandbox asked for (or the IP literal).
 	Host string

@@ -38,6 +38,12 @@ func (e *Egress) serveTLSConn(c net.Conn) {
 			Reason: "no TLS server name (SNI) in the ClientHello"})
 		return
 	}
+	if i := e.interceptor(name); i != nil {
+		if e.precheck("tls", name, 443) == nil {
+			e.intercept(i, c, hello, name)
+		}
+		return
+	}
 	up, err := e.dial(context.Background(), "tls", name, 443)
 	if err != nil {
 		return // recorded by dial; the sandbox sees the connection close

@@ -45,6 +45,11 @@ type CreateSpec struct {
 	AutoResume bool
 	// Network opens egress to an allow-list; nil leaves loopback only.
 	Network *Network
+	// Secrets names the tenant's secrets the session may use through the
+	// credential broker (package broker); it needs Network, and the
+	// session record keeps them in Network.Secrets. Empty: the forked or
+	// given Network's own.
+	Secrets []string
 	// PublicTraffic opens the session's ports to requests without a
 	// token (Session.PublicTraffic); forks of a public session are public.
 	PublicTraffic bool

@@ -111,6 +111,10 @@ type Network struct {
 	Allow                   []string `json:"allow"`
 	MaxEgressBytes          int64    `json:"max_egress_bytes"`
 	MaxConnectionsPerMinute int      `json:"max_connections_per_minute"`
+	// Secrets names the tenant's secrets the session may use through the
+	// credential broker (CreateSpec.Secrets); kept with the network,
+	// which they need.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // What a session does when its timeout is reached (Session.OnTimeout).

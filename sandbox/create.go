@@ -118,6 +118,9 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	if !m.tpls.templateVisible(ctx, req.Template) {
 		return nil, false, errdefs.InvalidField("template", "template %q does not exist", req.Template)
 	}
+	if err := m.checkSecrets(ctx, tenant, req.Network); err != nil {
+		return nil, false, err
+	}
 	if err := m.adm.Check(ctx, tenant, policy, &req); err != nil {
 		return nil, false, err
 	}
@@ -174,6 +177,9 @@ func (m *Manager) started(ctx context.Context, rec *node.Session, path string, b
 	}
 	if rec.Network != nil {
 		detail["egress_allow"] = rec.Network.Allow
+		if len(rec.Network.Secrets) > 0 {
+			detail["secrets"] = rec.Network.Secrets
+		}
 	}
 	m.opts.Audit.Record(ctx, audit.Event{Tenant: rec.Tenant, Session: rec.ID, Kind: "session.start", Detail: detail})
 	m.log.Info("session started", "session", rec.ID, "tenant", rec.Tenant, "path", path, "ms", d.Milliseconds())

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/forkbox/forkbox/broker"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,10 @@ type Options struct {
 	// Net gives sessions that ask for one a network through the egress
 	// proxy; nil: such creates are refused.
 	Net *netpolicy.Service
+	// Secrets is the credential broker's secret service: sessions that
+	// ask for secrets get placeholders bound through it; nil: such
+	// creates are refused.
+	Secrets *broker.Secrets
 	// admission.Capacity bounds what the host runs at once (503
 	// capacity-unavailable past it).
 	Capacity admission.Capacity

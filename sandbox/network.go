@@ -55,7 +55,7 @@ func copyNetwork(n *node.Network) *node.Network {
 		return nil
 	}
 	return &node.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
-		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+		MaxConnectionsPerMinute: n.MaxConnectionsPerMinute, Secrets: append([]string(nil), n.Secrets...)}
 }
 
 // policyOf turns a stored network into the egress policy.
@@ -88,7 +88,12 @@ func (hr *hostResources) attachNetwork(sb *Sandbox, adopt bool, makeNetns func(p
 		if err != nil {
 			return nil, err
 		}
-		return hr.m.opts.Net.Adopt(sb.id, p, sink, used)
+		att, err := hr.m.opts.Net.Adopt(sb.id, p, sink, used)
+		if err != nil {
+			return nil, err
+		}
+		hr.m.restoreSecrets(sb)
+		return att, nil
 	}
 	return hr.m.opts.Net.Attach(sb.id, p, sink, makeNetns)
 }

@@ -92,6 +92,9 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 	if err := validateMetadata(r.Metadata); err != nil {
 		return err
 	}
+	if err := normalizeSecrets(r); err != nil {
+		return err
+	}
 	if err := normalizeNetwork(r.Network); err != nil {
 		return err
 	}
@@ -124,6 +127,7 @@ func requestHash(r *node.CreateSpec) string {
 	}
 	if n := r.Network; n != nil {
 		h.Network = &hashedNetwork{Allow: n.Allow, MaxEgressBytes: n.MaxEgressBytes, MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+		h.Secrets = n.Secrets
 	}
 	b, _ := json.Marshal(h) // map keys marshal sorted: stable
 	sum := sha256.Sum256(b)
@@ -149,7 +153,10 @@ type hashedSpec struct {
 	OnTimeout  string            `json:"on_timeout,omitempty"`
 	AutoResume bool              `json:"auto_resume,omitempty"`
 	Network    *hashedNetwork    `json:"network,omitempty"`
-	Isolation  string            `json:"isolation,omitempty"`
+	// Secrets (the REST body's, kept in Network.Secrets) is omitted when
+	// empty, so hashes of requests made before it existed stay the same.
+	Secrets   []string `json:"secrets,omitempty"`
+	Isolation string   `json:"isolation,omitempty"`
 	// PublicTraffic is omitted when false, so hashes of requests made
 	// before it existed stay the same.
 	PublicTraffic bool `json:"public_traffic,omitempty"`

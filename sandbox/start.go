@@ -98,8 +98,16 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 		mounts = append(mounts, runtime.Mount{Source: resolv, Target: "/etc/resolv.conf", ReadOnly: true})
 		netnsPath = att.NetnsPath
 	}
+	brokerEnv, brokerMounts, err := m.bindSecrets(ctx, sb, rootfs)
+	if err != nil {
+		return fmt.Errorf("secrets: %w", err)
+	}
+	mounts = append(mounts, brokerMounts...)
 
 	acfg := agentConfig(tpl, req, att)
+	for k, v := range brokerEnv {
+		acfg.Env[k] = v
+	}
 	acfgJSON, err := json.Marshal(acfg)
 	if err != nil {
 		return err

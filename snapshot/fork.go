@@ -139,6 +139,7 @@ func inherit(rec node.Session, spec node.CreateSpec) node.CreateSpec {
 	if spec.Network == nil && rec.Network != nil && len(rec.Network.Allow) > 0 {
 		n := *rec.Network
 		n.Allow = append([]string(nil), rec.Network.Allow...)
+		n.Secrets = append([]string(nil), rec.Network.Secrets...) // (each fork gets new placeholders)
 		spec.Network = &n
 	}
 	if spec.Metadata == nil {

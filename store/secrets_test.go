@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 )
@@ -37,5 +38,29 @@ func TestSecrets(t *testing.T) {
 	}
 	if _, err := s.GetSecret(ctx, "a", "openai"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("after delete: %v", err)
+	}
+}
+
+// TestDeleteTenantRemovesSecrets: a deleted tenant's sealed values do not
+// stay behind.
+func TestDeleteTenantRemovesSecrets(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := context.Background()
+	if err := s.CreateTenant(ctx, &Tenant{Name: "gone", Policy: "{}", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"gone", "kept"} {
+		if _, err := s.PutSecret(ctx, Secret{Tenant: tenant, Name: "k", Hosts: []string{"a.example"}, Sealed: []byte{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteTenant(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.ListSecrets(ctx, "gone"); err != nil || len(l) != 0 {
+		t.Fatalf("a deleted tenant's secrets: %v %v", l, err)
+	}
+	if l, err := s.ListSecrets(ctx, "kept"); err != nil || len(l) != 1 {
+		t.Fatalf("another tenant's secrets: %v %v", l, err)
 	}
 }

@@ -104,7 +104,7 @@ func (s *Store) updateTenant(ctx context.Context, name, q string, args ...any) e
 }
 
 // DeleteTenant marks tenant name deleted and removes its API keys (their
-// cached authentications too). Its row, session records and audit
+// cached authentications too) and its secrets. Its row, session records and audit
 // records stay, and the name is never reused (the caller ends live
 // sessions and removes snapshots and templates first). ErrNotFound for an
 // unknown or deleted tenant.
@@ -123,6 +123,10 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 		return errdefs.Newf(errdefs.ErrNotFound, "tenant %q", name)
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE tenant = ?`, name); err != nil {
+		return err
+	}
+	// Its secrets go with it: a tenant made later under the name gets none.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, name); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

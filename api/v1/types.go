@@ -51,6 +51,13 @@ type CreateRequest struct {
 	// Network opens egress through forkbox's proxy to an allow-list; nil
 	// (the default) leaves the sandbox with loopback only.
 	Network *Network `json:"network,omitempty"`
+	// Secrets names the tenant's secrets (PUT /v1/secrets/{name}) the
+	// session may use: each one's environment variable (the name upper-
+	// cased) holds a placeholder of this session only, which the egress
+	// proxy replaces with the value in requests over TLS to the secret's
+	// hosts. It needs a Network whose allow-list allows every such host on
+	// port 443. Forks get new placeholders.
+	Secrets []string `json:"secrets,omitempty"`
 	// Isolation picks the isolation driver: "runc" (namespaces, seccomp,
 	// a user namespace) or "gvisor" (gVisor's user-space kernel; memory
 	// snapshots). "" is the server's default; GET /v1/info lists the
@@ -177,6 +184,8 @@ type Session struct {
 	AutoResume bool   `json:"auto_resume,omitempty"`
 	// Network is the egress policy, if the session has a network.
 	Network *Network `json:"network,omitempty"`
+	// Secrets names the secrets the session may use (CreateRequest).
+	Secrets []string `json:"secrets,omitempty"`
 	// PublicTraffic as in CreateRequest.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
 }

@@ -86,6 +86,8 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 		"MiB of pulled images' layers that no template uses kept for later pulls (least recently used go first; layers templates use are always kept)")
 	f.StringArrayVar(&opts.PrivateRegistries, "private-registry", nil,
 		"a registry (host or host:port) at a private address that tenants' pulls may reach (repeatable; admin keys' pulls reach any address)")
+	f.StringVar(&opts.BrokerUpstreamCA, "broker-upstream-ca", "",
+		"PEM file of CA certificates the credential broker trusts for upstream servers besides the system's roots (for private upstreams with their own CA)")
 	f.StringVar(&opts.GVisorRestore, "gvisor-restore", "", `how gVisor restores read a checkpoint: "plain", "direct", "background" or "direct+background" (default: direct for a checkpoint on a disk where runsc has it, plain from tmpfs)`)
 	f.StringVar(&opts.Isolation, "isolation", "runc", `isolation of sessions that ask for none: "runc" or "gvisor"`)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")

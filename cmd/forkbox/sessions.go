@@ -30,6 +30,7 @@ type createFlags struct {
 	allow     []string
 	egressMB  int64
 	isolation string
+	secrets   []string
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -49,6 +50,8 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.allow, "allow", nil,
 		"give the sandbox a network to this destination only: host:port, *.domain:port or a CIDR (repeatable)")
 	fl.Int64Var(&f.egressMB, "egress-quota", 0, "egress byte quota in MiB, sent plus received (with --allow; default 1024)")
+	fl.StringArrayVar(&f.secrets, "secret", nil,
+		"let the sandbox use this secret (forkbox secret set): its variable holds a placeholder the egress proxy replaces over TLS to the secret's hosts (repeatable; needs --allow HOST:443)")
 	fl.StringVar(&f.isolation, "isolation", "", `isolation driver: "runc" or "gvisor" (default: the server's)`)
 }
 
@@ -88,7 +91,7 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
 		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()), Network: network,
-		Isolation: f.isolation,
+		Isolation: f.isolation, Secrets: f.secrets,
 	}, nil
 }
 
