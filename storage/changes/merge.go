@@ -134,10 +134,10 @@ func selected(c Change, only []string) bool {
 // planner is the state of one PlanMerge.
 type planner struct {
 	base, ours, theirs *Tree
-	o            map[string]Change
-	ops          map[string]Op
-	conflicts    []string
-	resolve      string
+	o                  map[string]Change
+	ops                map[string]Op
+	conflicts          []string
+	resolve            string
 }
 
 // take records the op that makes p theirs' entry e (nil: deleted).
