@@ -280,3 +280,23 @@ func (f *forwardNode) ReserveQuota(ctx context.Context, tenant, what string, cou
 	f.count("ReserveQuota")
 	return f.n.ReserveQuota(ctx, tenant, what, count)
 }
+
+func (f *forwardNode) SessionDiff(ctx context.Context, id string, opts node.DiffOptions) (*node.Diff, error) {
+	f.count("SessionDiff")
+	return f.n.SessionDiff(ctx, id, opts)
+}
+
+func (f *forwardNode) SnapshotDiff(ctx context.Context, ref string, opts node.DiffOptions) (*node.Diff, error) {
+	f.count("SnapshotDiff")
+	return f.n.SnapshotDiff(ctx, ref, opts)
+}
+
+func (f *forwardNode) Merge(ctx context.Context, id string, spec node.MergeSpec) (*node.MergeResult, error) {
+	f.count("Merge")
+	return f.n.Merge(ctx, id, spec)
+}
+
+func (f *forwardNode) ForkRun(ctx context.Context, ref string, count int, spec node.CreateSpec, run node.ForkRunSpec, emit func(node.ForkChildResult)) (*node.ForkRunSummary, error) {
+	f.count("ForkRun")
+	return f.n.ForkRun(ctx, ref, count, spec, run, emit)
+}
