@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -218,5 +217,4 @@ func TestForkRunKeepsBest(t *testing.T) {
 		Run: &client.ForkRun{Cmd: "true"}, Keep: "best"}, nil); !isFieldError(err, "keep") {
 		t.Errorf("keep best without a score: %v", err)
 	}
-	_ = fmt.Sprint()
 }
