@@ -254,13 +254,14 @@ func (s *Service) recoverMerge(ctx context.Context, id, dir string) error {
 	sb.Lock()
 	defer sb.Unlock()
 	if sb.Record().State == node.StateRunning {
-		if err := sb.Driver().Pause(ctx, id); err == nil {
-			defer func() {
-				if err := sb.Driver().Resume(ctx, id); err != nil {
-					s.log.Error("thaw after merge recovery", "session", id, "err", err)
-				}
-			}()
-		}
+		// The crashed merge may have left it frozen (then this pause
+		// fails): either way it is thawed once the journal is done.
+		_ = sb.Driver().Pause(ctx, id)
+		defer func() {
+			if err := sb.Driver().Resume(ctx, id); err != nil {
+				s.log.Error("thaw after merge recovery", "session", id, "err", err)
+			}
+		}()
 	}
 	t, err := s.openLayerTree(ctx, id)
 	if err != nil {
