@@ -41,7 +41,7 @@ func TestMergeSurvivesDaemonKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxFor(t, 10*time.Minute)
-	parent, _, err := live.c.CreateSession(ctx, client.CreateRequest{}, "")
+	parent, _, err := live.c.CreateSession(ctx, client.CreateRequest{DiskMB: 256}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestMergeSurvivesDaemonKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fr, err := live.c.ForkSnapshot(ctx, snap.ID, client.ForkRequest{Count: 1})
+	fr, err := live.c.ForkSnapshot(ctx, snap.ID, client.ForkRequest{Count: 1, CreateRequest: client.CreateRequest{DiskMB: 256}})
 	if err != nil {
 		t.Fatal(err)
 	}

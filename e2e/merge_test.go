@@ -218,3 +218,29 @@ func TestForkRunKeepsBest(t *testing.T) {
 		t.Errorf("keep best without a score: %v", err)
 	}
 }
+
+// TestMergeRollsBackWhenDiskFull merges a child's changes that do not fit
+// the parent's disk limit: the merge fails with 507 after it changed a
+// first file, and rolls that back, so the parent is untouched.
+func TestMergeRollsBackWhenDiskFull(t *testing.T) {
+	parent := newSession(t, client.CreateRequest{DiskMB: 64})
+	sh(t, parent.ID, `mkdir -p /home/user/w && echo base > /home/user/w/a.txt`)
+	snap, err := env.c.Snapshot(ctxFor(t, time.Minute), parent.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := env.c.ForkSnapshot(ctxFor(t, 2*time.Minute), snap.ID, client.ForkRequest{Count: 1, CreateRequest: client.CreateRequest{DiskMB: 512}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := res.Sessions[0].ID
+	t.Cleanup(func() { _ = env.c.DeleteSession(ctxFor(t, time.Minute), child) })
+	sh(t, child, `cd /home/user/w && echo changed > a.txt && head -c 150000000 /dev/urandom > big.bin`)
+	_, err = env.c.Merge(ctxFor(t, 5*time.Minute), parent.ID, client.MergeRequest{From: child})
+	if !errors.Is(err, errdefs.ErrInsufficientStorage) {
+		t.Fatalf("merge past the disk limit: %v, want 507", err)
+	}
+	if got := sh(t, parent.ID, `cat /home/user/w/a.txt; ls /home/user/w`); got != "base\na.txt\n" {
+		t.Fatalf("the failed merge left %q", got)
+	}
+}

@@ -96,6 +96,10 @@ func run(target *Tree, j *journal, dir string) error {
 	for _, op := range j.Ops {
 		if err := apply(target, dir, op); err != nil {
 			aerr := fmt.Errorf("merge %q: %w", "/"+op.Path, err)
+			if errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.ENOSPC) {
+				aerr = errdefs.Newf(errdefs.ErrInsufficientStorage,
+					"merge %q: the session's disk is full (its disk limit or the volume); the merge was rolled back", "/"+op.Path)
+			}
 			j.State = stateRollback
 			if werr := writeJournal(dir, j); werr != nil {
 				return errors.Join(aerr, werr)
