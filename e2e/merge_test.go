@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"os"
 	"net/http"
 	"slices"
 	"strings"
@@ -242,5 +243,37 @@ func TestMergeRollsBackWhenDiskFull(t *testing.T) {
 	}
 	if got := sh(t, parent.ID, `cat /home/user/w/a.txt; ls /home/user/w`); got != "base\na.txt\n" {
 		t.Fatalf("the failed merge left %q", got)
+	}
+}
+
+// TestMergeNeverFollowsSandboxSymlinks: the target replaced a directory
+// by a symlink to a host directory, and the source wrote a file in that
+// directory. The merge is a conflict; resolved with "theirs" the symlink
+// becomes a directory again inside the sandbox, and nothing is written
+// where the link pointed on the host.
+func TestMergeNeverFollowsSandboxSymlinks(t *testing.T) {
+	hostDir := t.TempDir()
+	parent := newSession(t, client.CreateRequest{})
+	sh(t, parent.ID, `mkdir -p /home/user/w/d && echo x > /home/user/w/d/keep`)
+	snap, err := env.c.Snapshot(ctxFor(t, time.Minute), parent.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := forkAll(t, snap.ID, 1)[0].ID
+	sh(t, kid, `echo pwned > /home/user/w/d/escape`)
+	sh(t, parent.ID, `rm -r /home/user/w/d && ln -s `+hostDir+` /home/user/w/d`)
+	_, err = env.c.Merge(ctxFor(t, time.Minute), parent.ID, client.MergeRequest{From: kid})
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || !slices.Contains(ce.Paths, "/home/user/w/d/escape") {
+		t.Fatalf("merge into a symlinked directory: %v, want a conflict on d/escape", err)
+	}
+	if _, err := env.c.Merge(ctxFor(t, time.Minute), parent.ID, client.MergeRequest{From: kid, OnConflict: "theirs"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, parent.ID, `test -d /home/user/w/d && ! test -L /home/user/w/d && cat /home/user/w/d/escape`); got != "pwned\n" {
+		t.Fatalf("parent after theirs: %q", got)
+	}
+	if ents, err := os.ReadDir(hostDir); err != nil || len(ents) != 0 {
+		t.Fatalf("the merge wrote through the sandbox's symlink on the host: %v %v", ents, err)
 	}
 }
