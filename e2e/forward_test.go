@@ -50,7 +50,7 @@ func (f *forwardNode) checkForwarded() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var missing, seen []string
-	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort"} {
+	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort", "SessionDiff", "Merge", "ForkRun"} {
 		if f.calls[m] == 0 {
 			missing = append(missing, m)
 		}
