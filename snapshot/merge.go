@@ -166,7 +166,8 @@ func (s *Service) applyMerge(ctx context.Context, id, base, theirsSnap string, o
 }
 
 // mergeSource resolves a merge's From: a live session (snapshotted now,
-// the snapshot deleted by cleanup) or a snapshot. It returns the snapshot
+// the snapshot deleted by cleanup) or a snapshot (whose integrity is
+// checked first, as for a fork). It returns the snapshot
 // to read, From's history (newest first) and cleanup.
 func (s *Service) mergeSource(ctx context.Context, from string) (string, []string, func(), error) {
 	nop := func() {}
@@ -197,6 +198,10 @@ func (s *Service) mergeSource(ctx context.Context, from string) (string, []strin
 		return "", nil, nop, errdefs.Newf(errdefs.ErrNotFound, "from: no session or snapshot %q", from)
 	}
 	if err != nil {
+		return "", nil, nop, err
+	}
+	// Its files are brought into a session: check them as a fork would.
+	if err := s.storage.Verify(ctx, sn.ID); err != nil {
 		return "", nil, nop, err
 	}
 	hist, err := s.sessionHistory(ctx, sn.SessionID, sn.Parent, sn.CreatedAt)
