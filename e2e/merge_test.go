@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"errors"
-	"os"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
