@@ -40,7 +40,7 @@ lint:
 # alone, so that the benchmark's test, which loads the host with its peers
 # for minutes, does not run beside them), then the storage-dependent ones
 # again on overlay,
-# then the exec, files, snapshot, fork, isolation, disk and E2B tests with
+# then the exec, files, snapshot, fork, merge, isolation, disk and E2B tests with
 # the API in front of a second Node implementation (e2e/forward_test.go;
 # the sandbox port tests too),
 # which proves the API's seam, and with spare sandboxes on (their
@@ -51,9 +51,9 @@ test: deps lint build vet
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox \
 		$(GO) test $(TEST_FLAGS) ./e2e/
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox FORKBOX_STORAGE=overlay \
-		$(GO) test $(TEST_FLAGS) -run 'Snapshot|Fork|Pause|Disk|Pool|Destroy|Restart|Files' ./e2e/
+		$(GO) test $(TEST_FLAGS) -run 'Snapshot|Fork|Merge|Pause|Disk|Pool|Destroy|Restart|Files' ./e2e/
 	FORKBOX_AGENT=$(CURDIR)/$(BIN)/forkbox-agent FORKBOX_BIN=$(CURDIR)/$(BIN)/forkbox FORKBOX_E2E_NODE=forward FORKBOX_E2E_SPARES=4 \
-		$(GO) test $(TEST_FLAGS) -run '^Test(Exec|Files|Snapshot|Fork|E2B|Isolation|Disk|SandboxPorts|PortForward)' ./e2e/
+		$(GO) test $(TEST_FLAGS) -run '^Test(Exec|Files|Snapshot|Fork|Merge|E2B|Isolation|Disk|SandboxPorts|PortForward)' ./e2e/
 
 run: deps build
 	DATA_DIR=$(DATA_DIR) LISTEN=$(LISTEN) STORAGE_GIB=$(STORAGE_GIB) ./scripts/run-demo.sh

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	connectrpc.com/connect v1.19.1
+	github.com/aymanbagabas/go-udiff v0.4.2
 	github.com/coder/websocket v1.8.15
 	github.com/containerd/go-runc v1.2.1
 	github.com/creack/pty v1.1.24

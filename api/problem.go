@@ -95,6 +95,9 @@ var typedProblems = []problemClass{
 		"The registry is at a private, loopback or link-local address, which a tenant's pulls may not reach; the daemon's --private-registry allows one."},
 	{errdefs.ErrResourceExhausted, http.StatusRequestEntityTooLarge, template.ProblemTemplateTooLarge, "Template too large",
 		"The image (its compressed layers, or the files they unpack to) is larger than the tenant's max_template_mb or the host's limit; `detail` names the limit."},
+	{errdefs.ErrConflict, http.StatusConflict, node.ProblemMergeConflict, "Merge conflict",
+		"Both sides of a merge changed these paths in ways that do not merge (binary files, overlapping lines, a change against a deletion); " +
+			"`paths` lists every one and nothing was changed. Retry with on_conflict \"ours\" or \"theirs\", or merge fewer paths."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},
@@ -108,6 +111,11 @@ const problemPath = "/problems/"
 // message is not shown.
 func ProblemFor(err error) v1.Problem {
 	class := errdefs.Class(err)
+	var ce *node.ConflictError
+	if errors.As(err, &ce) {
+		return v1.Problem{Type: problemPath + node.ProblemMergeConflict, Title: "Merge conflict", Status: http.StatusConflict,
+			Detail: ce.Error(), Paths: ce.Paths}
+	}
 	var te *errdefs.TypedError
 	if errors.As(err, &te) {
 		for _, pc := range typedProblems {

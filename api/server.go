@@ -101,11 +101,14 @@ func (s *Server) routes(hs handlers) {
 		{"POST /v1/sessions/{id}/resume", "session.resume", "session", hs.sessions.handleResume, false},
 		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", hs.snapshots.handleSnapshot, false},
 		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", hs.snapshots.handleSessionFork, false},
+		{"GET /v1/sessions/{id}/diff", "", "", hs.snapshots.handleSessionDiff, false},
+		{"POST /v1/sessions/{id}/merge", "session.merge", "session", hs.snapshots.handleMerge, false},
 
 		{"GET /v1/snapshots", "", "", hs.snapshots.handleSnapshots, false},
 		{"GET /v1/snapshots/{id}", "", "", hs.snapshots.handleGetSnapshot, false},
 		{"DELETE /v1/snapshots/{id}", "snapshot.delete", "snapshot", hs.snapshots.handleDeleteSnapshot, false},
 		{"POST /v1/snapshots/{id}/fork", "snapshot.fork", "snapshot", hs.snapshots.handleSnapshotFork, false},
+		{"GET /v1/snapshots/{id}/diff", "", "", hs.snapshots.handleSnapshotDiff, false},
 
 		{"GET /v1/pools", "", "", hs.snapshots.handlePools, false},
 

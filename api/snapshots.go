@@ -69,11 +69,20 @@ func (h *snapshotAPI) handleSessionFork(w http.ResponseWriter, r *http.Request) 
 }
 
 // handleSnapshotFork: POST /v1/snapshots/{id}/fork {"count": N, ...overrides}
-// starts N sessions from the snapshot. 201.
+// starts N sessions from the snapshot. 201. With "run" it runs a command
+// in each and streams their results (handleForkRun).
 func (h *snapshotAPI) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 	var req v1.ForkRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
 		h.writeError(w, r, err)
+		return
+	}
+	if req.Run != nil {
+		h.handleForkRun(w, r, req)
+		return
+	}
+	if req.Keep != "" || req.Score != nil {
+		h.writeError(w, r, errdefs.InvalidField("keep", "keep and score need run"))
 		return
 	}
 	id := r.PathValue("id")
@@ -107,6 +116,12 @@ func noteForks(r *http.Request, sessions []*node.Session) {
 	for i, rec := range sessions {
 		ids[i] = rec.ID
 	}
+	noteIDs(r, ids)
+}
+
+// noteIDs adds the ids of the sessions a fork started to the request's
+// audit record.
+func noteIDs(r *http.Request, ids []string) {
 	access.NoteFrom(r.Context()).Set("sessions", ids)
 }
 

@@ -63,6 +63,10 @@ func (l Layout) AgentBinary() string { return filepath.Join(l.Root, "bin", "fork
 // RuncRoot is runc's --root.
 func (l Layout) RuncRoot() string { return filepath.Join(l.Root, "runc") }
 
+// Merges holds the journals and staged files of merges being applied
+// (one directory per session; replayed or rolled back at start-up).
+func (l Layout) Merges() string { return filepath.Join(l.Root, "merges") }
+
 // MemorySnapshots holds the sealed memory checkpoints, one directory per snapshot id.
 func (l Layout) MemorySnapshots() string { return filepath.Join(l.Root, "memory") }
 

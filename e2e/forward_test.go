@@ -50,7 +50,7 @@ func (f *forwardNode) checkForwarded() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var missing, seen []string
-	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort"} {
+	for _, m := range []string{"Create", "Get", "Destroy", "PrepareExec", "Upload", "Download", "ListDir", "Snapshot", "Fork", "DialPort", "SessionDiff", "Merge", "ForkRun"} {
 		if f.calls[m] == 0 {
 			missing = append(missing, m)
 		}
@@ -279,4 +279,24 @@ func (f *forwardNode) EndTenant(ctx context.Context, tenant string) error {
 func (f *forwardNode) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (func(), error) {
 	f.count("ReserveQuota")
 	return f.n.ReserveQuota(ctx, tenant, what, count)
+}
+
+func (f *forwardNode) SessionDiff(ctx context.Context, id string, opts node.DiffOptions) (*node.Diff, error) {
+	f.count("SessionDiff")
+	return f.n.SessionDiff(ctx, id, opts)
+}
+
+func (f *forwardNode) SnapshotDiff(ctx context.Context, ref string, opts node.DiffOptions) (*node.Diff, error) {
+	f.count("SnapshotDiff")
+	return f.n.SnapshotDiff(ctx, ref, opts)
+}
+
+func (f *forwardNode) Merge(ctx context.Context, id string, spec node.MergeSpec) (*node.MergeResult, error) {
+	f.count("Merge")
+	return f.n.Merge(ctx, id, spec)
+}
+
+func (f *forwardNode) ForkRun(ctx context.Context, ref string, count int, spec node.CreateSpec, run node.ForkRunSpec, emit func(node.ForkChildResult)) (*node.ForkRunSummary, error) {
+	f.count("ForkRun")
+	return f.n.ForkRun(ctx, ref, count, spec, run, emit)
 }

@@ -57,12 +57,14 @@ func New(opts sandbox.Options, hopts Options) *Node {
 		spares = 0
 	}
 	p := pool.New(pool.Options{Core: m.PoolCore(), Store: opts.Store, Log: opts.Log, Spares: spares})
-	s := snapshot.New(snapshot.Options{Core: snapshotCore{m.SnapshotCore()}, Store: opts.Store, Storage: opts.Storage,
+	sc := &snapshotCore{SnapshotCore: m.SnapshotCore()}
+	s := snapshot.New(snapshot.Options{Core: sc, Store: opts.Store, Storage: opts.Storage,
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log,
 		ImageCacheBytes: opts.MemoryImageCacheBytes})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
 	c := m.Concerns()
+	sc.cmds = c.Commands
 	return &Node{Manager: m, Files: c.Files, Commands: c.Commands, Meter: c.Meter, Templates: c.Templates,
 		Tenants: c.Tenants, Recovery: c.Recovery, Runtimes: c.Runtimes, Pools: p, Service: s}
 }
@@ -79,11 +81,19 @@ func (n *Node) Close() {
 }
 
 // snapshotCore gives the core's held sandboxes the snapshot package's
-// interface type.
-type snapshotCore struct{ *sandbox.SnapshotCore }
+// interface type, and its commands (fork and run).
+type snapshotCore struct {
+	*sandbox.SnapshotCore
+	cmds *sandbox.Commands
+}
+
+// Exec runs a command in a session (sandbox.Commands.Exec).
+func (c *snapshotCore) Exec(ctx context.Context, id string, spec node.ExecSpec, out node.Output) (*node.ExecResult, error) {
+	return c.cmds.Exec(ctx, id, spec, out)
+}
 
 // Find is sandbox.SnapshotCore.Find as snapshot.Core asks for it.
-func (c snapshotCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
+func (c *snapshotCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
 	h, err := c.SnapshotCore.Find(ctx, id)
 	if err != nil {
 		return nil, err
@@ -91,4 +101,4 @@ func (c snapshotCore) Find(ctx context.Context, id string) (snapshot.Held, error
 	return h, nil
 }
 
-var _ snapshot.Core = snapshotCore{}
+var _ snapshot.Core = (*snapshotCore)(nil)

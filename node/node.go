@@ -23,6 +23,7 @@ type Node interface {
 	Envd
 	Ports
 	Snapshots
+	Changes
 	Pools
 	Tenants
 }

@@ -232,7 +232,7 @@ func TestTeardownWaiterSeesFailure(t *testing.T) {
 // snapshots returns the snapshot service over m and m's storage driver,
 // as the composition (package host) wires it.
 func snapshots(m *Manager) *snapshot.Service {
-	s := snapshot.New(snapshot.Options{Core: heldCore{m.SnapshotCore()}, Store: m.opts.Store, Storage: m.opts.Storage,
+	s := snapshot.New(snapshot.Options{Core: heldCore{m.SnapshotCore(), m.Concerns().Commands}, Store: m.opts.Store, Storage: m.opts.Storage,
 		Layout: m.opts.Layout, Log: m.log})
 	m.UseSnapshots(s)
 	return s
@@ -240,7 +240,15 @@ func snapshots(m *Manager) *snapshot.Service {
 
 // heldCore is SnapshotCore with Find returning snapshot.Held (as in
 // package host).
-type heldCore struct{ *SnapshotCore }
+type heldCore struct {
+	*SnapshotCore
+	cmds *Commands
+}
+
+// Exec runs a command as the composition's snapshotCore does.
+func (c heldCore) Exec(ctx context.Context, id string, spec node.ExecSpec, out node.Output) (*node.ExecResult, error) {
+	return c.cmds.Exec(ctx, id, spec, out)
+}
 
 func (c heldCore) Find(ctx context.Context, id string) (snapshot.Held, error) {
 	h, err := c.SnapshotCore.Find(ctx, id)

@@ -91,7 +91,10 @@ func (s *Service) CollectExpired(ctx context.Context) {
 // sessions: it removes stored snapshot files and sealed checkpoints the
 // database does not know (left by crashes between the two), then reclaims
 // the snapshots of forks a previous daemon did not finish (reclaimForks).
+// Before all that it finishes or undoes the merges a previous daemon left
+// journaled (recoverMerges).
 func (s *Service) Reconcile(ctx context.Context) {
+	s.recoverMerges(ctx)
 	snaps, err := s.storage.Snapshots(ctx)
 	if err != nil {
 		s.log.Warn("list snapshots", "err", err)

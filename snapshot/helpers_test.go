@@ -97,6 +97,12 @@ func (c *layerCore) ReserveQuota(context.Context, string, string, func() (int, e
 	return func() {}, nil
 }
 
+// Exec is refused: the storage-level tests run no commands (fork and
+// run is tested with real sandboxes in e2e).
+func (c *layerCore) Exec(context.Context, string, node.ExecSpec, node.Output) (*node.ExecResult, error) {
+	return nil, errdefs.Newf(errdefs.ErrUnavailable, "no sandboxes in this test")
+}
+
 // testTemplate is the template the layers start from.
 const testTemplate = "t1"
 

@@ -57,6 +57,9 @@ type Core interface {
 	// ReserveQuota admits one more of what for tenant against its policy
 	// (count counts what exists); release undoes it.
 	ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error)
+	// Exec runs spec in live session id as the API's exec does (fork and
+	// run).
+	Exec(ctx context.Context, id string, spec node.ExecSpec, out node.Output) (*node.ExecResult, error)
 }
 
 // Held is one live sandbox a snapshot works on.

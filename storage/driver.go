@@ -138,3 +138,18 @@ type IndependentLayers interface {
 	// LayersIndependent reports whether that holds for the driver.
 	LayersIndependent() bool
 }
+
+// Trees is implemented by drivers that show a layer's or a snapshot's
+// whole file tree on the host, as the sandbox sees it, for diffs and
+// merges (package storage/changes reads them safely). Both drivers do.
+type Trees interface {
+	// LayerTree returns the directory that is sandbox id's root
+	// filesystem (the one Prepare returned). ErrNotFound for an unknown
+	// layer.
+	LayerTree(ctx context.Context, id string) (string, error)
+	// SnapshotTree returns a directory showing snapshot snapID's whole
+	// tree read-only, and release, which the caller calls once done (the
+	// directory may be a mount made for the call). ErrNotFound for an
+	// unknown snapshot.
+	SnapshotTree(ctx context.Context, snapID string) (dir string, release func(), err error)
+}

@@ -114,7 +114,7 @@ type AuditRecord struct {
 	Session string    `json:"session,omitempty"`
 	// Kind is session.create, session.destroy, session.end (timeout,
 	// abuse, quota, error), session.pause, session.resume,
-	// session.timeout, exec, process.signal, process.stdin, file.read,
+	// session.timeout, session.merge, exec, process.signal, process.stdin, file.read,
 	// file.write, file.remove, file.mkdir, file.move, file.stat,
 	// file.list, snapshot.create, snapshot.delete, snapshot.fork,
 	// template.import, template.delete, egress, policy, abuse,

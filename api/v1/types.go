@@ -416,6 +416,8 @@ type Problem struct {
 	Field string `json:"field,omitempty"`
 	// RequestID is the request's correlation id (also in X-Request-Id).
 	RequestID string `json:"request_id,omitempty"`
+	// Paths lists every conflicting path of a merge-conflict (409).
+	Paths []string `json:"paths,omitempty"`
 }
 
 // Snapshot is a saved copy of a session's files (POST
@@ -486,6 +488,12 @@ type ForkRequest struct {
 	// Memory (POST /v1/sessions/{id}/fork only) takes a memory snapshot,
 	// so that the forks continue the session's processes.
 	Memory bool `json:"memory,omitempty"`
+	// Run (POST /v1/snapshots/{id}/fork only) runs a command in every
+	// child and streams their results as NDJSON (ForkEvent); Keep says
+	// which children stay ("all", "best", "none"), Score how to rank them.
+	Run   *ForkRun   `json:"run,omitempty"`
+	Keep  string     `json:"keep,omitempty"`
+	Score *ForkScore `json:"score,omitempty"`
 	CreateRequest
 }
 

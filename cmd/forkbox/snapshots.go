@@ -117,9 +117,17 @@ func newForkCmd(g *globals) *cobra.Command {
 	var cf createFlags
 	var n int
 	var fromSnapshot, memory bool
+	var run client.ForkRun
+	var runTimeout time.Duration
+	var keep, scoreRegex, scoreFile string
 	cmd := &cobra.Command{
-		Use:     "fork SESSION | --from-snapshot SNAPSHOT",
-		Short:   "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
+		Use:   "fork SESSION | --from-snapshot SNAPSHOT | SNAPSHOT --run CMD",
+		Short: "Start N sessions from a session (snapshot taken on the spot) or from a snapshot",
+		Long: `Start N sessions from a session (a snapshot is taken on the spot) or, with
+--from-snapshot, from a snapshot, and print their ids. With --run the argument
+is a snapshot: the command runs in every child at once, a line per child is
+printed as it ends (exit code, score, time), and --keep says which children
+stay (all, best by --score-regex or --score-file, none).`,
 		Example: forkExample,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -132,6 +140,14 @@ func newForkCmd(g *globals) *cobra.Command {
 				return err
 			}
 			freq := client.ForkRequest{Count: n, CreateRequest: req, Memory: memory}
+			if run.Cmd != "" {
+				run.TimeoutS = int64(runTimeout.Seconds())
+				freq.Run, freq.Keep = &run, keep
+				if scoreRegex != "" || scoreFile != "" {
+					freq.Score = &client.ForkScore{StdoutRegex: scoreRegex, File: scoreFile}
+				}
+				return runForks(cmd, g, c, args[0], freq)
+			}
 			var res *client.ForkResult
 			if fromSnapshot {
 				res, err = c.ForkSnapshot(cmd.Context(), args[0], freq)
@@ -153,6 +169,11 @@ func newForkCmd(g *globals) *cobra.Command {
 	cmd.Flags().IntVarP(&n, "count", "n", 1, "how many sessions to start (1-64)")
 	cmd.Flags().BoolVar(&fromSnapshot, "from-snapshot", false, "the argument is a snapshot id, not a session id")
 	cmd.Flags().BoolVar(&memory, "with-memory", false, "snapshot processes and memory too, so the forks continue them (isolation gvisor)")
+	cmd.Flags().StringVar(&run.Cmd, "run", "", "run this shell command in every child (the argument is then a snapshot)")
+	cmd.Flags().DurationVar(&runTimeout, "run-timeout", 0, "bound each child's --run command (default 10m)")
+	cmd.Flags().StringVar(&keep, "keep", "", "with --run: keep all (default), best or none of the children")
+	cmd.Flags().StringVar(&scoreRegex, "score-regex", "", "with --run: score a child by the last number this regex matches in its stdout")
+	cmd.Flags().StringVar(&scoreFile, "score-file", "", "with --run: score a child by the number in this file in it")
 	cf.register(cmd)
 	return cmd
 }

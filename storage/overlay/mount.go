@@ -39,6 +39,9 @@ var overlayOptions = [][2]string{{"redirect_dir", "off"}, {"metacopy", "off"}, {
 // /proc/self/fd/N path of a descriptor opened on it, about 18 bytes a
 // layer, which fits overlayfs's own limit of 500 layers into 4096 bytes
 // whatever the layers' real paths are.
+//
+// An empty upper mounts a read-only view of the lowers (no work
+// directory; overlayfs then needs at least two lowers).
 func mountOverlay(target string, lowers []string, upper, work string) error {
 	if len(lowers) == 0 || len(lowers) > maxLayers {
 		return fmt.Errorf("overlay at %s: %d lower layers (at most %d): %w", target, len(lowers), maxLayers, errdefs.ErrResourceExhausted)
@@ -93,6 +96,9 @@ func mountFsconfig(target string, lowers []string, upper, work string, fds *path
 		}
 	}
 	for _, kv := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		if upper == "" {
+			break // a read-only view of the lowers
+		}
 		p, err := fds.short(kv[1], fsconfigMaxString)
 		if err != nil {
 			return err
@@ -109,7 +115,11 @@ func mountFsconfig(target string, lowers []string, upper, work string, fds *path
 	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return fmt.Errorf("create overlay for %s: %w%s", target, err, fsLog(fsfd))
 	}
-	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOSUID)
+	attrs := uint32(unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOSUID)
+	if upper == "" {
+		attrs |= unix.MOUNT_ATTR_RDONLY
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, int(attrs))
 	if err != nil {
 		return fmt.Errorf("fsmount overlay for %s: %w%s", target, err, fsLog(fsfd))
 	}
@@ -151,7 +161,12 @@ func mountLegacy(target string, lowers []string, upper, work string, fds *pathFD
 	}
 	var opts strings.Builder
 	opts.WriteString("lowerdir=" + strings.Join(names, ":"))
+	flags := uintptr(unix.MS_NODEV | unix.MS_NOSUID)
 	for _, kv := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		if upper == "" {
+			flags |= unix.MS_RDONLY
+			break
+		}
 		p, err := fds.short(kv[1], 0)
 		if err != nil {
 			return err
@@ -164,7 +179,7 @@ func mountLegacy(target string, lowers []string, upper, work string, fds *pathFD
 	if opts.Len() >= 4096 {
 		return fmt.Errorf("overlay at %s: options of %d bytes exceed a page: %w", target, opts.Len(), errdefs.ErrResourceExhausted)
 	}
-	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts.String()); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", flags, opts.String()); err != nil {
 		return fmt.Errorf("mount overlay at %s (%d lower layers): %w", target, len(lowers), err)
 	}
 	return nil

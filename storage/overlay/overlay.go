@@ -124,6 +124,7 @@ func New(ctx context.Context, opts Options) (*Driver, error) {
 			return nil, fmt.Errorf("chmod %s: %w", p, err)
 		}
 	}
+	unmountViews(d.tmpDir())
 	if err := storage.RemoveTree(d.tmpDir()); err != nil {
 		return nil, fmt.Errorf("clean %s: %w", d.tmpDir(), err)
 	}
