@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forkbox/forkbox/build"
 	"net/http"
 	"sort"
 	"strings"
@@ -95,6 +96,8 @@ var typedProblems = []problemClass{
 		"The registry is at a private, loopback or link-local address, which a tenant's pulls may not reach; the daemon's --private-registry allows one."},
 	{errdefs.ErrResourceExhausted, http.StatusRequestEntityTooLarge, template.ProblemTemplateTooLarge, "Template too large",
 		"The image (its compressed layers, or the files they unpack to) is larger than the tenant's max_template_mb or the host's limit; `detail` names the limit."},
+	{errdefs.ErrInvalidArgument, http.StatusUnprocessableEntity, build.ProblemStepFailed, "Build step failed",
+		"A RUN step of the build exited non-zero; `detail` names the step, its line, its exit code and its last output. Nothing was registered; the steps before it stay cached."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},

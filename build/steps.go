@@ -226,8 +226,16 @@ func (r *run) userPart() string {
 func (r *run) runCommand(ctx context.Context, idx int, in Instr, a *action) error {
 	tail := &tailBuffer{max: tailBytes}
 	out := node.OutputFuncs(nil,
-		func(p []byte) error { tail.write(p); r.emit(Event{Kind: "log", Step: idx, Stream: "stdout", Data: string(p)}); return nil },
-		func(p []byte) error { tail.write(p); r.emit(Event{Kind: "log", Step: idx, Stream: "stderr", Data: string(p)}); return nil })
+		func(p []byte) error {
+			tail.write(p)
+			r.emit(Event{Kind: "log", Step: idx, Stream: "stdout", Data: string(p)})
+			return nil
+		},
+		func(p []byte) error {
+			tail.write(p)
+			r.emit(Event{Kind: "log", Step: idx, Stream: "stderr", Data: string(p)})
+			return nil
+		})
 	timeout := r.spec.StepTimeoutS
 	if timeout <= 0 {
 		timeout = defaultStepTimeoutS
@@ -244,7 +252,7 @@ func (r *run) runCommand(ctx context.Context, idx int, in Instr, a *action) erro
 	if res.ExitCode == 0 {
 		return nil
 	}
-	r.emit(Event{Kind: "failed", Step: idx, Line: in.Line, Instruction: in.Text, ExitCode: res.ExitCode})
+	r.emit(Event{Kind: "failed", Step: idx, Total: len(r.f.Instrs), Line: in.Line, Instruction: in.Text, ExitCode: res.ExitCode})
 	why := fmt.Sprintf("exited %d", res.ExitCode)
 	if res.TimedOut {
 		why = fmt.Sprintf("ran past its %d s and was killed (exit %d)", timeout, res.ExitCode)

@@ -135,6 +135,6 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 			return c.DeleteTemplate(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(imp, ls, rm)
+	cmd.AddCommand(imp, ls, rm, newTemplateBuildCmd(g))
 	return cmd
 }
