@@ -60,10 +60,12 @@ func planOf(t *testing.T, df string, c *Context, args map[string]string) (*run, 
 		if err != nil {
 			t.Fatalf("plan %s: %v", in.Text, err)
 		}
-		if a != nil {
-			key = stepKey(key, a.kind, a.instr, &r.st, a.inputs)
-			acts, keys = append(acts, a), append(keys, key)
+		if a == nil {
+			key = stepKey(key, "meta", in.Text, &r.st, "")
+			continue
 		}
+		key = stepKey(key, a.kind, a.instr, &r.st, a.inputs)
+		acts, keys = append(acts, a), append(keys, key)
 	}
 	return r, acts, keys
 }

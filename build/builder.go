@@ -102,9 +102,10 @@ type StepResult struct {
 	Step        int
 	Line        int
 	Instruction string
-	// Cached: the step's result came from the cache (no sandbox ran it).
-	// Metadata steps (ENV, ARG, USER, CMD, ...) run nowhere and say
-	// Cached when every step before them was.
+	// Cached: the step's result came from the cache (no sandbox ran
+	// it). Steps that change no file (ENV, ARG, USER, CMD, ...) run
+	// nowhere; they say Cached when the cache had their key (the same
+	// step after the same steps).
 	Cached bool
 	// Snapshot holds the step's result ("" for metadata steps).
 	Snapshot   string
@@ -175,7 +176,6 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	r.src = storage.Source{Template: tpl.Name}
 	key := fromKey(tpl, r.spec.Isolation)
 	res := &Result{}
-	allCached := true
 	total := len(r.f.Instrs)
 	for i, in := range r.f.Instrs {
 		start := time.Now()
@@ -189,7 +189,6 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 			key = stepKey(key, act.kind, act.instr, &r.st, act.inputs)
 			snap, hit := r.cached(ctx, key)
 			if !hit {
-				allCached = false
 				if snap, err = r.runStep(ctx, i+1, in, act, key); err != nil {
 					return nil, err
 				}
@@ -197,7 +196,14 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 			r.src = storage.Source{Snapshot: snap}
 			sr.Snapshot, sr.Cached = snap, hit
 		} else {
-			sr.Cached = allCached
+			// A step that changes no file is in the chain too (as in
+			// Docker's cache), recorded without a snapshot.
+			key = stepKey(key, "meta", in.Text, &r.st, "")
+			if _, sr.Cached = r.b.cache.Get(r.tenant, key); !sr.Cached {
+				if err := r.b.cache.Put(r.tenant, key, ""); err != nil {
+					return nil, fmt.Errorf("step %d: record in the build cache: %w", i+1, err)
+				}
+			}
 		}
 		sr.DurationMS = time.Since(start).Milliseconds()
 		res.Steps = append(res.Steps, sr)
@@ -275,11 +281,8 @@ func fromTemplateName(ref string) string {
 // cached returns the snapshot key's result is in, when the cache has it
 // and the snapshot still exists.
 func (r *run) cached(ctx context.Context, key string) (string, bool) {
-	if checkKey(key) != nil {
-		return "", false
-	}
 	snap, ok := r.b.cache.Get(r.tenant, key)
-	if !ok {
+	if !ok || snap == "" {
 		return "", false
 	}
 	if _, err := r.b.node.GetSnapshot(ctx, snap); err != nil {

@@ -40,17 +40,22 @@ func (c *Cache) path(tenant, key string) string {
 	return filepath.Join(c.dir, hex.EncodeToString(t[:8]), key+".json")
 }
 
-// Get returns the snapshot cached under key for tenant, if any.
+// Get returns the snapshot cached under key for tenant ("" for a step
+// that changed no file) and whether the cache has key.
 func (c *Cache) Get(tenant, key string) (string, bool) {
 	var e cacheEntry
-	if err := storage.ReadJSON(c.path(tenant, key), &e, "build cache entry"); err != nil || e.Snapshot == "" {
+	if checkKey(key) != nil || storage.ReadJSON(c.path(tenant, key), &e, "build cache entry") != nil {
 		return "", false
 	}
 	return e.Snapshot, true
 }
 
-// Put records snap as the result of key for tenant (atomically).
+// Put records snap as the result of key for tenant (atomically; "" for
+// a step that changed no file).
 func (c *Cache) Put(tenant, key, snap string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
 	p := c.path(tenant, key)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err

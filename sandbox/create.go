@@ -133,15 +133,16 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 				return nil, false, err
 			}
 		}
-	} else if req.Network != nil {
-		// Warm-pool members have no network; a network is made per sandbox.
+	} else if req.Network != nil || req.WritableRoot {
+		// Warm-pool members have no network (a network is made per
+		// sandbox) and a read-only root.
 	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		if rec != nil {
 			m.started(ctx, rec, "pool", began)
 		}
 		return rec, rec != nil, err
 	}
-	if snap == nil || snap.MemoryDriver == "" {
+	if (snap == nil || snap.MemoryDriver == "") && !req.WritableRoot {
 		if rec, err := m.fromSpare(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 			if rec != nil {
 				m.started(ctx, rec, "spare", began)
