@@ -40,9 +40,14 @@ type Builder struct {
 }
 
 // New returns a builder whose RUN steps run in sessions of n and whose
-// templates go into c; its step cache is c.BuildCacheDir().
+// templates go into c; its step cache is c.BuildCacheDir(). With a nil
+// c (a server without a catalog) every build is ErrUnavailable.
 func New(n node.Node, c *template.Catalog) *Builder {
-	return &Builder{node: n, catalog: c, cache: NewCache(c.BuildCacheDir())}
+	b := &Builder{node: n, catalog: c}
+	if c != nil {
+		b.cache = NewCache(c.BuildCacheDir())
+	}
+	return b
 }
 
 // Spec is one build's request.
@@ -132,6 +137,9 @@ type Result struct {
 // registered unless the whole build succeeded; the snapshots of the
 // steps that did succeed stay cached for the next build.
 func (b *Builder) Build(ctx context.Context, name string, spec Spec) (*Result, error) {
+	if b.catalog == nil {
+		return nil, errdefs.Newf(errdefs.ErrUnavailable, "this server has no template catalog: it builds nothing")
+	}
 	f, err := Parse(spec.Dockerfile)
 	if err != nil {
 		return nil, err

@@ -186,7 +186,7 @@ func (r *run) ensureSession(ctx context.Context) error {
 	}
 	cs := node.CreateSpec{Template: r.src.Template, Snapshot: r.src.Snapshot, User: "root",
 		CPU: r.spec.CPU, MemoryMB: r.spec.MemoryMB, DiskMB: r.spec.DiskMB, Isolation: r.spec.Isolation,
-		Metadata: map[string]string{"forkbox.build": r.name}, WritableRoot: true}
+		Metadata: map[string]string{"forkbox.build": r.name}, BuildStep: true}
 	if lim := r.b.node.Info().Limits; lim.MaxTimeoutS > 0 {
 		cs.TimeoutS = min(lim.MaxTimeoutS, 4*3600)
 	}

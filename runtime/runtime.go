@@ -78,7 +78,7 @@ type Config struct {
 	// mounts it read-only as / inside the sandbox, unless WritableRoot.
 	RootFS string
 	// WritableRoot mounts RootFS writable (a template build's step:
-	// node.CreateSpec.WritableRoot).
+	// node.CreateSpec.BuildStep).
 	WritableRoot bool
 	// Mounts are bind mounts added on top of RootFS, in order.
 	Mounts []Mount

@@ -23,10 +23,10 @@ import (
 // its integrity check); without one, a ready warm-pool member that fits is
 // taken when there is one. A session that names no user runs as its
 // template's (its image's USER); a new session of a template with a start
-// command has it started (runStartCommand).
+// command has it started (runStartCommand), unless it is a build step's.
 func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKey string) (rec *node.Session, created bool, err error) {
 	rec, created, err = m.create(ctx, req, idempotencyKey, true)
-	if err == nil && created {
+	if err == nil && created && !req.BuildStep {
 		if err := m.runStartCommand(ctx, rec); err != nil {
 			return nil, false, err
 		}
@@ -133,7 +133,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 				return nil, false, err
 			}
 		}
-	} else if req.Network != nil || req.WritableRoot {
+	} else if req.Network != nil || req.BuildStep {
 		// Warm-pool members have no network (a network is made per
 		// sandbox) and a read-only root.
 	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
@@ -142,7 +142,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 		}
 		return rec, rec != nil, err
 	}
-	if (snap == nil || snap.MemoryDriver == "") && !req.WritableRoot {
+	if (snap == nil || snap.MemoryDriver == "") && !req.BuildStep {
 		if rec, err := m.fromSpare(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 			if rec != nil {
 				m.started(ctx, rec, "spare", began)
