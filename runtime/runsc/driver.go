@@ -224,7 +224,16 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	}()
 	if image == "" {
 		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
-		if _, err := d.runsc.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+		rs := d.runsc
+		if cfg.WritableRoot {
+			// runsc's default (--overlay2=root:self) keeps the root's
+			// writes in a memory-backed upper layer of its own; a build
+			// step's writes must reach the writable layer its snapshot takes.
+			cp := *d.runsc
+			cp.ExtraArgs = append(append([]string(nil), d.runsc.ExtraArgs...), "--overlay2=none")
+			rs = &cp
+		}
+		if _, err := rs.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
 			return runtime.AsMountError(fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
 				summary([]byte(stdio.Tail(8192)))))
 		}
