@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/testnet"
 )
 
 // buildDockerfile is the multi-step Dockerfile TestTemplateBuild builds
@@ -268,4 +271,35 @@ func hasTag(t *testing.T, id, tag string) bool {
 		}
 	}
 	return false
+}
+
+// TestTemplateBuildEgress proves a build's RUN steps have no network by
+// default and reach what the build's allow-list names: a RUN fetching
+// from a test host fails without --allow (the fence refuses it) and, with
+// the host allowed, writes what it fetched into the template.
+func TestTemplateBuildEgress(t *testing.T) {
+	need(t)
+	host := testnet.NewHost(t, egressHost)
+	host.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "fetched-in-build") }))
+	ctx := ctxFor(t, 5*time.Minute)
+	df := "FROM base\nRUN curl -fsS --max-time 20 http://allowed.test/ > /root/fetched\n"
+
+	name := tplName("build-net")
+	_, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: df}, client.BuildOptions{})
+	if errProblem(err) != "build-step-failed" {
+		t.Fatalf("a RUN fetching without --allow: %v, want build-step-failed", err)
+	}
+	res, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: df, Allow: []string{"allowed.test:80"}}, client.BuildOptions{})
+	if err != nil {
+		t.Fatalf("with the host allowed: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, name)
+	if ss := buildSessions(t, name); len(ss) != 2 || ss[0].Network == nil || len(ss[0].Network.Allow) != 1 {
+		t.Errorf("the builds' sandboxes: %+v", ss)
+	}
+	s := newSession(t, client.CreateRequest{Template: res.Template.Name})
+	_, out, _ := run(t, s.ID, client.ExecRequest{Cmd: "cat /root/fetched", User: "root"})
+	if out != "fetched-in-build" {
+		t.Errorf("what the RUN fetched: %q", out)
+	}
 }
