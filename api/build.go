@@ -75,7 +75,7 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 		h.writeError(w, r, err)
 		return
 	}
-	bctx, cleanup, err := h.spoolContext(mr)
+	bctx, cleanup, err := h.spoolContext(mr, spec.MaxBytes, spec.MaxName)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -139,8 +139,11 @@ func readBuildSpec(mr *multipart.Reader) (*v1.TemplateBuildRequest, error) {
 }
 
 // spoolContext spools the "context" part, if the body has one, into the
-// upload spool and indexes it; cleanup closes and removes the spool.
-func (h *templateAPI) spoolContext(mr *multipart.Reader) (*build.Context, func(), error) {
+// upload spool and indexes it; cleanup closes and removes the spool. A
+// context past limit bytes (> 0: the tenant's max_template_mb, which
+// limitName names) is the 413 template-too-large, one past
+// maxBuildContext the 413 content-too-large.
+func (h *templateAPI) spoolContext(mr *multipart.Reader, limit int64, limitName string) (*build.Context, func(), error) {
 	p, err := mr.NextPart()
 	if errors.Is(err, io.EOF) {
 		c, _ := build.OpenContext(nil)
@@ -158,9 +161,18 @@ func (h *templateAPI) spoolContext(mr *multipart.Reader) (*build.Context, func()
 		return nil, nil, fmt.Errorf("spool the context: %w", err)
 	}
 	cleanup := func() { f.Close(); os.Remove(f.Name()) }
-	if err := h.spoolUpload(keepOpen{f}, p); err != nil {
+	var body io.Reader = p
+	if limit > 0 {
+		body = io.LimitReader(p, limit+1)
+	}
+	if err := h.spoolUpload(keepOpen{f}, body); err != nil {
 		cleanup()
 		return nil, nil, err
+	}
+	if fi, err := f.Stat(); err == nil && limit > 0 && fi.Size() > limit {
+		cleanup()
+		return nil, nil, errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge,
+			"the build context is larger than %s", limitName)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		cleanup()

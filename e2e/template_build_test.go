@@ -303,3 +303,30 @@ func TestTemplateBuildEgress(t *testing.T) {
 		t.Errorf("what the RUN fetched: %q", out)
 	}
 }
+
+// TestTemplateBuildTenant proves a tenant's builds keep to its template
+// limits: a context past max_template_mb is a 413 naming it, a build
+// past max_templates a 429, and a build within them works.
+func TestTemplateBuildTenant(t *testing.T) {
+	need(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	_, _, tc := newTenant(t, env.c, "build", client.TenantPolicy{MaxTemplates: 1, MaxTemplateMB: 1})
+	big := t.TempDir()
+	if err := os.WriteFile(filepath.Join(big, "big"), []byte(randomText(2<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tc.BuildTemplate(ctx, tplName("t-big"), client.BuildRequest{Dockerfile: "FROM base\nCOPY big /root/big\n"}, client.BuildOptions{ContextDir: big})
+	if problemStatus(err) != http.StatusRequestEntityTooLarge || errProblem(err) != "template-too-large" || !strings.Contains(err.Error(), "max_template_mb") {
+		t.Fatalf("a context past max_template_mb: %v, want 413 template-too-large naming the limit", err)
+	}
+	name := tplName("t-ok")
+	if _, err := tc.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: "FROM base\nRUN echo ok > /root/ok\n"}, client.BuildOptions{}); err != nil {
+		t.Fatalf("a tenant's build: %v", err)
+	}
+	deleteTemplateAtEnd(t, tc, name)
+	_, err = tc.BuildTemplate(ctx, tplName("t-two"), client.BuildRequest{Dockerfile: "FROM base\nRUN true\n"}, client.BuildOptions{})
+	if problemStatus(err) != http.StatusTooManyRequests {
+		t.Fatalf("a build past max_templates: %v, want 429", err)
+	}
+	wantNoPartials(t)
+}
