@@ -27,14 +27,19 @@ func TestCLITemplateBuild(t *testing.T) {
 	ref, _ := reg.push(t, "test/build:1", img)
 	sum := sha256.Sum256([]byte(ref))
 	deleteTemplateAtEnd(t, env.c, "from-"+hex.EncodeToString(sum[:8]))
-
 	short := tplName("cli-short")
+	deleteBuildSnapshotsAtEnd(t, env.c, short)
+
 	out, errOut, code := forkbox(t, "", "template", "build", short, "--from-image", ref,
 		"--run", "busybox mkdir -p /usr/local/share && echo from-cli > /usr/local/share/cli", "--start", "exec busybox sleep 100000")
 	if code != 0 || out != short+"\n" || !strings.Contains(errOut, "[1/2] RUN") || !strings.Contains(errOut, "[1/2] done in") {
 		t.Fatalf("template build --from-image: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	deleteTemplateAtEnd(t, env.c, short)
+	df := tplName("cli-df")
+	bad := tplName("cli-bad")
+	deleteBuildSnapshotsAtEnd(t, env.c, df)
+	deleteBuildSnapshotsAtEnd(t, env.c, bad)
 	s := newSession(t, client.CreateRequest{Template: short})
 	if got := sh(t, s.ID, "cat /usr/local/share/cli /etc/cli-build >/dev/null && cat /usr/local/share/cli"); got != "from-cli\n" {
 		t.Errorf("in the shorthand's template: %q", got)
@@ -46,7 +51,6 @@ func TestCLITemplateBuild(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+short+"\nCOPY note.txt /etc/note.txt\nENV NOTE=1\nRUN cat /etc/note.txt\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "note.txt"), []byte("a note\n"), 0o644)
-	df := tplName("cli-df")
 	out, errOut, code = forkbox(t, "", "template", "build", df, "-f", filepath.Join(dir, "Dockerfile"), "--context", dir)
 	if code != 0 || out != df+"\n" || !strings.Contains(errOut, "[1/3] COPY note.txt /etc/note.txt\n") || !strings.Contains(errOut, "a note\n") ||
 		!strings.Contains(errOut, "built "+df+": 3 steps, 1 sandboxes") {
@@ -60,7 +64,6 @@ func TestCLITemplateBuild(t *testing.T) {
 	}
 	deleteTemplateAtEnd(t, env.c, again)
 
-	bad := tplName("cli-bad")
 	_, errOut, code = forkbox(t, "", "template", "build", bad, "--from-image", short, "--run", "echo no-good; exit 3")
 	if code == 0 || !strings.Contains(errOut, "[1/1] failed: exit code 3") || !strings.Contains(errOut, "no-good") {
 		t.Fatalf("a failing build: exit %d, stderr %q", code, errOut)
@@ -83,6 +86,7 @@ func TestTemplateBuildGVisor(t *testing.T) {
 	}
 	deleteTemplateAtEnd(t, env.c, base)
 	name := tplName("built-gv")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
 	res, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Isolation: "gvisor",
 		Dockerfile: "FROM " + base + "\nRUN busybox mkdir -p /usr/local/share && busybox uname -a > /usr/local/share/kernel\n"}, client.BuildOptions{})
 	if err != nil {

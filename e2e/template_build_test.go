@@ -77,6 +77,7 @@ func TestTemplateBuild(t *testing.T) {
 
 	name := tplName("built")
 	deleteTemplateAtEnd(t, env.c, name)
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
 	var events []client.BuildEvent
 	res, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: df},
 		client.BuildOptions{ContextDir: dir, Progress: func(e client.BuildEvent) { events = append(events, e) }})
@@ -134,6 +135,7 @@ func TestTemplateBuild(t *testing.T) {
 	// A change in the last RUN: only it runs again.
 	changed := tplName("built-changed")
 	deleteTemplateAtEnd(t, env.c, changed)
+	deleteBuildSnapshotsAtEnd(t, env.c, changed)
 	res3, err := env.c.BuildTemplate(ctx, changed, client.BuildRequest{Dockerfile: buildDockerfile(base, `echo changed > /home/user/as-user`)},
 		client.BuildOptions{ContextDir: dir})
 	if err != nil {
@@ -170,6 +172,7 @@ func TestTemplateBuildFailures(t *testing.T) {
 	deleteTemplateAtEnd(t, env.c, base)
 
 	name := tplName("fails")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
 	var failed *client.BuildEvent
 	_, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: "FROM " + base + "\nENV A=1\nRUN echo boom-on-stderr >&2; exit 7\nCMD [\"true\"]\n"},
 		client.BuildOptions{Progress: func(e client.BuildEvent) {
@@ -285,6 +288,7 @@ func TestTemplateBuildEgress(t *testing.T) {
 	df := "FROM base\nRUN curl -fsS --max-time 20 http://allowed.test/ > /root/fetched\n"
 
 	name := tplName("build-net")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
 	_, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: df}, client.BuildOptions{})
 	if errProblem(err) != "build-step-failed" {
 		t.Fatalf("a RUN fetching without --allow: %v, want build-step-failed", err)
@@ -320,6 +324,7 @@ func TestTemplateBuildTenant(t *testing.T) {
 		t.Fatalf("a context past max_template_mb: %v, want 413 template-too-large naming the limit", err)
 	}
 	name := tplName("t-ok")
+	deleteBuildSnapshotsAtEnd(t, tc, name)
 	if _, err := tc.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: "FROM base\nRUN echo ok > /root/ok\n"}, client.BuildOptions{}); err != nil {
 		t.Fatalf("a tenant's build: %v", err)
 	}
@@ -329,4 +334,27 @@ func TestTemplateBuildTenant(t *testing.T) {
 		t.Fatalf("a build past max_templates: %v, want 429", err)
 	}
 	wantNoPartials(t)
+}
+
+// deleteBuildSnapshotsAtEnd deletes, when the test ends, the snapshots
+// the builds of template name kept in the build cache (build-NAME-N),
+// with what was made from them: a template a cached step was built on
+// cannot be deleted while such a snapshot exists. Register it after the
+// cleanup that deletes the builds' FROM template, so it runs first.
+func deleteBuildSnapshotsAtEnd(t *testing.T, c *client.Client, name string) {
+	t.Cleanup(func() {
+		ctx := ctxFor(t, time.Minute)
+		snaps, err := c.Snapshots(ctx)
+		if err != nil {
+			t.Errorf("list snapshots: %v", err)
+			return
+		}
+		for _, sn := range snaps {
+			if strings.HasPrefix(sn.Name, "build-"+name+"-") {
+				if err := c.DeleteSnapshot(ctx, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+					t.Errorf("delete build snapshot %s: %v", sn.ID, err)
+				}
+			}
+		}
+	})
 }
