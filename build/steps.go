@@ -162,7 +162,7 @@ func (r *run) runStep(ctx context.Context, idx int, in Instr, a *action, key str
 	case "copy":
 		err = r.copyFiles(ctx, a)
 	case "workdir":
-		err = r.makeDir(ctx, a.dir, r.userPart())
+		err = r.makeDir(ctx, a.dir, "root") // (as Docker's builder makes it)
 	}
 	if err != nil {
 		return "", err
@@ -261,28 +261,27 @@ func (r *run) runCommand(ctx context.Context, idx int, in Instr, a *action) erro
 		idx, in.Line, in.Text, why, strings.TrimSpace(tail.String()))
 }
 
-// copyFiles writes a COPY's entries into the session: directories made,
-// files uploaded (as the --chown user, else root), then one shell
-// command sets the modes the upload could not give (0644 is its own)
-// and makes the symlinks. That command needs chmod and ln in the image.
+// copyFiles writes a COPY's entries into the session as root:
+// directories made, files uploaded; then one shell command sets the
+// modes the upload could not give (0644 is its own), makes the
+// symlinks and gives everything to the --chown user, if any. That
+// command needs chmod, ln and chown in the image (only when it has
+// something to do).
 func (r *run) copyFiles(ctx context.Context, a *action) error {
-	owner := a.owner
-	if owner == "" {
-		owner = "root"
-	}
 	modes := map[int64][]string{}
-	var links []string
+	var links, owned []string
 	for _, t := range a.picks {
+		owned = append(owned, quote(t.to))
 		switch t.e.Type {
 		case tar.TypeDir:
-			if err := r.makeDir(ctx, t.to, owner); err != nil {
+			if err := r.makeDir(ctx, t.to, "root"); err != nil {
 				return err
 			}
 			if t.e.Mode != 0o755 {
 				modes[t.e.Mode] = append(modes[t.e.Mode], t.to)
 			}
 		case tar.TypeReg:
-			if _, err := r.b.node.Upload(ctx, r.session, t.to, owner, r.spec.Context.Open(t.e), t.e.Size); err != nil {
+			if _, err := r.b.node.Upload(ctx, r.session, t.to, "root", r.spec.Context.Open(t.e), t.e.Size); err != nil {
 				return fmt.Errorf("COPY %s: %w", t.e.Path, err)
 			}
 			if t.e.Mode != 0o644 {
@@ -290,9 +289,6 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 			}
 		case tar.TypeSymlink:
 			links = append(links, "ln -sfn "+quote(t.e.Link)+" "+quote(t.to))
-			if owner != "root" {
-				links = append(links, "chown -h "+quote(owner)+" "+quote(t.to))
-			}
 		}
 	}
 	var script []string
@@ -309,6 +305,9 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 		script = append(script, fmt.Sprintf("chmod %o %s", m, strings.Join(q, " ")))
 	}
 	script = append(script, links...)
+	if a.owner != "" && a.owner != "root" && len(owned) > 0 {
+		script = append(script, "chown -h "+quote(a.owner)+" "+strings.Join(owned, " "))
+	}
 	if len(script) == 0 {
 		return nil
 	}
@@ -319,7 +318,7 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 		return fmt.Errorf("COPY: set modes and links: %w", err)
 	}
 	if res.ExitCode != 0 {
-		return errdefs.InvalidField("dockerfile", "COPY: setting modes and links needs /bin/sh, chmod and ln in the image; they failed (exit %d): %s",
+		return errdefs.InvalidField("dockerfile", "COPY: setting modes, links and owners needs /bin/sh, chmod, ln and chown in the image; they failed (exit %d): %s",
 			res.ExitCode, strings.TrimSpace(tail.String()))
 	}
 	return nil

@@ -358,3 +358,30 @@ func deleteBuildSnapshotsAtEnd(t *testing.T, c *client.Client, name string) {
 		}
 	})
 }
+
+// TestTemplateBuildCopyModes proves a COPY keeps what the context's tar
+// says (an executable's mode, a symlink as a link, a directory's
+// contents) and that --chown owns them, and that a WORKDIR after USER is
+// made (by root, as Docker's builder makes it) where the user could not.
+func TestTemplateBuildCopyModes(t *testing.T) {
+	need(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tools", "lib"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tools", "run.sh"), []byte("#!/bin/sh\necho tool-ran\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tools", "lib", "data"), []byte("data\n"), 0o600)
+	os.Symlink("run.sh", filepath.Join(dir, "tools", "link"))
+	df := "FROM base\nCOPY --chown=user tools /opt/tools/\nUSER user\nWORKDIR /opt/work\nRUN /opt/tools/link > /home/user/out\n"
+	name := tplName("build-modes")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
+	if _, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: df}, client.BuildOptions{ContextDir: dir}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, name)
+	s := newSession(t, client.CreateRequest{Template: name})
+	out := sh(t, s.ID, "pwd && cd /opt/tools && stat -c '%n %U %a' run.sh lib lib/data && readlink link && cat /home/user/out")
+	want := "/opt/work\nrun.sh user 755\nlib user 755\nlib/data user 600\nrun.sh\ntool-ran\n"
+	if out != want {
+		t.Fatalf("the copied tree:\n%s\nwant:\n%s", out, want)
+	}
+}
