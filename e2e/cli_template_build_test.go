@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"github.com/forkbox/forkbox/client"
 )
@@ -63,6 +67,34 @@ func TestCLITemplateBuild(t *testing.T) {
 		t.Fatalf("the same build again: exit %d, stderr %q (want 3 cached steps, no sandbox)", code, errOut)
 	}
 	deleteTemplateAtEnd(t, env.c, again)
+
+	// On a terminal: the running step on a line redrawn in place, a line
+	// per step as it ends.
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	ttyName := tplName("cli-tty")
+	deleteBuildSnapshotsAtEnd(t, env.c, ttyName)
+	cmd := exec.Command(env.cli, "template", "build", ttyName, "--from-image", short, "--run", "echo on-a-tty")
+	cmd.Env = append(os.Environ(), "FORKBOX_URL="+env.d.URL, "FORKBOX_API_KEY="+env.key)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, tty
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	var screen bytes.Buffer
+	done := make(chan struct{})
+	go func() { io.Copy(&screen, ptmx); close(done) }()
+	err = cmd.Wait()
+	<-done
+	deleteTemplateAtEnd(t, env.c, ttyName)
+	if err != nil || !strings.Contains(screen.String(), "\r\x1b[K") || !strings.Contains(screen.String(), "on-a-tty") ||
+		!strings.Contains(screen.String(), "[1/1] RUN [\"/bin/sh\",\"-c\",\"echo on-a-tty\"]: done in ") {
+		t.Fatalf("template build on a terminal: %v; terminal got %q, stdout %q", err, screen.String(), stdout.String())
+	}
 
 	_, errOut, code = forkbox(t, "", "template", "build", bad, "--from-image", short, "--run", "echo no-good; exit 3")
 	if code == 0 || !strings.Contains(errOut, "[1/1] failed: exit code 3") || !strings.Contains(errOut, "no-good") {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -32,8 +33,9 @@ only the steps from k on.
 --from-image REF with --run (repeatable) and --start is the same as a
 Dockerfile of FROM REF, one RUN per --run, and CMD as --start's shell line.
 
-Steps and their output are printed on standard error, one line each
-(--quiet: nothing); the template's name is printed when it is ready.`,
+Steps and their output are printed on standard error, one line each (on a
+terminal the running step is a status line redrawn in place; --quiet:
+nothing); the template's name is printed when it is ready.`,
 		Example: `  forkbox template build py-data -f Dockerfile --context . --allow 'pypi.org:443,files.pythonhosted.org:443'
   forkbox template build web --from-image registry.example/node:22 --run 'npm i -g pnpm' --start 'node server.js'`,
 		Args: cobra.ExactArgs(1),
@@ -128,9 +130,13 @@ func shorthandDockerfile(from string, runs []string, start string) string {
 }
 
 // buildPrinter prints a build's events on standard error: a line per
-// step begun and ended, a RUN's output as it comes.
+// step begun and ended, a RUN's output as it comes (on a terminal:
+// ttyBuildPrinter).
 func buildPrinter(cmd *cobra.Command) func(client.BuildEvent) {
 	w := cmd.ErrOrStderr()
+	if isTerminal(w) {
+		return ttyBuildPrinter(w)
+	}
 	return func(e client.BuildEvent) {
 		switch e.Kind {
 		case "step":
@@ -147,4 +153,55 @@ func buildPrinter(cmd *cobra.Command) func(client.BuildEvent) {
 			fmt.Fprintf(w, "[%d/%d] failed: exit code %d\n", e.Step, e.Total, e.ExitCode)
 		}
 	}
+}
+
+// ttyBuildPrinter shows a build on a terminal: the running step on a
+// status line redrawn in place (a RUN's output is
+// printed above it as it comes), then one line per step as it ends
+// ("[2/5] RUN make: done in 3.1s", "cached", "failed: exit code 2").
+func ttyBuildPrinter(w io.Writer) func(client.BuildEvent) {
+	line := &progressLine{w: w}
+	var cur client.BuildEvent
+	midLine := false // the RUN's output so far does not end in a newline
+	status := func(force bool) {
+		if !midLine && cur.Step > 0 {
+			line.show(fmt.Sprintf("[%d/%d] %s ...", cur.Step, cur.Total, truncateText(cur.Instruction, 60)), force)
+		}
+	}
+	return func(e client.BuildEvent) {
+		switch e.Kind {
+		case "step":
+			cur, midLine = e, false
+			status(true)
+		case "log":
+			line.done()
+			fmt.Fprint(w, e.Data)
+			midLine = !strings.HasSuffix(e.Data, "\n")
+			status(true)
+		case "done", "failed":
+			line.done()
+			if midLine {
+				fmt.Fprintln(w)
+				midLine = false
+			}
+			what := fmt.Sprintf("done in %.1fs", float64(e.DurationMS)/1000)
+			switch {
+			case e.Kind == "failed":
+				what = fmt.Sprintf("failed: exit code %d", e.ExitCode)
+			case e.Cached:
+				what = "cached"
+			}
+			fmt.Fprintf(w, "[%d/%d] %s: %s\n", cur.Step, cur.Total, cur.Instruction, what)
+			cur = client.BuildEvent{}
+		}
+	}
+}
+
+// truncateText is s cut to n runes, with "..." when it was longer.
+func truncateText(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "..."
 }
