@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,7 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 			h.writeError(w, r, err)
 			return
 		}
+		spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
 	}
 	if err := h.catalog.CheckImportName(name); err != nil {
 		h.writeError(w, r, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // TestParseErrorsNameTheLine checks that syntax errors and unsupported
@@ -163,5 +164,15 @@ func TestContextConfined(t *testing.T) {
 	}
 	if _, _, err := c.Select("nope"); err == nil {
 		t.Fatal("a missing source selected something")
+	}
+}
+
+// TestFromTemplateName checks that a FROM image is pulled into a
+// template name of its tenant's: valid, stable, and another tenant's
+// differs (template names are host-wide).
+func TestFromTemplateName(t *testing.T) {
+	a, b := fromTemplateName("a", "registry.example/app:1"), fromTemplateName("b", "registry.example/app:1")
+	if a == b || a != fromTemplateName("a", "registry.example/app:1") || !storage.ValidTemplateName(a) || len(a) != len("from-")+16 {
+		t.Fatalf("fromTemplateName: %q, %q", a, b)
 	}
 }

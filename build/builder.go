@@ -75,6 +75,10 @@ type Spec struct {
 	// Pull is how a FROM of a registry image is pulled (its Auth,
 	// AnyAddress, InsecureRegistries; the rest is set by the builder).
 	Pull template.PullOptions
+	// ReservePull, when not nil, holds a place of the tenant's template
+	// quota for the template a FROM of a registry image is pulled into
+	// (until release; an error refuses the pull).
+	ReservePull func(ctx context.Context) (release func(), err error)
 	// MaxBytes caps the finished template's files (0: no cap); MaxName
 	// names the limit in the 413.
 	MaxBytes int64
@@ -265,9 +269,16 @@ func (r *run) from(ctx context.Context) (*storage.Template, error) {
 	if !strings.ContainsAny(from, "/:.@") {
 		return nil, errdefs.Newf(errdefs.ErrNotFound, "line %d: FROM %s: no template of that name (and not an image reference)", r.f.FromLine, from)
 	}
-	pulled := fromTemplateName(from)
+	pulled := fromTemplateName(r.tenant, from)
 	if tpl, err := r.b.catalog.Get(ctx, pulled); err == nil {
 		return tpl, nil
+	}
+	if r.spec.ReservePull != nil {
+		release, err := r.spec.ReservePull(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: FROM %s: %w", r.f.FromLine, from, err)
+		}
+		defer release()
 	}
 	o := r.spec.Pull
 	o.Progress, o.StartCmd = nil, false
@@ -280,9 +291,10 @@ func (r *run) from(ctx context.Context) (*storage.Template, error) {
 }
 
 // fromTemplateName is the template a FROM of registry image ref is
-// pulled into: "from-" and 16 hex digits of ref's sha256.
-func fromTemplateName(ref string) string {
-	d := sha256.Sum256([]byte(ref))
+// pulled into for tenant (template names are host-wide): "from-" and 16
+// hex digits of the sha256 of the tenant's name, a newline and ref.
+func fromTemplateName(tenant, ref string) string {
+	d := sha256.Sum256([]byte(tenant + "\n" + ref))
 	return "from-" + hex.EncodeToString(d[:8])
 }
 

@@ -29,7 +29,7 @@ func TestCLITemplateBuild(t *testing.T) {
 	reg := newTestRegistry(t)
 	img := withLayers(t, busyboxV1(t), fileLayer(t, "etc/cli-build", uniq(t)))
 	ref, _ := reg.push(t, "test/build:1", img)
-	sum := sha256.Sum256([]byte(ref))
+	sum := sha256.Sum256([]byte("default\n" + ref))
 	deleteTemplateAtEnd(t, env.c, "from-"+hex.EncodeToString(sum[:8]))
 	short := tplName("cli-short")
 	deleteBuildSnapshotsAtEnd(t, env.c, short)

@@ -22,7 +22,7 @@ func newTemplateBuildCmd(g *globals) *cobra.Command {
 		Short: "Build a template from a Dockerfile, each RUN in a sandbox, every step cached",
 		Long: `Build template NAME from a Dockerfile on the daemon. FROM names base, a
 template of yours, or a registry image (pulled once into a template named
-from-HASH). RUN steps run in forkbox sandboxes (as the Dockerfile's USER,
+from-HASH, per tenant). RUN steps run in forkbox sandboxes (as the Dockerfile's USER,
 with no network unless --allow names hosts); COPY and ADD read the --context
 directory, sent as a tar; ENV, ARG, WORKDIR, USER are kept, and CMD or
 ENTRYPOINT becomes the template's start command. Each step's result is a
