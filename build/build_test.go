@@ -131,6 +131,10 @@ func TestPlanAndKeys(t *testing.T) {
 	if last[0] != keys[0] || last[1] != keys[1] || last[2] != keys[2] || last[3] == keys[3] {
 		t.Fatalf("a changed last RUN: keys %v, were %v", last, keys)
 	}
+	r, _, _ = planOf(t, "FROM base\nARG UNSET\nARG GIVEN\nARG DEF=d\nRUN env\n", nil, map[string]string{"GIVEN": "g", "OTHER": "o"})
+	if env := r.st.runEnv(); len(env) != 2 || env["GIVEN"] != "g" || env["DEF"] != "d" {
+		t.Fatalf("a RUN's ARGs: %v, want GIVEN and DEF only", env)
+	}
 	_, _, arg := planOf(t, df, c, map[string]string{"WHO": "you"})
 	if arg[2] == keys[2] || arg[3] == keys[3] {
 		t.Fatalf("a build arg the steps see: keys %v, were %v", arg, keys)

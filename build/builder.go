@@ -320,11 +320,15 @@ func (r *run) emit(e Event) {
 }
 
 // declareArgs applies ARG a: each name gets the build argument's value,
-// else its default (expanded), else "".
+// else its default (expanded); one with neither stays unset (RUN does
+// not see it), as in Docker.
 func (r *run) declareArgs(a *instructions.ArgCommand) {
 	for _, kv := range a.Args {
 		v, ok := r.spec.BuildArgs[kv.Key]
-		if !ok && kv.Value != nil {
+		if !ok && kv.Value == nil {
+			continue
+		}
+		if !ok {
 			v = *kv.Value
 			if x, err := r.lex.ProcessWordWithMatches(v, shell.EnvsFromSlice(r.st.expandEnv())); err == nil {
 				v = x.Result
