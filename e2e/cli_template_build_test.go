@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,10 @@ func TestCLITemplateBuild(t *testing.T) {
 		t.Fatalf("template build -f: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	deleteTemplateAtEnd(t, env.c, df)
+	out, _, _ = forkbox(t, "", "template", "ls")
+	if !strings.Contains(out, "LAYERS") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(df)+` +build +- +\d+ +3 +sha256:`).MatchString(out) {
+		t.Errorf("template ls: want %s with source build and 3 steps:\n%s", df, out)
+	}
 	again := tplName("cli-again")
 	_, errOut, code = forkbox(t, "", "template", "build", again, "-f", filepath.Join(dir, "Dockerfile"), "--context", dir)
 	if code != 0 || strings.Count(errOut, " cached\n") != 3 || !strings.Contains(errOut, "0 sandboxes") {
