@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/build"
 	"github.com/forkbox/forkbox/metrics"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
@@ -58,6 +59,7 @@ type templateAPI struct {
 	mgr      node.Node
 	store    *store.Store
 	catalog  *template.Catalog
+	builder  *build.Builder
 	spoolDir string
 }
 
@@ -107,7 +109,7 @@ func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catal
 		exec:      &execAPI{edge: e, mgr: mgr, audit: rec, metrics: ms},
 		code:      &codeAPI{edge: e, mgr: mgr, audit: rec},
 		files:     &fileAPI{edge: e, mgr: mgr},
-		templates: &templateAPI{edge: e, mgr: mgr, store: st, catalog: catalog, spoolDir: spoolDir},
+		templates: &templateAPI{edge: e, mgr: mgr, store: st, catalog: catalog, builder: build.New(mgr, catalog), spoolDir: spoolDir},
 		tenants:   &tenantAPI{edge: e, mgr: mgr, store: st, catalog: catalog},
 		audit:     &auditAPI{edge: e, store: st},
 		host:      &hostAPI{edge: e, mgr: mgr, metrics: ms},

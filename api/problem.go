@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forkbox/forkbox/build"
 	"net/http"
 	"sort"
 	"strings"
@@ -98,6 +99,8 @@ var typedProblems = []problemClass{
 	{errdefs.ErrConflict, http.StatusConflict, node.ProblemMergeConflict, "Merge conflict",
 		"Both sides of a merge changed these paths in ways that do not merge (binary files, overlapping lines, a change against a deletion); " +
 			"`paths` lists every one and nothing was changed. Retry with on_conflict \"ours\" or \"theirs\", or merge fewer paths."},
+	{errdefs.ErrInvalidArgument, http.StatusUnprocessableEntity, build.ProblemStepFailed, "Build step failed",
+		"A RUN step of the build exited non-zero; `detail` names the step, its line, its exit code and its last output. Nothing was registered; the steps before it stay cached."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},

@@ -138,6 +138,7 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/templates/{name}", "", "", hs.templates.handleTemplate, false},
 		{"PUT /v1/templates/{name}", "template.import", "", hs.templates.handleTemplateImport, false},
 		{"DELETE /v1/templates/{name}", "template.delete", "", hs.templates.handleTemplateDelete, false},
+		{"POST /v1/templates/{name}/build", "template.build", "", hs.templates.handleTemplateBuild, false},
 
 		{"GET /v1/audit", "", "", hs.audit.handleAudit, false},
 

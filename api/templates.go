@@ -151,7 +151,7 @@ func (h *templateAPI) handleTemplateDelete(w http.ResponseWriter, r *http.Reques
 // is content-too-large (413), a body cut short a "body" field error, a
 // full disk under the data directory insufficient storage, other write
 // errors internal (the spool's path goes to the log only).
-func (h *templateAPI) spoolUpload(f *os.File, body io.Reader) error {
+func (h *templateAPI) spoolUpload(f spoolFile, body io.Reader) error {
 	var readErr error
 	_, err := io.Copy(f, readerFunc(func(p []byte) (int, error) {
 		n, err := body.Read(p)
@@ -177,6 +177,13 @@ func (h *templateAPI) spoolUpload(f *os.File, body io.Reader) error {
 		return errdefs.Newf(errdefs.ErrInsufficientStorage, "no room on the forkbox host for the upload")
 	}
 	return fmt.Errorf("spool the upload: %w", errdefs.ErrInternal)
+}
+
+// spoolFile is where spoolUpload writes: the spool file (or a wrapper
+// whose Close keeps it open for a reader after).
+type spoolFile interface {
+	io.WriteCloser
+	Name() string
 }
 
 // readerFunc is an io.Reader made of a function.

@@ -103,6 +103,10 @@ func (l Layout) Templates() string { return filepath.Join(l.Root, "templates") }
 // registries, kept once each by digest (storage/layercache).
 func (l Layout) Layers() string { return filepath.Join(l.Root, "layers") }
 
+// BuildCache is the Dockerfile builder's step cache (package build): one
+// file per tenant and step key naming the snapshot the step made.
+func (l Layout) BuildCache() string { return filepath.Join(l.Root, "build-cache") }
+
 // Template is the directory of template name.
 func (l Layout) Template(name string) string { return filepath.Join(l.Templates(), name) }
 

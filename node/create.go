@@ -56,6 +56,14 @@ type CreateSpec struct {
 	// Isolation picks the isolation driver by name ("" = the Node's
 	// default); a session from a memory snapshot runs on the snapshot's.
 	Isolation string
+	// BuildStep makes the session a Dockerfile build's sandbox (package
+	// build): its whole root filesystem is writable (its own writable
+	// layer; every other session's root is read-only but for /home/user,
+	// /root and /tmp), no warm-pool member or spare (both started
+	// read-only) serves it, and the template's start command is not
+	// started in it. Only the builder sets it: no REST or E2B body maps
+	// to it.
+	BuildStep bool
 }
 
 // Limits bound and default the values of a CreateSpec. CPU is in cores,

@@ -75,8 +75,11 @@ type Config struct {
 	// its per-sandbox files (bundle, logs). It exists and is empty.
 	StateDir string
 	// RootFS is the prepared root filesystem (a writable overlay); the driver
-	// mounts it read-only as / inside the sandbox.
+	// mounts it read-only as / inside the sandbox, unless WritableRoot.
 	RootFS string
+	// WritableRoot mounts RootFS writable (a template build's step:
+	// node.CreateSpec.BuildStep).
+	WritableRoot bool
 	// Mounts are bind mounts added on top of RootFS, in order.
 	Mounts []Mount
 	// Limits are the sandbox's resource limits.

@@ -23,10 +23,10 @@ import (
 // its integrity check); without one, a ready warm-pool member that fits is
 // taken when there is one. A session that names no user runs as its
 // template's (its image's USER); a new session of a template with a start
-// command has it started (runStartCommand).
+// command has it started (runStartCommand), unless it is a build step's.
 func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKey string) (rec *node.Session, created bool, err error) {
 	rec, created, err = m.create(ctx, req, idempotencyKey, true)
-	if err == nil && created {
+	if err == nil && created && !req.BuildStep {
 		if err := m.runStartCommand(ctx, rec); err != nil {
 			return nil, false, err
 		}
@@ -141,15 +141,16 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 				return nil, false, err
 			}
 		}
-	} else if req.Network != nil {
-		// Warm-pool members have no network; a network is made per sandbox.
+	} else if req.Network != nil || req.BuildStep {
+		// Warm-pool members have no network (a network is made per
+		// sandbox) and a read-only root.
 	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		if rec != nil {
 			m.started(ctx, rec, "pool", began)
 		}
 		return rec, rec != nil, err
 	}
-	if snap == nil || snap.MemoryDriver == "" {
+	if (snap == nil || snap.MemoryDriver == "") && !req.BuildStep {
 		if rec, err := m.fromSpare(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 			if rec != nil {
 				m.started(ctx, rec, "spare", began)

@@ -123,7 +123,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	idmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.UIDBase, Size: shift.Size}}
 	gidmap := []runtime.IDMap{{ContainerID: 0, HostID: shift.GIDBase, Size: shift.Size}}
 	rcfg := runtime.Config{
-		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts,
+		ID: sb.id, StateDir: sb.dir, RootFS: rootfs, Mounts: mounts, WritableRoot: req.BuildStep,
 		Limits:    runtime.Limits{CPU: req.CPU, MemoryBytes: req.MemoryMB << 20, Pids: req.Pids},
 		AgentPath: m.opts.AgentPath, AgentEnv: []string{wire.ConfigEnv + "=" + string(acfgJSON)},
 		AgentListener: lf, UIDMap: idmap, GIDMap: gidmap, NetnsPath: netnsPath, ControlDir: ctlDir,

@@ -113,13 +113,14 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 			if err != nil {
 				return err
 			}
-			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tDIGEST\tCREATED",
+			// LAYERS: an image's layers; a built template's steps.
+			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tLAYERS\tDIGEST\tCREATED",
 				func(t client.Template) string {
 					user := t.User
 					if user == "" {
 						user = "-"
 					}
-					return fmt.Sprintf("%s\t%s\t%s\t%d\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Digest, t.CreatedAt)
+					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Layers, t.Digest, t.CreatedAt)
 				})
 		},
 	}
@@ -135,6 +136,6 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 			return c.DeleteTemplate(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(imp, ls, rm)
+	cmd.AddCommand(imp, ls, rm, newTemplateBuildCmd(g))
 	return cmd
 }

@@ -117,7 +117,7 @@ func Build(cfg runtime.Config, opts ...SpecOpts) (*specs.Spec, error) {
 	s := &specs.Spec{
 		Version:  specs.Version,
 		Hostname: cfg.ID,
-		Root:     &specs.Root{Path: cfg.RootFS, Readonly: true},
+		Root:     &specs.Root{Path: cfg.RootFS, Readonly: !cfg.WritableRoot},
 		Process: &specs.Process{
 			User: specs.User{UID: 0, GID: 0},
 			Args: append([]string{runtime.AgentTarget}, cfg.AgentArgs...),

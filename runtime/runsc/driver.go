@@ -229,7 +229,16 @@ func (d *Driver) start(ctx context.Context, cfg runtime.Config, image string) (r
 	}()
 	if image == "" {
 		opts := &gorunc.CreateOpts{IO: stdio, Detach: true}
-		if _, err := d.runner(cfg.NetnsPath != "").Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
+		rs := d.runner(cfg.NetnsPath != "")
+		if cfg.WritableRoot {
+			// runsc's default (--overlay2=root:self) keeps the root's
+			// writes in a memory-backed upper layer of its own; a build
+			// step's writes must reach the writable layer its snapshot takes.
+			cp := *rs
+			cp.ExtraArgs = append(append([]string(nil), rs.ExtraArgs...), "--overlay2=none")
+			rs = &cp
+		}
+		if _, err := rs.Run(ctx, cfg.ID, cfg.StateDir, opts); err != nil {
 			return runtime.AsMountError(fmt.Errorf("runsc run %s: %w: %v: %s", cfg.ID, errdefs.ErrInternal, err,
 				summary([]byte(stdio.Tail(8192)))))
 		}

@@ -97,7 +97,7 @@ func (d *Driver) fillTemplate(ctx context.Context, tmp, rootfs string) error {
 	if err := createSubvolume(dirFd, tmp); err != nil {
 		return storageErr("create subvolume "+tmp, err)
 	}
-	if err := copyTree(ctx, rootfs, d.templatePath(tmp)); err != nil {
+	if _, err := storage.CopyTree(ctx, rootfs, d.templatePath(tmp)); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

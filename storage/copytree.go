@@ -1,4 +1,4 @@
-package btrfs
+package storage
 
 import (
 	"context"
@@ -11,14 +11,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyTree copies the directory tree src into the existing directory dst
-// (a fresh subvolume), preserving owners, permission bits (setuid and
+// CopyTree copies the directory tree src into the existing directory dst
+// (a fresh btrfs subvolume, a template's new root filesystem), preserving owners, permission bits (setuid and
 // friends included), modification times, symlinks, FIFOs and hard links
 // within the tree. Device nodes and sockets are skipped and extended
 // attributes are not copied. Symlinks are never followed. The root of dst
 // gets the owner, mode and times of src's root. Cancelling ctx stops the
-// copy with ctx's error.
-func copyTree(ctx context.Context, src, dst string) error {
+// copy with ctx's error. It returns the bytes of the regular files it
+// copied (hard links counted once). Errors name src.
+func CopyTree(ctx context.Context, src, dst string) (int64, error) {
+	var size int64
 	type inode struct{ dev, ino uint64 }
 	links := map[inode]string{}
 	var dirs []string // in walk order; attributes are applied in reverse
@@ -58,6 +60,7 @@ func copyTree(ctx context.Context, src, dst string) error {
 			if err := copyFile(p, target); err != nil {
 				return err
 			}
+			size += st.Size
 		case unix.S_IFLNK:
 			link, err := os.Readlink(p)
 			if err != nil {
@@ -76,18 +79,18 @@ func copyTree(ctx context.Context, src, dst string) error {
 		return copyAttrs(target, &st)
 	})
 	if err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
+		return 0, fmt.Errorf("copy %s: %w", src, err)
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(src, dirs[i]), &st); err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
+			return 0, fmt.Errorf("copy %s: %w", src, err)
 		}
 		if err := copyAttrs(filepath.Join(dst, dirs[i]), &st); err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
+			return 0, fmt.Errorf("copy %s: %w", src, err)
 		}
 	}
-	return nil
+	return size, nil
 }
 
 // copyFile copies the contents of regular file src into the new file dst

@@ -1,0 +1,226 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/forkbox/forkbox/api/access"
+	v1 "github.com/forkbox/forkbox/api/v1"
+	"github.com/forkbox/forkbox/build"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/httpjson"
+	"github.com/forkbox/forkbox/template"
+	"github.com/forkbox/forkbox/tenancy"
+)
+
+// maxBuildSpec caps a build's "spec" part, in bytes (the Dockerfile is in it).
+const maxBuildSpec = 2 << 20
+
+// maxBuildContext caps a build's context tar, in bytes.
+const maxBuildContext = 4 << 30
+
+// handleTemplateBuild: POST /v1/templates/{name}/build with a
+// multipart/form-data body: a "spec" part (v1.TemplateBuildRequest, JSON)
+// first, then an optional "context" part (the build context, a tar),
+// which is spooled to the data directory and indexed, never unpacked on
+// the host. The build runs as package build says; with Accept:
+// text/event-stream the answer is its events (v1.BuildEvent) ending in a
+// "build" or an "error" event; what fails before the first step (the
+// body, the Dockerfile's syntax, the name, the tenant's quota) is a
+// problem answer either way. Otherwise 201 with v1.TemplateBuild.
+func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	access.NoteFrom(r.Context()).Set("template", name)
+	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		h.writeError(w, r, errdefs.Typed(errdefs.ErrInvalidArgument, httpjson.ProblemUnsupportedMediaType,
+			"a build's body is multipart/form-data: a \"spec\" part (JSON) and an optional \"context\" part (a tar)"))
+		return
+	}
+	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, maxBuildContext+maxBuildSpec+1<<20), params["boundary"])
+	req, err := readBuildSpec(mr)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if _, err := build.Parse([]byte(req.Dockerfile)); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	caller, hasCaller := tenancy.From(r.Context())
+	spec := build.Spec{Dockerfile: []byte(req.Dockerfile), BuildArgs: req.BuildArgs, Allow: req.Allow,
+		Isolation: req.Isolation, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, StepTimeoutS: req.StepTimeoutS,
+		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries, AnyAddress: !hasCaller || caller.Admin}}
+	if hasCaller {
+		release, err := h.reserveTemplate(r.Context(), caller.Tenant)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		defer release()
+		if spec.MaxBytes, spec.MaxName, err = h.templateLimit(r.Context(), caller.Tenant); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
+	}
+	if err := h.catalog.CheckImportName(name); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	bctx, cleanup, err := h.spoolContext(mr, spec.MaxBytes, spec.MaxName)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	defer cleanup()
+	spec.Context = bctx
+	var stream *buildStream
+	if wantsEvents(r) {
+		stream = &buildStream{out: newSSE(w)}
+		spec.Progress = stream.progress
+	}
+	res, err := h.builder.Build(r.Context(), name, spec)
+	if err == nil && hasCaller {
+		err = h.dropIfTenantGone(r.Context(), caller.Tenant, name)
+	}
+	switch {
+	case err != nil && (stream == nil || !stream.begun):
+		h.writeError(w, r, err)
+	case err != nil:
+		p := h.problemOf(r, err)
+		access.NoteFrom(r.Context()).Failed(strings.TrimPrefix(p.Type, problemPath), p.Detail)
+		if r.Context().Err() == nil {
+			p.Instance, p.RequestID = r.URL.Path, w.Header().Get(requestIDHeader)
+			_ = stream.out.jsonEvent("error", p)
+		}
+	case stream != nil:
+		_ = stream.out.jsonEvent("build", buildView(res))
+	default:
+		writeJSON(w, http.StatusCreated, buildView(res))
+	}
+}
+
+// readBuildSpec reads the body's first part, "spec", as a strict
+// v1.TemplateBuildRequest (a "spec" field error otherwise).
+func readBuildSpec(mr *multipart.Reader) (*v1.TemplateBuildRequest, error) {
+	p, err := mr.NextPart()
+	if err != nil {
+		return nil, errdefs.InvalidField("spec", "the body has no \"spec\" part: %v", err)
+	}
+	defer p.Close()
+	if p.FormName() != "spec" {
+		return nil, errdefs.InvalidField("spec", "the first part is %q; the \"spec\" part comes first", p.FormName())
+	}
+	b, err := io.ReadAll(io.LimitReader(p, maxBuildSpec+1))
+	if err != nil {
+		return nil, errdefs.InvalidField("spec", "%v", err)
+	}
+	if len(b) > maxBuildSpec {
+		return nil, httpjson.TooLarge("spec", maxBuildSpec)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var req v1.TemplateBuildRequest
+	if err := dec.Decode(&req); err != nil {
+		return nil, errdefs.InvalidField("spec", "not a build spec: %v", err)
+	}
+	if strings.TrimSpace(req.Dockerfile) == "" {
+		return nil, errdefs.InvalidField("dockerfile", "required")
+	}
+	return &req, nil
+}
+
+// spoolContext spools the "context" part, if the body has one, into the
+// upload spool and indexes it; cleanup closes and removes the spool. A
+// context past limit bytes (> 0: the tenant's max_template_mb, which
+// limitName names) is the 413 template-too-large, one past
+// maxBuildContext the 413 content-too-large.
+func (h *templateAPI) spoolContext(mr *multipart.Reader, limit int64, limitName string) (*build.Context, func(), error) {
+	p, err := mr.NextPart()
+	if errors.Is(err, io.EOF) {
+		c, _ := build.OpenContext(nil)
+		return c, func() {}, nil
+	}
+	if err != nil {
+		return nil, nil, errdefs.InvalidField("context", "%v", err)
+	}
+	defer p.Close()
+	if p.FormName() != "context" {
+		return nil, nil, errdefs.InvalidField("context", "unexpected part %q (only \"spec\" and \"context\")", p.FormName())
+	}
+	f, err := os.CreateTemp(h.spoolDir, template.UploadPattern)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spool the context: %w", err)
+	}
+	cleanup := func() { f.Close(); os.Remove(f.Name()) }
+	var body io.Reader = p
+	if limit > 0 {
+		body = io.LimitReader(p, limit+1)
+	}
+	if err := h.spoolUpload(keepOpen{f}, body); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if fi, err := f.Stat(); err == nil && limit > 0 && fi.Size() > limit {
+		cleanup()
+		return nil, nil, errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge,
+			"the build context is larger than %s", limitName)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	c, err := build.OpenContext(f)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return c, cleanup, nil
+}
+
+// keepOpen is a spool file whose Close (spoolUpload's) only syncs it:
+// the build reads it afterwards.
+type keepOpen struct{ *os.File }
+
+// Close syncs the file and leaves it open.
+func (k keepOpen) Close() error { return k.Sync() }
+
+// buildView is the API view of a finished build.
+func buildView(res *build.Result) v1.TemplateBuild {
+	out := v1.TemplateBuild{Template: templateView(res.Template), Sandboxes: res.Sandboxes, Steps: []v1.BuildStep{}}
+	for _, s := range res.Steps {
+		out.Steps = append(out.Steps, v1.BuildStep{Step: s.Step, Line: s.Line, Instruction: s.Instruction,
+			Cached: s.Cached, Snapshot: s.Snapshot, DurationMS: s.DurationMS})
+	}
+	return out
+}
+
+// buildStream sends a build's progress as server-sent events.
+type buildStream struct {
+	out   *sseOutput
+	begun bool
+}
+
+// progress sends e (build.Spec.Progress).
+func (s *buildStream) progress(e build.Event) {
+	if !s.begun {
+		hd := s.out.w.Header()
+		hd.Set("Content-Type", "text/event-stream")
+		hd.Set("Cache-Control", "no-store")
+		hd.Set("X-Accel-Buffering", "no")
+		s.out.w.WriteHeader(http.StatusOK)
+		s.begun = true
+	}
+	_ = s.out.jsonEvent(e.Kind, v1.BuildEvent{Step: e.Step, Total: e.Total, Line: e.Line, Instruction: e.Instruction,
+		Cached: e.Cached, Snapshot: e.Snapshot, DurationMS: e.DurationMS, Stream: e.Stream, Data: e.Data, ExitCode: e.ExitCode})
+}

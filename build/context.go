@@ -1,0 +1,211 @@
+package build
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// MaxContextEntries bounds the entries of a build context.
+const MaxContextEntries = 100_000
+
+// Context is a build context: a tar the client uploaded, spooled in a
+// file, indexed by clean relative path. Its entries are never written
+// on the host: COPY reads a regular file's bytes from the spool and
+// writes them into the sandbox, so no entry (a symlink, "..", an
+// absolute name) can reach a host path; names that would leave the
+// context are refused when it is opened.
+type Context struct {
+	f       *os.File
+	entries map[string]*Entry
+}
+
+// Entry is one file of a Context.
+type Entry struct {
+	// Path is clean and relative ("dir/file"); "." is the root.
+	Path string
+	// Type is tar.TypeReg, tar.TypeDir or tar.TypeSymlink.
+	Type byte
+	Mode int64
+	Size int64
+	// Link is a symlink's target (as written; it is recreated in the
+	// sandbox, never followed on the host).
+	Link string
+	// Digest is the sha256 of a regular file's bytes (hex).
+	Digest string
+	offset int64
+}
+
+// OpenContext indexes the tar in f (which it keeps open until Close;
+// nil f: an empty context). Hard links become copies of their target;
+// device nodes, FIFOs and sockets are refused. Errors are
+// ErrInvalidArgument naming the field "context": a name with ".." or
+// absolute, an entry of another type, more than MaxContextEntries, or
+// not a tar.
+func OpenContext(f *os.File) (*Context, error) {
+	c := &Context{f: f, entries: map[string]*Entry{".": {Path: ".", Type: tar.TypeDir, Mode: 0o755}}}
+	if f == nil {
+		return c, nil
+	}
+	cr := &countingReader{r: f}
+	tr := tar.NewReader(cr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, errdefs.InvalidField("context", "not a tar archive: %v", err)
+		}
+		if len(c.entries) > MaxContextEntries {
+			return nil, errdefs.InvalidField("context", "more than %d entries", MaxContextEntries)
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		clean := path.Clean(name)
+		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
+			return nil, errdefs.InvalidField("context", "entry %q leaves the context", h.Name)
+		}
+		e := &Entry{Path: clean, Mode: h.Mode & 0o7777, Size: h.Size}
+		switch h.Typeflag {
+		case tar.TypeReg:
+			for k := range h.PAXRecords {
+				if strings.HasPrefix(k, "GNU.sparse.") {
+					return nil, errdefs.InvalidField("context", "entry %q: sparse files are not allowed", h.Name)
+				}
+			}
+			e.Type, e.offset = tar.TypeReg, cr.n
+			sum := sha256.New()
+			if _, err := io.Copy(sum, tr); err != nil {
+				return nil, errdefs.InvalidField("context", "entry %q: %v", h.Name, err)
+			}
+			e.Digest = hex.EncodeToString(sum.Sum(nil))
+		case tar.TypeDir:
+			e.Type = tar.TypeDir
+		case tar.TypeSymlink:
+			e.Type, e.Link = tar.TypeSymlink, h.Linkname
+		case tar.TypeLink:
+			target, ok := c.entries[path.Clean(h.Linkname)]
+			if !ok || target.Type != tar.TypeReg {
+				return nil, errdefs.InvalidField("context", "hard link %q to %q, which is not a file before it", h.Name, h.Linkname)
+			}
+			cp := *target
+			cp.Path = clean
+			e = &cp
+		default:
+			return nil, errdefs.InvalidField("context", "entry %q: only files, directories and symlinks are allowed", h.Name)
+		}
+		c.entries[clean] = e
+		// Parents an archive left out are directories.
+		for d := path.Dir(clean); d != "."; d = path.Dir(d) {
+			if _, ok := c.entries[d]; !ok {
+				c.entries[d] = &Entry{Path: d, Type: tar.TypeDir, Mode: 0o755}
+			}
+		}
+	}
+	return c, nil
+}
+
+// Close closes the spool file.
+func (c *Context) Close() error {
+	if c.f == nil {
+		return nil
+	}
+	return c.f.Close()
+}
+
+// Open returns a reader of regular file e's bytes.
+func (c *Context) Open(e *Entry) io.Reader {
+	return io.NewSectionReader(c.f, e.offset, e.Size)
+}
+
+// Pick is one context entry a COPY source selected, with the path it
+// gets under the destination (Rel: "." for the source directory itself).
+type Pick struct {
+	E   *Entry
+	Rel string
+}
+
+// Select returns the entries a COPY source src names, sorted by path: a
+// file or symlink (Rel its base name), or a directory's entries (Rel
+// relative to it: a directory's contents are copied, as in Docker). The
+// source is resolved lexically inside the context ("../x" and "/x" mean
+// "x"), never through a symlink. A glob pattern (path.Match) selects
+// every entry it matches. dir reports whether the source is one
+// directory. An error when nothing matches.
+func (c *Context) Select(src string) (picks []Pick, dir bool, err error) {
+	clean := strings.TrimPrefix(path.Clean("/"+src), "/")
+	if clean == "" {
+		clean = "."
+	}
+	var roots []*Entry
+	if strings.ContainsAny(clean, "*?[") {
+		for p, e := range c.entries {
+			if ok, _ := path.Match(clean, p); ok {
+				roots = append(roots, e)
+			}
+		}
+	} else if e, ok := c.entries[clean]; ok {
+		roots = append(roots, e)
+	}
+	if len(roots) == 0 {
+		return nil, false, fmt.Errorf("%s: not in the build context", src)
+	}
+	for _, r := range roots {
+		if r.Type != tar.TypeDir {
+			picks = append(picks, Pick{E: r, Rel: path.Base(r.Path)})
+			continue
+		}
+		for p, e := range c.entries {
+			if r.Path == "." || p == r.Path || strings.HasPrefix(p, r.Path+"/") {
+				picks = append(picks, Pick{E: e, Rel: rel(r.Path, p)})
+			}
+		}
+	}
+	sort.Slice(picks, func(i, j int) bool { return picks[i].Rel < picks[j].Rel })
+	return picks, len(roots) == 1 && roots[0].Type == tar.TypeDir, nil
+}
+
+// Digest is the digest of picks (their destination paths, types,
+// modes, link targets and content digests): a COPY's inputs in its
+// cache key.
+func Digest(picks []Pick) string {
+	h := sha256.New()
+	for _, p := range picks {
+		fmt.Fprintf(h, "%q %c %o %q %s\n", p.Rel, p.E.Type, p.E.Mode, p.E.Link, p.E.Digest)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// rel is p relative to base (both clean and relative; "." is the root).
+func rel(base, p string) string {
+	if base == "." || base == "" {
+		return p
+	}
+	if p == base {
+		return "."
+	}
+	return strings.TrimPrefix(p, base+"/")
+}
+
+// countingReader counts the bytes read through it, which is the offset
+// of a tar entry's data once tar.Reader.Next returned its header.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+// Read reads from the underlying reader and counts.
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
