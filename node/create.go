@@ -56,6 +56,9 @@ type CreateSpec struct {
 	// Isolation picks the isolation driver by name ("" = the Node's
 	// default); a session from a memory snapshot runs on the snapshot's.
 	Isolation string
+	// Volumes mounts the caller's volumes (VolumeMount): each read-write
+	// by one session at a time, read-only by any number.
+	Volumes []VolumeMount
 }
 
 // Limits bound and default the values of a CreateSpec. CPU is in cores,

@@ -25,6 +25,7 @@ type Node interface {
 	Snapshots
 	Pools
 	Tenants
+	Volumes
 }
 
 // Sessions is a session's lifecycle.
