@@ -16,8 +16,32 @@ func createSpec(r v1.CreateRequest) node.CreateSpec {
 		Env: r.Env, Metadata: r.Metadata, User: r.User, Workdir: r.Workdir, Snapshot: r.Snapshot,
 		DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, OnTimeout: r.OnTimeout, AutoResume: r.AutoResume,
 		Network: nodeNetwork(r.Network), Isolation: r.Isolation, PublicTraffic: r.PublicTraffic,
-		Secrets: append([]string(nil), r.Secrets...),
+		Secrets: append([]string(nil), r.Secrets...), Volumes: nodeVolumeMounts(r.Volumes),
 	}
+}
+
+// nodeVolumeMounts are a request's volume mounts as the Node takes them.
+func nodeVolumeMounts(ms []v1.VolumeMount) []node.VolumeMount {
+	var out []node.VolumeMount
+	for _, m := range ms {
+		out = append(out, node.VolumeMount(m))
+	}
+	return out
+}
+
+// apiVolumeMounts are a session's volume mounts as the API reports them.
+func apiVolumeMounts(ms []node.VolumeMount) []v1.VolumeMount {
+	var out []v1.VolumeMount
+	for _, m := range ms {
+		out = append(out, v1.VolumeMount(m))
+	}
+	return out
+}
+
+// volumeView is a volume as the API reports it.
+func volumeView(v *node.Volume) v1.Volume {
+	return v1.Volume{Name: v.Name, SizeMB: v.SizeMB, UsedBytes: v.UsedBytes, CreatedAt: v.CreatedAt,
+		WriterSession: v.WriterSession, ReaderSessions: append([]string(nil), v.ReaderSessions...)}
 }
 
 // nodeNetwork is a request's network policy as the Node takes it.

@@ -97,6 +97,7 @@ type handlers struct {
 	host      *hostAPI
 	ports     *portAPI
 	secrets   *secretAPI
+	volumes   *volumeAPI
 }
 
 // newHandlers builds the handlers over the given node, store, catalog,
@@ -114,6 +115,7 @@ func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catal
 		audit:     &auditAPI{edge: e, store: st},
 		host:      &hostAPI{edge: e, mgr: mgr, metrics: ms},
 		secrets:   &secretAPI{edge: e},
+		volumes:   &volumeAPI{edge: e, mgr: mgr},
 		ports:     &portAPI{edge: e, mgr: mgr, proxy: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: e.log}},
 	}
 }

@@ -148,6 +148,11 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/secrets/{name}", "", "", hs.secrets.handleGet, false},
 		{"DELETE /v1/secrets/{name}", "", "", hs.secrets.handleRemove, false},
 
+		{"POST /v1/volumes", "volume.create", "", hs.volumes.handleCreate, false},
+		{"GET /v1/volumes", "", "", hs.volumes.handleList, false},
+		{"GET /v1/volumes/{name}", "", "", hs.volumes.handleGet, false},
+		{"DELETE /v1/volumes/{name}", "volume.delete", "", hs.volumes.handleDelete, false},
+
 		// Admin: tenants, keys, warm pools (host-wide), metrics.
 		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},
 		{"POST /v1/tenants", "tenant.create", "", hs.tenants.handleCreateTenant, true},

@@ -26,7 +26,7 @@ func sessionView(r *node.Session) v1.Session {
 		CreatedAt: timePtr(r.CreatedAt), StartedAt: timePtr(r.StartedAt), ExpiresAt: timePtr(r.ExpiresAt), EndedAt: timePtr(r.EndedAt),
 		Snapshot: r.Snapshot, DiskMB: r.DiskMB, AutoPauseS: r.AutoPauseS, PausedAt: timePtr(r.PausedAt),
 		OnTimeout: r.OnTimeout, AutoResume: r.AutoResume, Network: apiNetwork(r.Network), Secrets: sessionSecrets(r.Network),
-		PublicTraffic: r.PublicTraffic,
+		PublicTraffic: r.PublicTraffic, Volumes: apiVolumeMounts(r.Volumes),
 	}
 	if v.OnTimeout == "" {
 		v.OnTimeout = node.OnTimeoutKill // sessions from before on_timeout existed

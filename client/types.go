@@ -31,5 +31,8 @@ type (
 	AuditRecord     = v1.AuditRecord
 	AuditList       = v1.AuditList
 	Secret          = v1.Secret
+	Volume          = v1.Volume
+	VolumeMount     = v1.VolumeMount
+	VolumeRequest   = v1.VolumeRequest
 	SecretRequest   = v1.SecretRequest
 )

@@ -48,6 +48,7 @@ import (
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/template"
+	"github.com/forkbox/forkbox/volume"
 )
 
 // Options configure the daemon. Zero values take package defaults' values.
@@ -320,11 +321,12 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	vols := volume.New(st, sdrv, storage.DefaultIDShift, layout.Volumes())
 	mgr := host.New(sandbox.Options{
 		Layout: layout, Store: st, Drivers: drivers, SnapshotKey: snapKey, MemoryImageCacheBytes: int64(opts.MemoryImageCacheMB) << 20, DefaultDriver: opts.Isolation, Storage: sdrv, AgentPath: agentPath,
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Secrets: secrets, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
-		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
+		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout, Volumes: vols,
 	}, host.Options{Spares: opts.Spares})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)

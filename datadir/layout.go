@@ -125,6 +125,11 @@ func (l Layout) SpareRoot() string { return filepath.Join(l.Root, "spare-root") 
 // Sandboxes is the directory of all sandboxes.
 func (l Layout) Sandboxes() string { return filepath.Join(l.Root, "sandboxes") }
 
+// Volumes is where the volume service stages the empty template volumes
+// are made from (package volume; the volumes themselves are storage
+// layers).
+func (l Layout) Volumes() string { return filepath.Join(l.Root, "volumes") }
+
 // Netns is the directory of the sandboxes' network namespace files
 // (netpolicy; root only).
 func (l Layout) Netns() string { return filepath.Join(l.Root, "netns") }

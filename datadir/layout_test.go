@@ -29,6 +29,7 @@ func TestPathsOnDisk(t *testing.T) {
 		l.Sandboxes():         "/var/lib/forkbox/sandboxes",
 		l.Sandbox("abc"):      "/var/lib/forkbox/sandboxes/abc",
 		l.Netns():             "/var/lib/forkbox/netns",
+		l.Volumes():           "/var/lib/forkbox/volumes",
 	} {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)

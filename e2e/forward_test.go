@@ -300,3 +300,23 @@ func (f *forwardNode) ForkRun(ctx context.Context, ref string, count int, spec n
 	f.count("ForkRun")
 	return f.n.ForkRun(ctx, ref, count, spec, run, emit)
 }
+
+func (f *forwardNode) CreateVolume(ctx context.Context, name string, sizeMB int64) (*node.Volume, error) {
+	f.count("CreateVolume")
+	return f.n.CreateVolume(ctx, name, sizeMB)
+}
+
+func (f *forwardNode) ListVolumes(ctx context.Context) ([]*node.Volume, error) {
+	f.count("ListVolumes")
+	return f.n.ListVolumes(ctx)
+}
+
+func (f *forwardNode) GetVolume(ctx context.Context, name string) (*node.Volume, error) {
+	f.count("GetVolume")
+	return f.n.GetVolume(ctx, name)
+}
+
+func (f *forwardNode) DeleteVolume(ctx context.Context, name string) error {
+	f.count("DeleteVolume")
+	return f.n.DeleteVolume(ctx, name)
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/pool"
 	"github.com/forkbox/forkbox/sandbox"
 	"github.com/forkbox/forkbox/snapshot"
+	"github.com/forkbox/forkbox/volume"
 )
 
 // Node is one host's node.Node: the core's methods and those of the
@@ -33,6 +34,7 @@ type Node struct {
 	*sandbox.Runtimes
 	*pool.Pools
 	*snapshot.Service
+	*volume.API
 }
 
 var _ node.Node = (*Node)(nil)
@@ -66,7 +68,8 @@ func New(opts sandbox.Options, hopts Options) *Node {
 	c := m.Concerns()
 	sc.cmds = c.Commands
 	return &Node{Manager: m, Files: c.Files, Commands: c.Commands, Meter: c.Meter, Templates: c.Templates,
-		Tenants: c.Tenants, Recovery: c.Recovery, Runtimes: c.Runtimes, Pools: p, Service: s}
+		Tenants: c.Tenants, Recovery: c.Recovery, Runtimes: c.Runtimes, Pools: p, Service: s,
+		API: volume.NewAPI(opts.Volumes)}
 }
 
 // Close quiesces the core first (no session timer fires and its

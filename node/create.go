@@ -64,6 +64,9 @@ type CreateSpec struct {
 	// started in it. Only the builder sets it: no REST or E2B body maps
 	// to it.
 	BuildStep bool
+	// Volumes mounts the caller's volumes (VolumeMount): each read-write
+	// by one session at a time, read-only by any number.
+	Volumes []VolumeMount
 }
 
 // Limits bound and default the values of a CreateSpec. CPU is in cores,

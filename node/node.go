@@ -26,6 +26,7 @@ type Node interface {
 	Changes
 	Pools
 	Tenants
+	Volumes
 }
 
 // Sessions is a session's lifecycle.

@@ -104,6 +104,8 @@ type Session struct {
 	PublicTraffic bool
 	// Tenant owns the session; it never changes.
 	Tenant string
+	// Volumes are the volumes the session mounts (none: nil).
+	Volumes []VolumeMount
 }
 
 // Network is a session's egress policy as stored (the REST form is api/v1.Network).

@@ -141,9 +141,9 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 				return nil, false, err
 			}
 		}
-	} else if req.Network != nil || req.BuildStep {
-		// Warm-pool members have no network (a network is made per
-		// sandbox) and a read-only root.
+	} else if req.Network != nil || len(req.Volumes) > 0 || req.BuildStep {
+		// Warm-pool members have no network or volumes (those are given
+		// per sandbox) and a read-only root.
 	} else if rec, err := m.warm.Claim(ctx, req, idempotencyKey, hash); rec != nil || err != nil {
 		if rec != nil {
 			m.started(ctx, rec, "pool", began)
@@ -242,6 +242,7 @@ func (m *Manager) launchWith(ctx context.Context, req node.CreateSpec, idempoten
 		Snapshot: req.Snapshot, DiskMB: req.DiskMB, AutoPauseS: req.AutoPauseS,
 		EnvdToken: newToken(), TrafficToken: newToken(), OnTimeout: req.OnTimeout, AutoResume: req.AutoResume,
 		Network: copyNetwork(req.Network), Tenant: callerTenant(ctx), PublicTraffic: req.PublicTraffic,
+		Volumes: append([]node.VolumeMount(nil), req.Volumes...),
 	}
 	if initial == node.StatePooled {
 		sb.rec.Tenant = "" // a warm-pool member belongs to whoever claims it

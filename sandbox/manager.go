@@ -22,6 +22,7 @@ import (
 	"github.com/forkbox/forkbox/guest"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/volume"
 
 	"github.com/forkbox/forkbox/abuse"
 	"github.com/forkbox/forkbox/audit"
@@ -78,6 +79,9 @@ type Options struct {
 	// ask for secrets get placeholders bound through it; nil: such
 	// creates are refused.
 	Secrets *broker.Secrets
+	// Volumes mounts tenants' volumes into the sessions that ask for them
+	// (package volume); nil: such creates are refused.
+	Volumes *volume.Service
 	// admission.Capacity bounds what the host runs at once (503
 	// capacity-unavailable past it).
 	Capacity admission.Capacity

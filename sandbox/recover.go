@@ -168,6 +168,9 @@ func (rv *Recovery) adopt(ctx context.Context, sb *Sandbox) bool {
 		sb.net = att
 	}
 	rv.m.register(sb)
+	if rv.m.opts.Volumes != nil && len(sb.rec.Volumes) > 0 {
+		rv.m.opts.Volumes.Adopt(ctx, sb.rec.Tenant, sb.id, sb.rec.Volumes, rv.m.log)
+	}
 	if time.Now().After(sb.rec.ExpiresAt) {
 		_ = rv.m.teardown(ctx, sb, node.ReasonTimeout, "session timeout reached while the daemon was down")
 		return true
@@ -187,7 +190,7 @@ func (rv *Recovery) sweepStorage(ctx context.Context) {
 		rv.m.log.Warn("list writable layers", "err", err)
 	}
 	for _, id := range layers {
-		if rv.m.lookup(id) == nil {
+		if rv.m.lookup(id) == nil && (rv.m.opts.Volumes == nil || !rv.m.opts.Volumes.OwnsLayer(ctx, id)) {
 			if err := rv.m.opts.Storage.Remove(ctx, id); err != nil {
 				rv.m.log.Warn("remove orphaned layer", "id", id, "err", err)
 			}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/volume"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/storage"
@@ -96,6 +97,9 @@ func normalizeCreate(r *node.CreateSpec, l node.Limits) error {
 		return err
 	}
 	if err := normalizeNetwork(r.Network); err != nil {
+		return err
+	}
+	if err := volume.CheckMounts(r.Volumes); err != nil {
 		return err
 	}
 	if r.User == "" {

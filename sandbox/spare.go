@@ -157,7 +157,7 @@ func (m *Manager) startSpare(ctx context.Context, sb *Sandbox, spec node.CreateS
 // sandbox cold; the spare is torn down); an error when req proved wrong
 // (a FieldError), with nothing left of the attempt.
 func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
-	if req.Network != nil || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
+	if req.Network != nil || len(req.Volumes) > 0 || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
 		return nil, nil
 	}
 	// The template is loaded before a spare is taken (a bad request must

@@ -104,6 +104,12 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	}
 	mounts = append(mounts, brokerMounts...)
 
+	vmounts, err := m.hostRes.attachVolumes(ctx, sb, ident)
+	if err != nil {
+		return err
+	}
+	mounts = append(mounts, vmounts...)
+
 	acfg := agentConfig(tpl, req, att)
 	for k, v := range brokerEnv {
 		acfg.Env[k] = v

@@ -195,6 +195,10 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 			return fmt.Errorf("network: %w", err)
 		}
 	}
+	// Volumes' id-mapped views before the sandbox's directory.
+	if err := m.hostRes.releaseVolumes(id); err != nil {
+		return fmt.Errorf("volumes: %w", err)
+	}
 	// The id-mapped view of the layer goes before the layer.
 	if err := m.hostRes.releaseIdentity(id); err != nil {
 		return fmt.Errorf("host identity: %w", err)

@@ -153,3 +153,12 @@ type Trees interface {
 	// unknown snapshot.
 	SnapshotTree(ctx context.Context, snapID string) (dir string, release func(), err error)
 }
+
+// StableLayers is implemented by a driver whose writable layers are plain
+// directories that stay where Prepare put them across daemon restarts
+// (btrfs: a subvolume per layer; overlay's root filesystem is a mount that
+// does not survive a reboot). Volumes (package volume) need it.
+type StableLayers interface {
+	// LayerPath returns the directory of layer id (Prepare's result).
+	LayerPath(id string) string
+}

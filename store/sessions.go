@@ -12,6 +12,15 @@ import (
 	"github.com/forkbox/forkbox/node"
 )
 
+// volumesJSON is v as stored: "" for none.
+func volumesJSON(v []node.VolumeMount) string {
+	if len(v) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 // networkJSON is n as stored: "" for none.
 func networkJSON(n *node.Network) string {
 	if n == nil {
@@ -24,7 +33,7 @@ func networkJSON(n *node.Network) string {
 const sessionColumns = `id, template, driver, state, reason, detail, cpu, memory_mb, pids, timeout_s,
 	default_user, workdir, env, metadata, idempotency_key, request_hash,
 	created_at, started_at, expires_at, ended_at, snapshot, disk_mb, auto_pause_s, paused_at, remaining_ms, auto_paused,
-	envd_token, on_timeout, auto_resume, network, tenant, traffic_token, public_traffic`
+	envd_token, on_timeout, auto_resume, network, tenant, traffic_token, public_traffic, volumes`
 
 // CreateSession inserts s. ErrConflict when the id or the idempotency key
 // is taken (then GetSessionByIdempotencyKey finds the existing one).
@@ -36,12 +45,13 @@ func (s *Store) CreateSession(ctx context.Context, se *node.Session) error {
 		key = se.IdempotencyKey
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO sessions (`+sessionColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		se.ID, se.Template, se.Driver, se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.CreatedAt), ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic,
+		volumesJSON(se.Volumes))
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "session %s or its idempotency key already exists", se.ID)
 	}
@@ -151,12 +161,13 @@ func (s *Store) UpdateSession(ctx context.Context, se *node.Session) error {
 		detail = ?, cpu = ?, memory_mb = ?, pids = ?, timeout_s = ?, default_user = ?, workdir = ?, env = ?,
 		metadata = ?, idempotency_key = ?, request_hash = ?, started_at = ?, expires_at = ?, ended_at = ?,
 		snapshot = ?, disk_mb = ?, auto_pause_s = ?, paused_at = ?, remaining_ms = ?, auto_paused = ?,
-		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ?, tenant = ?, traffic_token = ?, public_traffic = ? WHERE id = ?`,
+		envd_token = ?, on_timeout = ?, auto_resume = ?, network = ?, tenant = ?, traffic_token = ?, public_traffic = ?, volumes = ? WHERE id = ?`,
 		se.State, se.Reason, se.Detail, se.CPU, se.MemoryMB, se.Pids, se.TimeoutS,
 		se.DefaultUser, se.Workdir, string(env), string(meta), key, se.RequestHash,
 		ms(se.StartedAt), ms(se.ExpiresAt), ms(se.EndedAt),
 		se.Snapshot, se.DiskMB, se.AutoPauseS, ms(se.PausedAt), se.Remaining.Milliseconds(), se.AutoPaused,
-		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic, se.ID)
+		se.EnvdToken, se.OnTimeout, se.AutoResume, networkJSON(se.Network), se.Tenant, se.TrafficToken, se.PublicTraffic,
+		volumesJSON(se.Volumes), se.ID)
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "idempotency key of session %s is taken", se.ID)
 	}
@@ -173,15 +184,20 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanSession(r scanner) (*node.Session, error) {
 	var se node.Session
-	var env, meta, network string
+	var env, meta, network, volumes string
 	var key sql.NullString
 	var created, started, expires, ended, paused, remaining int64
 	err := r.Scan(&se.ID, &se.Template, &se.Driver, &se.State, &se.Reason, &se.Detail, &se.CPU, &se.MemoryMB,
 		&se.Pids, &se.TimeoutS, &se.DefaultUser, &se.Workdir, &env, &meta, &key, &se.RequestHash,
 		&created, &started, &expires, &ended, &se.Snapshot, &se.DiskMB, &se.AutoPauseS, &paused, &remaining, &se.AutoPaused,
-		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network, &se.Tenant, &se.TrafficToken, &se.PublicTraffic)
+		&se.EnvdToken, &se.OnTimeout, &se.AutoResume, &network, &se.Tenant, &se.TrafficToken, &se.PublicTraffic, &volumes)
 	if err != nil {
 		return nil, err
+	}
+	if volumes != "" {
+		if err := json.Unmarshal([]byte(volumes), &se.Volumes); err != nil {
+			return nil, fmt.Errorf("session %s volumes: %w", se.ID, err)
+		}
 	}
 	if network != "" {
 		se.Network = &node.Network{}

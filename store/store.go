@@ -218,6 +218,18 @@ var migrations = []string{
 		updated_at INTEGER NOT NULL,
 		PRIMARY KEY (tenant, name)
 	);`,
+	// 14: volumes (a tenant's persistent directories, each a storage
+	// layer named layer_id) and the volumes each session mounts (a JSON
+	// array of node.VolumeMount; '' for none).
+	`CREATE TABLE volumes (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		layer_id   TEXT NOT NULL UNIQUE,
+		size_mb    INTEGER NOT NULL,
+		created_at INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);
+	ALTER TABLE sessions ADD COLUMN volumes TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

@@ -179,6 +179,10 @@ func TestCreateBodyMapping(t *testing.T) {
 	if err != nil || req.Network == nil || !reflect.DeepEqual(req.Network.Allow, want) {
 		t.Fatalf("allowOut mapping: %+v %v, want %v", req.Network, err, want)
 	}
+	b, _ = parse(`{"volumeMounts":[{"name":"data","path":"/home/user/data"}]}`)
+	if req, err = b.createSpec(); err != nil || len(req.Volumes) != 1 || req.Volumes[0] != (node.VolumeMount{Name: "data", Path: "/home/user/data"}) {
+		t.Fatalf("volumeMounts mapping: %+v %v", req.Volumes, err)
+	}
 	for field, body := range map[string]string{
 		"timeout":      `{"timeout":0}`,
 		"autoResume":   `{"autoResume":{"enabled":true}}`,

@@ -16,6 +16,7 @@ import (
 	"github.com/forkbox/forkbox/internal/httpjson"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/volume"
 )
 
 // clientID fills the deprecated clientID field the schema still requires.
@@ -44,10 +45,18 @@ type newSandbox struct {
 	// names (SDKs up to 2.50 send true on every create).
 	AllowInternetAccess *bool          `json:"allow_internet_access"`
 	Network             *networkConfig `json:"network"`
-	// MCP and VolumeMounts are E2B features forkbox does not have; a
-	// create that asks for them is refused rather than half done.
-	MCP          json.RawMessage   `json:"mcp"`
-	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+	// MCP gateways are an E2B feature forkbox does not have; a create
+	// that asks for one is refused rather than half done.
+	MCP json.RawMessage `json:"mcp"`
+	// VolumeMounts mounts the tenant's volumes read-write (forkbox's
+	// /v1/volumes; E2B's SDK names them by name and path).
+	VolumeMounts []volumeMount `json:"volumeMounts"`
+}
+
+// volumeMount is one entry of E2B's volumeMounts.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // networkConfig is components.schemas.SandboxNetworkConfig, as far as
@@ -176,8 +185,11 @@ func (b *newSandbox) createSpec() (node.CreateSpec, error) {
 	if isSet(b.MCP) {
 		return req, errdefs.InvalidField("mcp", "MCP gateways are not supported by forkbox")
 	}
-	if len(b.VolumeMounts) > 0 {
-		return req, errdefs.InvalidField("volumeMounts", "volumes are not supported by forkbox")
+	for _, m := range b.VolumeMounts {
+		req.Volumes = append(req.Volumes, node.VolumeMount{Name: m.Name, Path: m.Path})
+	}
+	if err := volume.CheckMounts(req.Volumes); err != nil {
+		return req, errdefs.InvalidField("volumeMounts", "%v", err)
 	}
 	if n := b.Network; n != nil {
 		if isSet(n.Rules) || isSet(n.EgressProxy) {

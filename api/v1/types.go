@@ -58,6 +58,10 @@ type CreateRequest struct {
 	// hosts. It needs a Network whose allow-list allows every such host on
 	// port 443. Forks get new placeholders.
 	Secrets []string `json:"secrets,omitempty"`
+	// Volumes mounts the tenant's volumes (POST /v1/volumes) into the
+	// session. A fork or a session made from a snapshot mounts only the
+	// volumes its own request names.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// Isolation picks the isolation driver: "runc" (namespaces, seccomp,
 	// a user namespace) or "gvisor" (gVisor's user-space kernel; memory
 	// snapshots). "" is the server's default; GET /v1/info lists the
@@ -186,6 +190,8 @@ type Session struct {
 	Network *Network `json:"network,omitempty"`
 	// Secrets names the secrets the session may use (CreateRequest).
 	Secrets []string `json:"secrets,omitempty"`
+	// Volumes are the volumes it mounts (CreateRequest).
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// PublicTraffic as in CreateRequest.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
 }

@@ -31,6 +31,7 @@ type createFlags struct {
 	egressMB  int64
 	isolation string
 	secrets   []string
+	volumes   []string
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -53,6 +54,8 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.secrets, "secret", nil,
 		"let the sandbox use this secret (forkbox secret set): its variable holds a placeholder the egress proxy replaces over TLS to the secret's hosts (repeatable; needs --allow HOST:443)")
 	fl.StringVar(&f.isolation, "isolation", "", `isolation driver: "runc" or "gvisor" (default: the server's)`)
+	fl.StringArrayVar(&f.volumes, "volume", nil,
+		"mount a volume (forkbox volume create): NAME:PATH[:ro], PATH below /home/user or /mnt (repeatable)")
 }
 
 // create makes a session from the flags.
@@ -87,11 +90,15 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 	} else if f.egressMB != 0 {
 		return client.CreateRequest{}, fmt.Errorf("--egress-quota needs --allow (without it the sandbox has no network)")
 	}
+	mounts, err := parseVolumeMounts(f.volumes)
+	if err != nil {
+		return client.CreateRequest{}, err
+	}
 	return client.CreateRequest{
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
 		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()), Network: network,
-		Isolation: f.isolation, Secrets: f.secrets,
+		Isolation: f.isolation, Secrets: f.secrets, Volumes: mounts,
 	}, nil
 }
 

@@ -200,6 +200,9 @@ func (d *Driver) templatePath(n string) string { return filepath.Join(d.template
 // layerPath is layer id's subvolume, its rootfs (id.json beside it).
 func (d *Driver) layerPath(id string) string { return filepath.Join(d.layersDir(), id) }
 
+// LayerPath returns layer id's directory (storage.StableLayers).
+func (d *Driver) LayerPath(id string) string { return d.layerPath(id) }
+
 // snapPath is snapshot id's subvolume (id.json beside it).
 func (d *Driver) snapPath(id string) string { return filepath.Join(d.snapshotsDir(), id) }
 

@@ -1,0 +1,73 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/runtime"
+	"github.com/forkbox/forkbox/userns"
+)
+
+// volumeViewPrefix names the id-mapped views of a sandbox's volumes in its
+// state directory (volume-0, volume-1, ...).
+const volumeViewPrefix = "volume-"
+
+// attachVolumes registers sandbox sb's volumes (its record's Volumes) with
+// the volume service and returns their mounts. A volume's files are owned
+// by the storage ids, as a template's are; a sandbox whose root
+// filesystem is id-mapped into host ids of its own (ident) mounts an
+// id-mapped view of each volume, made in its state directory, so that its
+// user owns the volume's files inside as every other sandbox's does.
+// cleanup (releaseVolumes) undoes it, also after an error here.
+func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, ident *identity) ([]runtime.Mount, error) {
+	rec := sb.Record()
+	if len(rec.Volumes) == 0 {
+		return nil, nil
+	}
+	if hr.m.opts.Volumes == nil {
+		return nil, errdefs.InvalidField("volumes", "this daemon has no volumes")
+	}
+	att, err := hr.m.opts.Volumes.Attach(ctx, rec.Tenant, sb.id, rec.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	shift := hr.m.opts.Shift
+	mounts := make([]runtime.Mount, 0, len(att))
+	for i, a := range att {
+		src := a.Source
+		if ident != nil && ident.hostID != shift.UIDBase {
+			view := filepath.Join(sb.dir, fmt.Sprintf("%s%d", volumeViewPrefix, i))
+			if err := os.Mkdir(view, 0o755); err != nil {
+				return nil, err
+			}
+			if err := userns.MapMount(src, view, shift.UIDBase, ident.hostID, shift.Size); err != nil {
+				return nil, fmt.Errorf("id-map volume %q: %w", rec.Volumes[i].Name, err)
+			}
+			src = view
+		}
+		mounts = append(mounts, runtime.Mount{Source: src, Target: a.Target, ReadOnly: a.ReadOnly})
+	}
+	return mounts, nil
+}
+
+// releaseVolumes unmounts sandbox id's volume views and forgets its
+// mounts in the volume service. It is idempotent.
+func (hr *hostResources) releaseVolumes(id string) error {
+	if hr.m.opts.Volumes == nil {
+		return nil
+	}
+	views, _ := filepath.Glob(filepath.Join(hr.m.opts.Layout.Sandbox(id), volumeViewPrefix+"*"))
+	var errs []error
+	for _, v := range views {
+		errs = append(errs, userns.RemoveFile(v))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	hr.m.opts.Volumes.Release(id)
+	return nil
+}
