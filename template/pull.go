@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -417,6 +418,10 @@ func (p *pull) layers(img v1.Image) ([]layer, error) {
 	if _, err := img.RawConfigFile(); err != nil {
 		return nil, err
 	}
+	limit, limitName := int64(maxPullBytes), "the host's limit"
+	if p.o.MaxBytes > 0 && p.o.MaxBytes < limit {
+		limit, limitName = p.o.MaxBytes, p.o.MaxBytesName
+	}
 	var out []layer
 	var total int64
 	for i, d := range m.Layers {
@@ -433,19 +438,17 @@ func (p *pull) layers(img v1.Image) ([]layer, error) {
 		if d.Size < 0 {
 			return nil, errdefs.InvalidField("ref", "image %s: layer %d has a negative size", p.ref, i+1)
 		}
+		// Compared before adding: a hostile manifest's sizes could sum
+		// past int64 and wrap below the limit.
+		if d.Size > limit-total {
+			return nil, tooLargeError(p.ref, total+min(d.Size, math.MaxInt64-total), limit, limitName)
+		}
 		rl, err := img.LayerByDigest(d.Digest)
 		if err != nil {
 			return nil, err
 		}
 		total += d.Size
 		out = append(out, layer{index: i, digest: d.Digest, size: d.Size, media: d.MediaType, remote: rl})
-	}
-	limit, limitName := int64(maxPullBytes), "the host's limit"
-	if p.o.MaxBytes > 0 && p.o.MaxBytes < limit {
-		limit, limitName = p.o.MaxBytes, p.o.MaxBytesName
-	}
-	if total > limit {
-		return nil, tooLargeError(p.ref, total, limit, limitName)
 	}
 	return out, nil
 }
@@ -537,14 +540,14 @@ func (l *cachedLayer) MediaType() (types.MediaType, error) { return l.l.media, n
 // Compressed opens the cached blob.
 func (l *cachedLayer) Compressed() (io.ReadCloser, error) { return l.cache.Open(l.l.digest) }
 
-// tooLargeError is the 413 template-too-large of an image of size bytes
-// over limit (named limitName).
+// tooLargeError is the 413 template-too-large of an image of at least
+// size bytes, over limit (named limitName).
 func tooLargeError(ref string, size, limit int64, limitName string) error {
 	if limitName == "" {
 		limitName = "the limit"
 	}
 	return errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTemplateTooLarge,
-		"image %s: its layers are %d bytes, more than %s of %d bytes", ref, size, limitName, limit)
+		"image %s: its layers are at least %d bytes, more than %s of %d bytes", ref, size, limitName, limit)
 }
 
 // tooLarge turns an extraction's image.ErrTooLarge into the 413
