@@ -206,6 +206,10 @@ func (c *Catalog) Pull(ctx context.Context, tenant, tplName, ref string, o PullO
 	if err != nil {
 		return nil, registryError(ref, err)
 	}
+	// Deferred first, so run last (once the pins below are released), on
+	// success and failure alike: a pull that fails after its layers are
+	// downloaded must not leave the cache over its bound.
+	defer func() { _, _ = c.layers.Evict(context.WithoutCancel(ctx)) }()
 	for _, l := range layers {
 		defer c.layers.Pin(l.digest)()
 	}
@@ -233,7 +237,6 @@ func (c *Catalog) Pull(ctx context.Context, tenant, tplName, ref string, o PullO
 	if err != nil {
 		return nil, err
 	}
-	_, _ = c.layers.Evict(context.WithoutCancel(ctx))
 	return t, nil
 }
 

@@ -65,3 +65,44 @@ func TestPullLayerSizesOverflow(t *testing.T) {
 		t.Fatalf("%d layer requests made for an image refused as too large", n)
 	}
 }
+
+// TestFailedPullEvicts proves the layer cache keeps to its bound after a
+// pull that fails once its layers are downloaded (here: a layer that is
+// no gzip stream, so unpacking it fails): a hostile caller's failing
+// pulls do not pile blobs up past it until someone's pull succeeds.
+func TestFailedPullEvicts(t *testing.T) {
+	blob := make([]byte, 2<<20) // over the test cache's 1 MiB bound
+	for i := range blob {
+		blob[i] = byte(i*7 + i>>8)
+	}
+	sum := func(b []byte) string { h := sha256.Sum256(b); return "sha256:" + hex.EncodeToString(h[:]) }
+	cfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["` + sum(blob) + `"]}}`)
+	manifest := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",`+
+		`"config":{"mediaType":"application/vnd.oci.image.config.v1+json","size":%d,"digest":"%s"},`+
+		`"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","size":%d,"digest":"%s"}]}`,
+		len(cfg), sum(cfg), len(blob), sum(blob)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v2/":
+		case strings.HasPrefix(r.URL.Path, "/v2/img/manifests/"):
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			w.Header().Set("Docker-Content-Digest", sum(manifest))
+			_, _ = w.Write(manifest)
+		case r.URL.Path == "/v2/img/blobs/"+sum(cfg):
+			_, _ = w.Write(cfg)
+		case r.URL.Path == "/v2/img/blobs/"+sum(blob):
+			_, _ = w.Write(blob)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	c, lc := testCatalog(t, RegistryPolicy{})
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/img:latest"
+	if _, err := c.Pull(context.Background(), "", "bad", ref, PullOptions{AnyAddress: true}); err == nil {
+		t.Fatal("a pull of a layer that is no gzip stream succeeded")
+	}
+	if n, _, err := lc.Usage(); err != nil || n > lc.MaxBytes() {
+		t.Fatalf("after the failed pull the cache holds %d bytes (%v), over its bound of %d", n, err, lc.MaxBytes())
+	}
+}
