@@ -106,3 +106,44 @@ func TestFailedPullEvicts(t *testing.T) {
 		t.Fatalf("after the failed pull the cache holds %d bytes (%v), over its bound of %d", n, err, lc.MaxBytes())
 	}
 }
+
+// TestPullManifestTooLarge proves a manifest over maxManifestBytes is a
+// registry error, whether its length is announced or it is streamed
+// without one, and that no more of it is read than the bound (and a
+// little buffering).
+func TestPullManifestTooLarge(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		var served atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case r.URL.Path == "/v2/":
+			case strings.HasPrefix(r.URL.Path, "/v2/img/manifests/"):
+				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				size := 64 << 20
+				if announce {
+					w.Header().Set("Content-Length", fmt.Sprint(size))
+				}
+				chunk := []byte(strings.Repeat(" ", 64<<10))
+				for n := 0; n < size; n += len(chunk) {
+					if _, err := w.Write(chunk); err != nil {
+						return
+					}
+					served.Add(int64(len(chunk)))
+				}
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		c, _ := testCatalog(t, RegistryPolicy{})
+		ref := strings.TrimPrefix(srv.URL, "http://") + "/img:latest"
+		_, err := c.Pull(context.Background(), "", "huge", ref, PullOptions{AnyAddress: true})
+		srv.Close()
+		var te *errdefs.TypedError
+		if !errors.As(err, &te) || te.Type != ProblemRegistryError || !strings.Contains(err.Error(), "larger than") {
+			t.Fatalf("announce %v: pull of a 64 MiB manifest: %v, want %s", announce, err, ProblemRegistryError)
+		}
+		if n := served.Load(); n > 3*maxManifestBytes {
+			t.Errorf("announce %v: %d bytes of the manifest were read", announce, n)
+		}
+	}
+}
