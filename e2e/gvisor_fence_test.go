@@ -202,3 +202,64 @@ except Exception as e:
 		t.Errorf("source, the fork's allow-list: %q, want a refusal", out)
 	}
 }
+
+// gvisorSpoofProbe, run as root in a networked gVisor sandbox, takes the
+// address argv[1] (another sandbox's) as its own, as far as its network
+// stack lets it, and sends from it an HTTP request for Host allowed.test
+// to port 15080 of each gateway argv[2:], printing what each gave.
+const gvisorSpoofProbe = `
+import json, socket, subprocess, sys, http.client
+res = {}
+try:
+    r = subprocess.run(["ip", "addr", "add", sys.argv[1] + "/32", "dev", "eth0"], capture_output=True, text=True)
+    res["ip_addr_add"] = str(r.returncode) + ":" + r.stderr.strip()[:80]
+except Exception as e:
+    res["ip_addr_add"] = "err:" + type(e).__name__
+for gw in sys.argv[2:]:
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND
+        except OSError:
+            pass
+        s.bind((sys.argv[1], 0))
+        s.settimeout(5)
+        s.connect((gw, 15080))
+        s.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+        res[gw] = "ok:" + s.recv(64).decode(errors="replace").split("\r\n")[0]
+    except Exception as e:
+        res[gw] = "err:" + type(e).__name__
+print(json.dumps(res))
+`
+
+// TestGVisorSpoofedSource: root in a networked gVisor sandbox that tries
+// to take another sandbox's address and send from it gets nothing
+// through, on its own gateway or the other's. (Today gVisor refuses it
+// first: no address may be added, none bound that is not the
+// sandbox's; the host table's source check, which drops what a link
+// sends from an address not routed through it, is behind that.)
+func TestGVisorSpoofedSource(t *testing.T) {
+	needGVisor(t)
+	host := testnet.NewHost(t, gvisorRestartHost)
+	host.ServeHTTP(t, 80, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") }))
+	other := newSession(t, client.CreateRequest{Network: &client.Network{Allow: []string{"gvisor-a.test:80"}}})
+	g := newSession(t, client.CreateRequest{Isolation: "gvisor", Network: &client.Network{Allow: []string{"gvisor-b.test:80"}}})
+	otherGW := netip.MustParseAddr(gatewayOf(t, other.ID))
+	otherAddr := otherGW.Next() // (a link's /30: gateway, then sandbox)
+	putFile(t, g.ID, "/tmp/spoof.py", strings.ReplaceAll(gvisorSpoofProbe, "allowed.test", "gvisor-a.test"))
+	res, out, errOut := run(t, g.ID, client.ExecRequest{User: "root",
+		Argv: []string{"python3", "/tmp/spoof.py", otherAddr.String(), gatewayOf(t, g.ID), otherGW.String()}})
+	if res.ExitCode != 0 {
+		t.Fatalf("probe: exit %d\n%s\n%s", res.ExitCode, out, errOut)
+	}
+	var got map[string]string
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("probe output: %v\n%s", err, out)
+	}
+	t.Logf("probe: %v", got)
+	for k, v := range got {
+		if k != "ip_addr_add" && strings.HasPrefix(v, "ok:") {
+			t.Errorf("from %s to %s: %q, want nothing through", otherAddr, k, v)
+		}
+	}
+}
