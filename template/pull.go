@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -205,6 +206,10 @@ func (c *Catalog) Pull(ctx context.Context, tenant, tplName, ref string, o PullO
 	if err != nil {
 		return nil, registryError(ref, err)
 	}
+	// Deferred first, so run last (once the pins below are released), on
+	// success and failure alike: a pull that fails after its layers are
+	// downloaded must not leave the cache over its bound.
+	defer func() { _, _ = c.layers.Evict(context.WithoutCancel(ctx)) }()
 	for _, l := range layers {
 		defer c.layers.Pin(l.digest)()
 	}
@@ -232,7 +237,6 @@ func (c *Catalog) Pull(ctx context.Context, tenant, tplName, ref string, o PullO
 	if err != nil {
 		return nil, err
 	}
-	_, _ = c.layers.Evict(context.WithoutCancel(ctx))
 	return t, nil
 }
 
@@ -417,6 +421,10 @@ func (p *pull) layers(img v1.Image) ([]layer, error) {
 	if _, err := img.RawConfigFile(); err != nil {
 		return nil, err
 	}
+	limit, limitName := int64(maxPullBytes), "the host's limit"
+	if p.o.MaxBytes > 0 && p.o.MaxBytes < limit {
+		limit, limitName = p.o.MaxBytes, p.o.MaxBytesName
+	}
 	var out []layer
 	var total int64
 	for i, d := range m.Layers {
@@ -433,19 +441,17 @@ func (p *pull) layers(img v1.Image) ([]layer, error) {
 		if d.Size < 0 {
 			return nil, errdefs.InvalidField("ref", "image %s: layer %d has a negative size", p.ref, i+1)
 		}
+		// Compared before adding: a hostile manifest's sizes could sum
+		// past int64 and wrap below the limit.
+		if d.Size > limit-total {
+			return nil, tooLargeError(p.ref, total+min(d.Size, math.MaxInt64-total), limit, limitName)
+		}
 		rl, err := img.LayerByDigest(d.Digest)
 		if err != nil {
 			return nil, err
 		}
 		total += d.Size
 		out = append(out, layer{index: i, digest: d.Digest, size: d.Size, media: d.MediaType, remote: rl})
-	}
-	limit, limitName := int64(maxPullBytes), "the host's limit"
-	if p.o.MaxBytes > 0 && p.o.MaxBytes < limit {
-		limit, limitName = p.o.MaxBytes, p.o.MaxBytesName
-	}
-	if total > limit {
-		return nil, tooLargeError(p.ref, total, limit, limitName)
 	}
 	return out, nil
 }
@@ -537,14 +543,14 @@ func (l *cachedLayer) MediaType() (types.MediaType, error) { return l.l.media, n
 // Compressed opens the cached blob.
 func (l *cachedLayer) Compressed() (io.ReadCloser, error) { return l.cache.Open(l.l.digest) }
 
-// tooLargeError is the 413 template-too-large of an image of size bytes
-// over limit (named limitName).
+// tooLargeError is the 413 template-too-large of an image of at least
+// size bytes, over limit (named limitName).
 func tooLargeError(ref string, size, limit int64, limitName string) error {
 	if limitName == "" {
 		limitName = "the limit"
 	}
 	return errdefs.Typed(errdefs.ErrResourceExhausted, ProblemTemplateTooLarge,
-		"image %s: its layers are %d bytes, more than %s of %d bytes", ref, size, limitName, limit)
+		"image %s: its layers are at least %d bytes, more than %s of %d bytes", ref, size, limitName, limit)
 }
 
 // tooLarge turns an extraction's image.ErrTooLarge into the 413

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -99,8 +100,44 @@ func (e *plainHTTPError) Error() string {
 	return fmt.Sprintf("plain HTTP to %s refused: name the registry insecure (insecure_registries, --insecure-registry) to allow it", e.host)
 }
 
-// RoundTrip refuses a plain HTTP request that is not allowed and passes
-// on the rest.
+// maxManifestBytes bounds a manifest or index a registry serves, in
+// bytes: 4 MiB, the limit distribution (the reference registry) puts on
+// the manifests it accepts. go-containerregistry's own bound is 100 MiB
+// per manifest, read into memory and parsed, which a hostile registry
+// could make a few concurrent pulls hold many times over.
+const maxManifestBytes = 4 << 20
+
+// manifestTooLargeError is a registry's manifest over maxManifestBytes.
+type manifestTooLargeError struct{ url string }
+
+// Error names the manifest and the limit.
+func (e *manifestTooLargeError) Error() string {
+	return fmt.Sprintf("the manifest at %s is larger than %d bytes", e.url, maxManifestBytes)
+}
+
+// cappedBody is a manifest response's body that fails past maxManifestBytes.
+type cappedBody struct {
+	io.ReadCloser
+	url  string
+	left int64
+}
+
+// Read reads at most what is left of the bound, and fails once the body
+// goes past it.
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return 0, &manifestTooLargeError{url: b.url}
+	}
+	return n, err
+}
+
+// RoundTrip refuses a plain HTTP request that is not allowed, passes on
+// the rest, and bounds the manifests answered (maxManifestBytes).
 func (g *schemeGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.URL.Scheme == "http" && !plainAllowed(r.URL.Host, g.insecure) {
 		if r.Body != nil {
@@ -108,7 +145,17 @@ func (g *schemeGuard) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return nil, &plainHTTPError{host: r.URL.Host}
 	}
-	return g.next.RoundTrip(r)
+	resp, err := g.next.RoundTrip(r)
+	if err != nil || !strings.Contains(r.URL.Path, "/manifests/") {
+		return resp, err
+	}
+	u := r.URL.Redacted()
+	if resp.ContentLength > maxManifestBytes {
+		resp.Body.Close()
+		return nil, &manifestTooLargeError{url: u}
+	}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, url: u, left: maxManifestBytes}
+	return resp, nil
 }
 
 // CloseIdleConnections closes the transport's idle connections.
@@ -246,6 +293,7 @@ func registryError(ref string, err error) error {
 		te   *transport.Error
 		mm   *layercache.MismatchError
 		ph   *plainHTTPError
+		mt   *manifestTooLargeError
 		ae   *addressError
 		dnse *net.DNSError
 		ne   net.Error
@@ -263,6 +311,8 @@ func registryError(ref string, err error) error {
 		return errdefs.Typed(errdefs.ErrPermissionDenied, ProblemRegistryAddress, "pull %s: %s", ref, ae.Error())
 	case errors.As(err, &ph):
 		return errdefs.InvalidField("insecure_registries", "pull %s: %s", ref, ph.Error())
+	case errors.As(err, &mt):
+		return errdefs.Typed(errdefs.ErrUnavailable, ProblemRegistryError, "pull %s: %s", ref, mt.Error())
 	case errors.As(err, &mm):
 		return errdefs.Typed(errdefs.ErrUnavailable, ProblemRegistryError,
 			"pull %s: the registry served content that does not match its digest (%s); nothing of it was kept", ref, mm.Error())

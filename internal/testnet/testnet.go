@@ -71,11 +71,13 @@ func Start(addr string) (h *Host, retErr error) {
 	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
 	tag := hex.EncodeToString(rnd[:])
-	h = &Host{Addr: a, link: "fbt" + tag + "h", ns: -1}
+	// (made is what to undo on an error: h, the result, is nil by then.)
+	made := &Host{Addr: a, link: "fbt" + tag + "h", ns: -1}
+	h = made
 	peer := "fbt" + tag + "p"
 	defer func() {
 		if retErr != nil {
-			_ = h.Close()
+			_ = made.Close()
 		}
 	}()
 

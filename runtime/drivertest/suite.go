@@ -67,6 +67,7 @@ func Run(t *testing.T, newDriver Factory) {
 	t.Run("PauseDuringKill", e.testPauseDuringKill)
 	t.Run("BadConfig", e.testBadConfig)
 	t.Run("Sample", e.testSample)
+	t.Run("StatsRepeated", e.testStatsRepeated)
 	if e.driver.Capabilities().JoinUserNamespace {
 		t.Run("JoinUserNamespace", e.testJoinUserNamespace)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 
+	gorunc "github.com/containerd/go-runc"
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
@@ -77,15 +78,31 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Stats reads runsc's one-shot event statistics.
+// Stats reads runsc's one-shot event statistics (runsc events --stats).
+// Its output is read whole before the process is waited for: go-runc's
+// Stats waits for it in another goroutine, which closes the pipe under
+// the JSON decoder when runsc exits first ("read |0: file already
+// closed").
 func (d *Driver) Stats(ctx context.Context, id string) (runtime.Stats, error) {
-	st, err := d.runsc.Stats(ctx, id)
+	if !runtime.ValidID(id) {
+		return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %q", id)
+	}
+	raw, err := d.command(ctx, "events", "--stats", id).Output()
 	if err != nil {
-		if notExist(err) {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && notExist(errors.New(string(ee.Stderr))) {
 			return runtime.Stats{}, errdefs.Newf(errdefs.ErrNotFound, "sandbox %s", id)
 		}
-		return runtime.Stats{}, err
+		if errors.As(err, &ee) {
+			return runtime.Stats{}, fmt.Errorf("runsc events %s: %w: %s", id, err, summary(ee.Stderr))
+		}
+		return runtime.Stats{}, fmt.Errorf("runsc events %s: %w", id, err)
 	}
+	var ev gorunc.Event
+	if err := json.Unmarshal(raw, &ev); err != nil || ev.Stats == nil {
+		return runtime.Stats{}, fmt.Errorf("runsc events %s: unreadable output %q: %v", id, summary(raw), err)
+	}
+	st := ev.Stats
 	out := runtime.Stats{}
 	if st.Cpu.Usage.Total > 0 {
 		out.CPUSeconds = float64(st.Cpu.Usage.Total) / 1e9
