@@ -29,6 +29,8 @@ func TestPathsOnDisk(t *testing.T) {
 		l.Sandboxes():         "/var/lib/forkbox/sandboxes",
 		l.Sandbox("abc"):      "/var/lib/forkbox/sandboxes/abc",
 		l.Netns():             "/var/lib/forkbox/netns",
+		l.FleetStore():        "/var/lib/forkbox/fleet/jetstream",
+		l.FleetCache():        "/var/lib/forkbox/fleet/cache",
 	} {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)
