@@ -47,6 +47,8 @@ type Server struct {
 	e2b *e2b.Handler
 	// audit records requests.
 	audit *audit.Recorder
+	// hostsAPI serves GET /v1/hosts (SetHosts).
+	hostsAPI *hostsAPI
 }
 
 // SetDomain routes requests for host names "PORT-ID.domain" to sandbox
@@ -62,7 +64,8 @@ func (s *Server) SetDomain(domain string) { s.e2b.SetDomain(domain) }
 func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	e := edge{log: log, hide: hide}
-	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec}
+	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec,
+		hostsAPI: &hostsAPI{edge: e}}
 	s.routes(newHandlers(e, mgr, st, catalog, spoolDir, rec, ms))
 	return s
 }
@@ -134,7 +137,7 @@ func (s *Server) routes(hs handlers) {
 
 		{"GET /v1/audit", "", "", hs.audit.handleAudit, false},
 
-		// Admin: tenants, keys, warm pools (host-wide), metrics.
+		// Admin: tenants, keys, warm pools (host-wide), metrics, the fleet's hosts.
 		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},
 		{"POST /v1/tenants", "tenant.create", "", hs.tenants.handleCreateTenant, true},
 		{"GET /v1/tenants", "", "", hs.tenants.handleTenants, true},
@@ -145,6 +148,7 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/keys", "", "", hs.tenants.handleKeys, true},
 		{"DELETE /v1/keys/{id}", "key.revoke", "", hs.tenants.handleRevokeKey, true},
 		{"GET /metrics", "", "", hs.host.handleMetrics, true},
+		{"GET /v1/hosts", "", "", s.hostsAPI.handleHosts, true},
 	} {
 		var h http.Handler = rt.h
 		if rt.kind != "" {

@@ -30,4 +30,6 @@ type (
 	NewKey          = v1.NewKey
 	AuditRecord     = v1.AuditRecord
 	AuditList       = v1.AuditList
+	Host            = v1.Host
+	HostList        = v1.HostList
 )

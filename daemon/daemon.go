@@ -148,7 +148,10 @@ type Options struct {
 	// prove that the API reaches sessions through the node.Node interface
 	// alone; a router in front of several Nodes fits the same seam.
 	WrapNode func(node.Node) node.Node
-	Log      *slog.Logger
+	// Fleet places the host in a fleet (zero: one host alone, its
+	// embedded NATS listening on no port).
+	Fleet FleetOptions
+	Log   *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -173,6 +176,7 @@ type Daemon struct {
 	sdrv    storage.Driver
 	net     *netpolicy.Service // nil when the host cannot give sandboxes networks
 	mgr     *host.Node
+	fleet   *fleetHost
 	srv     *http.Server
 	served  chan error
 	active  sync.WaitGroup // requests being handled
@@ -363,8 +367,14 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		}
 	}
 
+	fh, err := startFleet(ctx, opts.Fleet, layout, log)
+	if err != nil {
+		mgr.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
+		fh.close()
 		mgr.Close()
 		return nil, err
 	}
@@ -376,10 +386,17 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
 	apiServer.SetDomain(opts.Domain)
+	apiServer.SetHosts(fh)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
+		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, served: make(chan error, 1), scratch: layout.Scratch(),
 		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
+	}
+	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), d.URL, mgr, capacity)); err != nil {
+		ln.Close()
+		fh.close()
+		mgr.Close()
+		return nil, err
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -389,7 +406,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
 	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "drivers", len(drivers), "isolation", mgr.DefaultDriver().Name(),
-		"storage", sdrv.Name(), "api_key_file", d.KeyFile)
+		"storage", sdrv.Name(), "api_key_file", d.KeyFile, "fleet_node", fh.Self(), "fleet_replicas", fh.f.Replicas())
 	return d, nil
 }
 
@@ -435,6 +452,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Error("stop sessions", "err", stopErr)
 		}
 	}
+	d.fleet.close()
 	d.mgr.Close()
 	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
 		d.log.Warn("release the gVisor state directory", "err", err)

@@ -80,10 +80,9 @@ type Capacity struct {
 
 // Load is what a host runs.
 type Load struct {
-	// Sessions is how many sessions run (or are paused) there.
+	// Sessions is how many sessions exist there (creating, running,
+	// paused or ending; warm-pool members not counted).
 	Sessions int `json:"sessions"`
-	// MemoryMB is the memory (MiB) their limits add up to.
-	MemoryMB int64 `json:"memory_mb"`
 }
 
 // RegistryOptions configure a Registry.
