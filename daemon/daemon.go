@@ -30,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/fleet"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
@@ -314,6 +315,15 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	fh, err := startFleet(ctx, opts.Fleet, layout, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			fh.close()
+		}
+	}()
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	mgr := host.New(sandbox.Options{
@@ -321,7 +331,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout,
-	}, host.Options{Spares: opts.Spares})
+	}, host.Options{Spares: opts.Spares, Replicas: fh.replicas()})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
@@ -367,14 +377,8 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		}
 	}
 
-	fh, err := startFleet(ctx, opts.Fleet, layout, log)
-	if err != nil {
-		mgr.Close()
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
-		fh.close()
 		mgr.Close()
 		return nil, err
 	}
@@ -394,7 +398,6 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	}
 	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), d.URL, mgr, capacity)); err != nil {
 		ln.Close()
-		fh.close()
 		mgr.Close()
 		return nil, err
 	}
@@ -452,8 +455,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Error("stop sessions", "err", stopErr)
 		}
 	}
-	d.fleet.close()
+	// The node first: it waits for the snapshots' copies to the fleet.
 	d.mgr.Close()
+	d.fleet.close()
 	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
 		d.log.Warn("release the gVisor state directory", "err", err)
 	}
@@ -467,6 +471,16 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	d.lock.Close()
 	return errors.Join(stopErr, err)
+}
+
+// SnapshotObjects returns the fleet's snapshot object store (for tests
+// and benchmarks in-process); nil until it is open (a cluster without
+// quorum yet).
+func (d *Daemon) SnapshotObjects() fleet.Objects {
+	if o := d.fleet.objects.Load(); o != nil {
+		return o
+	}
+	return nil
 }
 
 // Manager returns this host's node: the sandbox manager with the concerns

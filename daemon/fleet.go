@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/host"
 	"github.com/forkbox/forkbox/internal/version"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/snapshot"
 )
 
 // FleetOptions place the host in a fleet (package fleet). The zero value
@@ -39,7 +40,10 @@ type FleetOptions struct {
 type fleetHost struct {
 	f   *fleet.Fleet
 	reg atomic.Pointer[fleet.Registry]
-	log *slog.Logger
+	// objects is the snapshot object store once open (alone: at start;
+	// in a cluster: once it has a quorum).
+	objects atomic.Pointer[fleet.JetStreamObjects]
+	log     *slog.Logger
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -65,7 +69,42 @@ func startFleet(ctx context.Context, opts FleetOptions, layout datadir.Layout, l
 	if err != nil {
 		return nil, err
 	}
-	return &fleetHost{f: f, log: log}, nil
+	fh := &fleetHost{f: f, log: log}
+	if !f.Clustered() {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		objs, err := fleet.OpenObjects(octx, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		fh.objects.Store(objs)
+	}
+	return fh, nil
+}
+
+// replicas is the snapshot service's way to the object store
+// (snapshot.Replicas): ErrUnavailable until it is open.
+func (fh *fleetHost) replicas() snapshot.Replicas { return fleetReplicas{fh} }
+
+type fleetReplicas struct{ fh *fleetHost }
+
+// Put implements snapshot.Replicas (fleet.Objects.Put).
+func (r fleetReplicas) Put(ctx context.Context, id, dir, digest string) error {
+	o := r.fh.objects.Load()
+	if o == nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "the fleet's object store is not available yet")
+	}
+	return o.Put(ctx, id, dir, digest)
+}
+
+// Delete implements snapshot.Replicas (fleet.Objects.Delete).
+func (r fleetReplicas) Delete(ctx context.Context, id string) error {
+	o := r.fh.objects.Load()
+	if o == nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "the fleet's object store is not available yet")
+	}
+	return o.Delete(ctx, id)
 }
 
 // heartbeat opens the host registry and keeps self's record in it until
@@ -101,15 +140,42 @@ func (fh *fleetHost) heartbeat(ctx context.Context, opts FleetOptions, self func
 				if runCtx.Err() == nil {
 					fh.log.Warn("fleet: host registry not available yet; retrying", "err", err)
 				}
+				pause(runCtx)
 				continue
 			}
 			fh.reg.Store(reg)
 			fh.log.Info("fleet: host registry open", "node", fh.f.NodeID(), "replicas", fh.f.Replicas())
+			fh.wg.Add(1)
+			go func() { defer fh.wg.Done(); fh.openObjects(runCtx) }()
 			reg.Run(runCtx, self)
 			return
 		}
 	}()
 	return nil
+}
+
+// openObjects opens the snapshot object store of a cluster, retrying
+// until it has a quorum or ctx ends.
+func (fh *fleetHost) openObjects(ctx context.Context) {
+	for ctx.Err() == nil {
+		objs, err := fleet.OpenObjects(ctx, fh.f)
+		if err == nil {
+			fh.objects.Store(objs)
+			return
+		}
+		if ctx.Err() == nil {
+			fh.log.Warn("fleet: snapshot object store not available yet; retrying", "err", err)
+		}
+		pause(ctx)
+	}
+}
+
+// pause waits a second or until ctx ends.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
 }
 
 // Self implements api.HostLister.
