@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -209,5 +211,45 @@ func TestCompatible(t *testing.T) {
 		if got := Compatible(c.mine, c.other); got != c.want {
 			t.Errorf("Compatible(%q, %q) = %v, want %v", c.mine, c.other, got, c.want)
 		}
+	}
+}
+
+// TestExistingNATS proves --nats: the fleet uses a NATS server it did not
+// start (here one listening on a loopback port with a user and password),
+// with one replica since that server is not clustered; a URL that does
+// not answer fails the start as unavailable.
+func TestExistingNATS(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Username: "fb", Password: "pw-for-the-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server not ready")
+	}
+	url := "nats://fb:pw-for-the-test@" + srv.Addr().String()
+	ctx := context.Background()
+	f, err := Start(ctx, Options{URL: url, NodeID: "x1"}, quietLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Replicas() != 1 {
+		t.Fatalf("replicas %d on an unclustered server, want 1", f.Replicas())
+	}
+	r, err := OpenRegistry(ctx, f, RegistryOptions{Version: "dev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Put(ctx, Host{ID: "x1", Version: "dev"}); err != nil {
+		t.Fatal(err)
+	}
+	if hosts, err := r.List(ctx); err != nil || len(hosts) != 1 || !hosts[0].Placeable {
+		t.Fatalf("hosts %+v %v", hosts, err)
+	}
+	if _, err := Start(ctx, Options{URL: "nats://127.0.0.1:1", NodeID: "x2"}, quietLog(t)); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("a URL that does not answer: %v, want unavailable", err)
 	}
 }
