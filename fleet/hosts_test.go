@@ -117,8 +117,10 @@ func TestClusterRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range hosts {
-		if want := h.ID != "b"; h.Placeable != want {
-			t.Errorf("host %s (version %s): placeable %v, want %v", h.ID, h.Version, h.Placeable, want)
+		// b runs another minor version; a and c are placeable while
+		// ready (a loaded machine may have made one late, and lost).
+		if want := h.ID != "b" && h.State == HostReady; h.Placeable != want {
+			t.Errorf("host %s (version %s, %s): placeable %v, want %v", h.ID, h.Version, h.State, h.Placeable, want)
 		}
 	}
 
