@@ -158,12 +158,21 @@ func startServer(opts Options, clientToken string, log *slog.Logger) (*server.Se
 	lg := &serverLog{log: log.With("component", "nats", "node", opts.NodeID)}
 	srv.SetLoggerV2(lg, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(startTimeout) {
-		srv.Shutdown()
+	// Ready, or failed: the server logs a fatal error (a route port
+	// taken) instead of returning it, and is then never ready.
+	deadline := time.Now().Add(startTimeout)
+	for {
 		if err := lg.fatal.Load(); err != nil {
+			srv.Shutdown()
 			return nil, fmt.Errorf("fleet: embedded NATS server: %v", *err)
 		}
-		return nil, fmt.Errorf("fleet: embedded NATS server not ready after %v", startTimeout)
+		if srv.ReadyForConnections(50 * time.Millisecond) {
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.Shutdown()
+			return nil, fmt.Errorf("fleet: embedded NATS server not ready after %v", startTimeout)
+		}
 	}
 	if err := lg.fatal.Load(); err != nil {
 		srv.Shutdown()

@@ -255,3 +255,19 @@ func TestExistingNATS(t *testing.T) {
 		t.Fatalf("a URL that does not answer: %v, want unavailable", err)
 	}
 }
+
+// TestClusterPortTaken proves a cluster node whose --fleet-listen port is
+// taken fails to start (and leaves no server running) instead of serving
+// without routes.
+func TestClusterPortTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = Start(context.Background(), Options{StoreDir: t.TempDir(), Cluster: "test", NodeID: "a",
+		Listen: ln.Addr().String(), Peers: []Peer{{"b", "127.0.0.1:1"}}, Secret: testSecret}, quietLog(t))
+	if err == nil || !strings.Contains(err.Error(), "embedded NATS server") {
+		t.Fatalf("start on a taken route port: %v, want the server's error", err)
+	}
+}
