@@ -396,7 +396,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, served: make(chan error, 1), scratch: layout.Scratch(),
 		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
 	}
-	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), d.URL, mgr, capacity)); err != nil {
+	apiURL := opts.Fleet.APIURL
+	if apiURL == "" {
+		apiURL = d.URL
+	}
+	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), apiURL, mgr, capacity)); err != nil {
 		ln.Close()
 		mgr.Close()
 		return nil, err

@@ -32,6 +32,10 @@ type FleetOptions struct {
 	// Heartbeat is how often this host rewrites its registry record (0:
 	// fleet.DefaultHeartbeat).
 	Heartbeat time.Duration
+	// APIURL is the base URL other hosts reach this host's API at, as
+	// its registry record says ("": the URL of the address the API
+	// listens on, Daemon.URL).
+	APIURL string
 }
 
 // fleetHost is the daemon's part of the fleet: the connection and this

@@ -69,7 +69,7 @@ func TestServeCluster(t *testing.T) {
 		}
 		return []string{"--storage-size", "1", "--spares", "0", "--stop-sessions", "--cluster", "e2e", "--node-id", ids[i], "--peers", peers,
 			"--fleet-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--fleet-secret-file", secret,
-			"--host-lost-after", "4s"}
+			"--host-lost-after", "4s", "--fleet-api", "http://" + ids[i] + ".test:7070"}
 	}
 	for i := range ids {
 		p, err := startServe(t, filepath.Join(tmp, ids[i]), args(i)...)
@@ -85,6 +85,9 @@ func TestServeCluster(t *testing.T) {
 		}
 		m := map[string]string{}
 		for _, h := range l.Hosts {
+			if want := "http://" + h.ID + ".test:7070"; h.API != want {
+				t.Errorf("host %s lists API %q, want its --fleet-api %q", h.ID, h.API, want)
+			}
 			m[h.ID] = h.State
 		}
 		return m

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -71,6 +72,11 @@ across hosts are not there yet: each host serves its own sessions.`,
 			if opts.Fleet.NATS.Peers, err = fleet.ParsePeers(peers); err != nil {
 				return err
 			}
+			if u := opts.Fleet.APIURL; u != "" {
+				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+					return fmt.Errorf("--fleet-api %q: want http://HOST:PORT or https://HOST:PORT", u)
+				}
+			}
 			if secretFile != "" {
 				if opts.Fleet.NATS.Secret, err = fleet.ReadSecret(secretFile); err != nil {
 					return err
@@ -136,6 +142,7 @@ across hosts are not there yet: each host serves its own sessions.`,
 	f.StringVar(&opts.Fleet.NATS.Listen, "fleet-listen", "", "HOST:PORT the embedded NATS accepts routes from the other nodes on (cluster only)")
 	f.StringVar(&secretFile, "fleet-secret-file", "", "file (mode 0600) holding the fleet secret, the same on every node: routes without it are refused (at least 32 bytes, e.g. head -c 32 /dev/urandom | base64)")
 	f.StringVar(&opts.Fleet.NATS.URL, "nats", "", "use this existing NATS (with JetStream) instead of an embedded server, e.g. nats://user:pass@host:4222 (needs --node-id)")
+	f.StringVar(&opts.Fleet.APIURL, "fleet-api", "", "the URL other hosts reach this host's API at, as the host registry lists it (default: http:// and the --listen address)")
 	f.DurationVar(&opts.Fleet.LostAfter, "host-lost-after", fleet.DefaultLostAfter, "how long a host's heartbeat (every 2s) may be missing before forkbox hosts reports it lost")
 	return cmd
 }
