@@ -49,6 +49,8 @@ type Server struct {
 	audit *audit.Recorder
 	// secrets serves /v1/secrets once SetSecrets gives it the broker.
 	secrets *secretAPI
+	// hostsAPI serves GET /v1/hosts (SetHosts).
+	hostsAPI *hostsAPI
 }
 
 // SetDomain routes requests for host names "PORT-ID.domain" to sandbox
@@ -64,7 +66,8 @@ func (s *Server) SetDomain(domain string) { s.e2b.SetDomain(domain) }
 func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string, rec *audit.Recorder,
 	ms *metrics.Set, hide *hostpath.Redactor, log *slog.Logger) *Server {
 	e := edge{log: log, hide: hide}
-	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec}
+	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec,
+		hostsAPI: &hostsAPI{edge: e}}
 	hs := newHandlers(e, mgr, st, catalog, spoolDir, rec, ms)
 	s.secrets = hs.secrets
 	s.routes(hs)
@@ -153,7 +156,7 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/volumes/{name}", "", "", hs.volumes.handleGet, false},
 		{"DELETE /v1/volumes/{name}", "volume.delete", "", hs.volumes.handleDelete, false},
 
-		// Admin: tenants, keys, warm pools (host-wide), metrics.
+		// Admin: tenants, keys, warm pools (host-wide), metrics, the fleet's hosts.
 		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},
 		{"POST /v1/tenants", "tenant.create", "", hs.tenants.handleCreateTenant, true},
 		{"GET /v1/tenants", "", "", hs.tenants.handleTenants, true},
@@ -164,6 +167,7 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/keys", "", "", hs.tenants.handleKeys, true},
 		{"DELETE /v1/keys/{id}", "key.revoke", "", hs.tenants.handleRevokeKey, true},
 		{"GET /metrics", "", "", hs.host.handleMetrics, true},
+		{"GET /v1/hosts", "", "", s.hostsAPI.handleHosts, true},
 	} {
 		var h http.Handler = rt.h
 		if rt.kind != "" {

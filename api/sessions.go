@@ -45,6 +45,7 @@ func snapshotView(sn *node.Snapshot) v1.Snapshot {
 		ID: sn.ID, SessionID: sn.SessionID, Parent: sn.Parent, Template: sn.Template, Storage: sn.Storage,
 		SizeBytes: sn.SizeBytes, Digest: sn.Digest, CreatedAt: sn.CreatedAt, ExpiresAt: timePtr(sn.ExpiresAt),
 		Name: sn.Name, Memory: sn.MemoryDriver != "", MemoryDriver: sn.MemoryDriver, MemoryBytes: sn.MemoryBytes,
+		MemoryReplicatedAt: timePtr(sn.MemoryReplicatedAt),
 	}
 }
 

@@ -35,4 +35,6 @@ type (
 	VolumeMount     = v1.VolumeMount
 	VolumeRequest   = v1.VolumeRequest
 	SecretRequest   = v1.SecretRequest
+	Host            = v1.Host
+	HostList        = v1.HostList
 )

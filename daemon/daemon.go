@@ -30,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/defaults"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/fleet"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/metrics"
@@ -153,7 +154,10 @@ type Options struct {
 	// prove that the API reaches sessions through the node.Node interface
 	// alone; a router in front of several Nodes fits the same seam.
 	WrapNode func(node.Node) node.Node
-	Log      *slog.Logger
+	// Fleet places the host in a fleet (zero: one host alone, its
+	// embedded NATS listening on no port).
+	Fleet FleetOptions
+	Log   *slog.Logger
 }
 
 // Daemon is a running forkbox serve.
@@ -178,6 +182,7 @@ type Daemon struct {
 	sdrv    storage.Driver
 	net     *netpolicy.Service // nil when the host cannot give sandboxes networks
 	mgr     *host.Node
+	fleet   *fleetHost
 	srv     *http.Server
 	served  chan error
 	active  sync.WaitGroup // requests being handled
@@ -315,6 +320,15 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	fh, err := startFleet(ctx, opts.Fleet, layout, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			fh.close()
+		}
+	}()
 	rec := audit.New(st, log)
 	ms := metrics.New()
 	secrets, err := openSecrets(st, snapKey, netsvc, rec, opts.BrokerUpstreamCA, log)
@@ -327,7 +341,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Secrets: secrets, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout, Volumes: vols,
-	}, host.Options{Spares: opts.Spares})
+	}, host.Options{Spares: opts.Spares, Replicas: fh.replicas()})
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()
@@ -387,10 +401,20 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
 	apiServer.SetDomain(opts.Domain)
 	apiServer.SetSecrets(secrets)
+	apiServer.SetHosts(fh)
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, served: make(chan error, 1), scratch: layout.Scratch(),
+		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, served: make(chan error, 1), scratch: layout.Scratch(),
 		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
+	}
+	apiURL := opts.Fleet.APIURL
+	if apiURL == "" {
+		apiURL = d.URL
+	}
+	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), apiURL, mgr, capacity)); err != nil {
+		ln.Close()
+		mgr.Close()
+		return nil, err
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
@@ -400,7 +424,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
 	log.Info("forkbox serving", "url", d.URL, "data_dir", layout.Root, "drivers", len(drivers), "isolation", mgr.DefaultDriver().Name(),
-		"storage", sdrv.Name(), "api_key_file", d.KeyFile)
+		"storage", sdrv.Name(), "api_key_file", d.KeyFile, "fleet_node", fh.Self(), "fleet_replicas", fh.f.Replicas())
 	return d, nil
 }
 
@@ -446,7 +470,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Error("stop sessions", "err", stopErr)
 		}
 	}
+	// The node first: it waits for the snapshots' copies to the fleet.
 	d.mgr.Close()
+	d.fleet.close()
 	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
 		d.log.Warn("release the gVisor state directory", "err", err)
 	}
@@ -460,6 +486,16 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	}
 	d.lock.Close()
 	return errors.Join(stopErr, err)
+}
+
+// SnapshotObjects returns the fleet's snapshot object store (for tests
+// and benchmarks in-process); nil until it is open (a cluster without
+// quorum yet).
+func (d *Daemon) SnapshotObjects() fleet.Objects {
+	if o := d.fleet.objects.Load(); o != nil {
+		return o
+	}
+	return nil
 }
 
 // Manager returns this host's node: the sandbox manager with the concerns

@@ -35,6 +35,10 @@ import (
 //	  storage/DRIVER/         writable layers and snapshots (btrfs or overlay;
 //	                          a loop-mounted DRIVER.img beside it when needed)
 //	  sandboxes/ID/           runtime state, agent.sock, hosts, hostname
+//	  fleet/jetstream/        the embedded NATS server's JetStream store
+//	                          (host registry, snapshot objects: package fleet)
+//	  fleet/cache/            sealed snapshots pulled from the fleet's object
+//	                          store, bounded, least recently used evicted first
 type Layout struct{ Root string }
 
 // New returns the layout of the data directory dir, made absolute against
@@ -92,6 +96,15 @@ func (l Layout) CheckpointScratch() string { return filepath.Join(l.Root, "scrat
 
 // SnapshotKey is the file of the key that seals memory checkpoints.
 func (l Layout) SnapshotKey() string { return filepath.Join(l.Root, "keys", "snapshot.key") }
+
+// FleetStore is the embedded NATS server's JetStream store directory
+// (package fleet): the host registry and, on this node, its share of the
+// fleet's replicated buckets.
+func (l Layout) FleetStore() string { return filepath.Join(l.Root, "fleet", "jetstream") }
+
+// FleetCache is the bounded cache of sealed snapshots pulled from the
+// fleet's object store (fleet.Cache); what it holds is still encrypted.
+func (l Layout) FleetCache() string { return filepath.Join(l.Root, "fleet", "cache") }
 
 // RunscRoot is runsc's (gVisor's) --root.
 func (l Layout) RunscRoot() string { return filepath.Join(l.Root, "runsc") }

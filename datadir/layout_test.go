@@ -30,6 +30,8 @@ func TestPathsOnDisk(t *testing.T) {
 		l.Sandbox("abc"):      "/var/lib/forkbox/sandboxes/abc",
 		l.Netns():             "/var/lib/forkbox/netns",
 		l.Volumes():           "/var/lib/forkbox/volumes",
+		l.FleetStore():        "/var/lib/forkbox/fleet/jetstream",
+		l.FleetCache():        "/var/lib/forkbox/fleet/cache",
 	} {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)

@@ -45,6 +45,9 @@ type Options struct {
 	// the pools keep ready, where the host can make them
 	// (sandbox.Manager.SparesSupported); 0: none.
 	Spares int
+	// Replicas, when set, receives a copy of every sealed memory
+	// checkpoint (snapshot.Options.Replicas: the fleet's object store).
+	Replicas snapshot.Replicas
 }
 
 // New makes the core for opts and composes the concerns with it. Call
@@ -62,7 +65,7 @@ func New(opts sandbox.Options, hopts Options) *Node {
 	sc := &snapshotCore{SnapshotCore: m.SnapshotCore()}
 	s := snapshot.New(snapshot.Options{Core: sc, Store: opts.Store, Storage: opts.Storage,
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log,
-		ImageCacheBytes: opts.MemoryImageCacheBytes})
+		ImageCacheBytes: opts.MemoryImageCacheBytes, Replicas: hopts.Replicas})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
 	c := m.Concerns()
@@ -75,11 +78,12 @@ func New(opts sandbox.Options, hopts Options) *Node {
 // Close quiesces the core first (no session timer fires and its
 // background work stops, so a stopping daemon ends no session the next one
 // adopts), then waits for the warm pools (their refiller and the members
-// being made, which use the core), then closes the core. Safe to call more
-// than once.
+// being made, which use the core) and the snapshots' background copies,
+// then closes the core. Safe to call more than once.
 func (n *Node) Close() {
 	n.Manager.Quiesce()
 	n.Pools.Close()
+	n.Service.Close()
 	n.Manager.Close()
 }
 

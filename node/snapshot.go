@@ -42,6 +42,10 @@ type Snapshot struct {
 	MemoryDigest string
 	// MemoryBytes is the checkpoint's size before sealing, in bytes.
 	MemoryBytes int64
+	// MemoryReplicatedAt, when not zero, is when the sealed checkpoint
+	// was copied (still sealed) to the fleet's object store (package
+	// fleet). The snapshot's files are not copied yet.
+	MemoryReplicatedAt time.Time
 	// Tenant owns the snapshot (its session's tenant).
 	Tenant string
 	// Provisional marks a snapshot made for a fork that has not answered

@@ -42,7 +42,7 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) err
 		return err
 	}
 	s.dropImage(id)
-	if err := os.RemoveAll(s.memoryDir(id)); err != nil {
+	if err := s.removeMemory(id); err != nil {
 		return err
 	}
 	return s.store.DeleteSnapshot(ctx, id)

@@ -2,7 +2,6 @@ package snapshot
 
 import (
 	"context"
-	"os"
 
 	"github.com/forkbox/forkbox/storage"
 )
@@ -30,7 +29,7 @@ func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) e
 		return err
 	}
 	s.dropImage(id)
-	if err := os.RemoveAll(s.memoryDir(id)); err != nil {
+	if err := s.removeMemory(id); err != nil {
 		return err
 	}
 	s.log.Info("snapshot deleted; what was made from it keeps its own files", "snapshot", id,

@@ -100,6 +100,9 @@ type Options struct {
 	// ImageCacheBytes bounds the decrypted memory checkpoints kept for
 	// later restores (images.go), in bytes; 0 or less keeps none.
 	ImageCacheBytes int64
+	// Replicas, when set, receives a copy of every sealed memory
+	// checkpoint once its snapshot is recorded (replicate.go).
+	Replicas Replicas
 }
 
 // Service keeps one host's snapshots. It is safe for concurrent use.
@@ -117,6 +120,12 @@ type Service struct {
 	imgMu      sync.Mutex
 	images     map[string]*openImage
 	cacheBytes int64
+
+	// replicas and the background copies to them (replicate.go).
+	replicas Replicas
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // New returns the snapshot service for opts.
@@ -126,8 +135,10 @@ func New(opts Options) *Service {
 		log = slog.Default()
 	}
 	cache := max(opts.ImageCacheBytes, 0)
+	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
-		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache}
+		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache,
+		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
 // Resolve finds the snapshot ref names for ctx's caller: an id, or else a
@@ -301,6 +312,7 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		"store_ms", ms(time.Since(captured)))
 	if mem != nil {
 		s.log.Debug("memory snapshot", "snapshot", snapID, "checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))
+		s.replicate(sn)
 	}
 	return sn, nil
 }

@@ -9,13 +9,13 @@ import (
 	"github.com/forkbox/forkbox/node"
 )
 
-const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes, tenant, provisional`
+const snapshotColumns = `id, session_id, parent, template, storage, size_bytes, digest, created_at, expires_at, name, memory_driver, memory_digest, memory_bytes, tenant, provisional, memory_replicated_at`
 
 // CreateSnapshot inserts sn; ErrConflict when the id exists.
 func (s *Store) CreateSnapshot(ctx context.Context, sn *node.Snapshot) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := s.db.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sn.ID, sn.SessionID, sn.Parent, sn.Template, sn.Storage, sn.SizeBytes, sn.Digest, ms(sn.CreatedAt), ms(sn.ExpiresAt), sn.Name,
-		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes, sn.Tenant, sn.Provisional)
+		sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes, sn.Tenant, sn.Provisional, ms(sn.MemoryReplicatedAt))
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot %s exists", sn.ID)
 	}
@@ -111,6 +111,20 @@ func (s *Store) ExpireSnapshot(ctx context.Context, id string, at time.Time) err
 	return nil
 }
 
+// SetMemoryReplicated records that snapshot id's sealed memory checkpoint
+// was copied to the fleet's object store at at. ErrNotFound when there is
+// no such snapshot (deleted meanwhile).
+func (s *Store) SetMemoryReplicated(ctx context.Context, id string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET memory_replicated_at = ? WHERE id = ?`, ms(at), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	return nil
+}
+
 // DeleteSnapshot removes snapshot id's row; a missing row is fine.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
@@ -119,12 +133,12 @@ func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 
 func scanSnapshot(r scanner) (*node.Snapshot, error) {
 	var sn node.Snapshot
-	var created, expires int64
+	var created, expires, replicated int64
 	if err := r.Scan(&sn.ID, &sn.SessionID, &sn.Parent, &sn.Template, &sn.Storage, &sn.SizeBytes, &sn.Digest,
-		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes, &sn.Tenant, &sn.Provisional); err != nil {
+		&created, &expires, &sn.Name, &sn.MemoryDriver, &sn.MemoryDigest, &sn.MemoryBytes, &sn.Tenant, &sn.Provisional, &replicated); err != nil {
 		return nil, err
 	}
-	sn.CreatedAt, sn.ExpiresAt = fromMS(created), fromMS(expires)
+	sn.CreatedAt, sn.ExpiresAt, sn.MemoryReplicatedAt = fromMS(created), fromMS(expires), fromMS(replicated)
 	return &sn, nil
 }
 

@@ -230,6 +230,9 @@ var migrations = []string{
 		PRIMARY KEY (tenant, name)
 	);
 	ALTER TABLE sessions ADD COLUMN volumes TEXT NOT NULL DEFAULT '';`,
+	// 15: when the snapshot's sealed memory checkpoint was copied to the
+	// fleet's object store (0: not copied; package fleet).
+	`ALTER TABLE snapshots ADD COLUMN memory_replicated_at INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

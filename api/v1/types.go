@@ -454,6 +454,10 @@ type Snapshot struct {
 	// MemoryBytes is the size of the checkpoint image in bytes (stored
 	// encrypted, AES-256-GCM).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// MemoryReplicatedAt is when the encrypted checkpoint was copied to
+	// the fleet's object store (absent: not copied, or a snapshot of
+	// files only). The snapshot's files stay on its host for now.
+	MemoryReplicatedAt *time.Time `json:"memory_replicated_at,omitempty"`
 }
 
 // SnapshotRequest is the optional body of POST /v1/sessions/{id}/snapshot.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/defaults"
+	"github.com/forkbox/forkbox/fleet"
 	"github.com/forkbox/forkbox/internal/inflight"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
@@ -25,6 +27,7 @@ func newServeCmd() *cobra.Command {
 	var imageSize int64
 	var execMB, execTenantMB int64
 	var layerCacheMB int64
+	var peers, secretFile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -33,7 +36,18 @@ database, the built-in "base" template and an API key (written to DIR/api-key,
 mode 0600): the admin key of the "default" tenant, which also creates other
 tenants and their keys (forkbox tenant, forkbox key). Sandboxes keep running
 across daemon restarts and are adopted; with --stop-sessions the daemon
-destroys them when it stops and leaves nothing on the host (see forkbox down).`,
+destroys them when it stops and leaves nothing on the host (see forkbox down).
+
+Fleet (in progress): alone, the daemon embeds a NATS server with JetStream that
+listens on no port (the host registry lives there; forkbox hosts lists it).
+With --cluster, --node-id, --peers, --fleet-listen and --fleet-secret-file on
+each of three hosts, their embedded servers form one JetStream cluster
+(routes authenticated with the shared secret) and every host's registry lists
+all three; --nats URL uses an existing NATS instead. Placement and routing
+across hosts are not there yet: each host serves its own sessions.`,
+		Example: `  forkbox serve
+  forkbox serve --cluster prod --node-id a --fleet-listen 10.0.0.1:7422 \
+      --peers b=10.0.0.2:7422,c=10.0.0.3:7422 --fleet-secret-file /etc/forkbox/fleet.secret`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := stderrLogger(cmd.ErrOrStderr(), level)
@@ -54,6 +68,19 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 					return fmt.Errorf("--pool %q: want TEMPLATE=SIZE", p)
 				}
 				opts.Pools = append(opts.Pools, node.Pool{Template: name, Size: n})
+			}
+			if opts.Fleet.NATS.Peers, err = fleet.ParsePeers(peers); err != nil {
+				return err
+			}
+			if u := opts.Fleet.APIURL; u != "" {
+				if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+					return fmt.Errorf("--fleet-api %q: want http://HOST:PORT or https://HOST:PORT", u)
+				}
+			}
+			if secretFile != "" {
+				if opts.Fleet.NATS.Secret, err = fleet.ReadSecret(secretFile); err != nil {
+					return err
+				}
 			}
 			d, err := daemon.Start(cmd.Context(), opts)
 			if err != nil {
@@ -111,6 +138,14 @@ destroys them when it stops and leaves nothing on the host (see forkbox down).`,
 	f.DurationVar(&opts.AgentReadyTimeout, "agent-ready-timeout", defaults.AgentReadyTimeout,
 		"how long a create waits for a runc sandbox's agent on an idle host; gVisor waits 3x as long, and both grow "+
 			"with the host's load per CPU (at most 90s); past it the create gets 503 sandbox-not-ready")
+	f.StringVar(&opts.Fleet.NATS.Cluster, "cluster", "", "name of the JetStream cluster this host's embedded NATS joins (with --node-id, --peers, --fleet-listen, --fleet-secret-file); default: alone")
+	f.StringVar(&opts.Fleet.NATS.NodeID, "node-id", "", `this host's id in the fleet (a-z, 0-9, '-'; default "local" alone)`)
+	f.StringVar(&peers, "peers", "", "the cluster's other nodes: ID=HOST:PORT,ID=HOST:PORT (their --fleet-listen addresses)")
+	f.StringVar(&opts.Fleet.NATS.Listen, "fleet-listen", "", "HOST:PORT the embedded NATS accepts routes from the other nodes on (cluster only)")
+	f.StringVar(&secretFile, "fleet-secret-file", "", "file (mode 0600) holding the fleet secret, the same on every node: routes without it are refused (at least 32 bytes, e.g. head -c 32 /dev/urandom | base64)")
+	f.StringVar(&opts.Fleet.NATS.URL, "nats", "", "use this existing NATS (with JetStream) instead of an embedded server, e.g. nats://user:pass@host:4222 (needs --node-id)")
+	f.StringVar(&opts.Fleet.APIURL, "fleet-api", "", "the URL other hosts reach this host's API at, as the host registry lists it (default: http:// and the --listen address)")
+	f.DurationVar(&opts.Fleet.LostAfter, "host-lost-after", fleet.DefaultLostAfter, "how long a host's heartbeat (every 2s) may be missing before forkbox hosts reports it lost")
 	return cmd
 }
 

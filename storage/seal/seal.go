@@ -48,8 +48,11 @@ const (
 	magic        = "FBXSEAL1"
 	saltSize     = 32
 	tagSize      = 16
-	manifestName = "manifest.json"
+	manifestName = ManifestName
 )
+
+// ManifestName is the name of a sealed directory's manifest file.
+const ManifestName = "manifest.json"
 
 // Key is a 32-byte AES-256 master key.
 type Key [32]byte
@@ -168,13 +171,9 @@ func OpenDir(key *Key, dir, digest, out string) (err error) {
 	if err != nil {
 		return corrupt("manifest: %v", err)
 	}
-	sum := sha256.Sum256(data)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != digest {
-		return corrupt("manifest digest %s, recorded %s", got, digest)
-	}
-	var m Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return corrupt("manifest: %v", err)
+	m, err := ParseManifest(data, digest)
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(out, 0o700); err != nil {
 		return err
@@ -185,14 +184,34 @@ func OpenDir(key *Key, dir, digest, out string) (err error) {
 		}
 	}()
 	for _, f := range m.Files {
-		if f.Name == "" || f.Name != filepath.Base(f.Name) || f.Name == manifestName || f.Name[0] == '.' {
-			return corrupt("manifest names %q", f.Name)
-		}
 		if err := openFile(key, filepath.Join(dir, f.Name), filepath.Join(out, f.Name), f); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ParseManifest checks a sealed directory's manifest bytes data against
+// digest (SealDir's) and returns the manifest. A manifest of another
+// digest, one that does not parse, or one naming a file that is not a
+// plain name in the directory fails with ErrConflict ("failed its
+// integrity check"). Copies of a sealed directory (the fleet's object
+// store) check each file's bytes against the SHA256 it lists.
+func ParseManifest(data []byte, digest string) (*Manifest, error) {
+	sum := sha256.Sum256(data)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != digest {
+		return nil, corrupt("manifest digest %s, recorded %s", got, digest)
+	}
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, corrupt("manifest: %v", err)
+	}
+	for _, f := range m.Files {
+		if f.Name == "" || f.Name != filepath.Base(f.Name) || f.Name == manifestName || f.Name[0] == '.' {
+			return nil, corrupt("manifest names %q", f.Name)
+		}
+	}
+	return &m, nil
 }
 
 // corrupt is an integrity failure.

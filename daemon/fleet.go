@@ -1,0 +1,232 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/forkbox/forkbox/admission"
+	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/host"
+	"github.com/forkbox/forkbox/internal/version"
+	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/snapshot"
+)
+
+// FleetOptions place the host in a fleet (package fleet). The zero value
+// is one host alone: an embedded NATS server with JetStream that listens
+// on no port, its store in the data directory.
+type FleetOptions struct {
+	// NATS is the fleet connection: cluster name, node id, peers, route
+	// address and secret, or the URL of an existing NATS (fleet.Options;
+	// StoreDir is set by the daemon).
+	NATS fleet.Options
+	// LostAfter is how long a host's heartbeat may be missing before the
+	// registry reports it lost (0: fleet.DefaultLostAfter).
+	LostAfter time.Duration
+	// Heartbeat is how often this host rewrites its registry record (0:
+	// fleet.DefaultHeartbeat).
+	Heartbeat time.Duration
+	// APIURL is the base URL other hosts reach this host's API at, as
+	// its registry record says ("": the URL of the address the API
+	// listens on, Daemon.URL).
+	APIURL string
+}
+
+// fleetHost is the daemon's part of the fleet: the connection and this
+// host's heartbeat in the registry. It serves GET /v1/hosts
+// (api.HostLister).
+type fleetHost struct {
+	f   *fleet.Fleet
+	reg atomic.Pointer[fleet.Registry]
+	// objects is the snapshot object store once open (alone: at start;
+	// in a cluster: once it has a quorum).
+	objects atomic.Pointer[fleet.JetStreamObjects]
+	log     *slog.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startFleet connects the host to the fleet per opts (the JetStream store
+// in layout's fleet directory). A bad option is ErrInvalidArgument
+// naming its flag.
+func startFleet(ctx context.Context, opts FleetOptions, layout datadir.Layout, log *slog.Logger) (*fleetHost, error) {
+	hb, lost := opts.Heartbeat, opts.LostAfter
+	if hb <= 0 {
+		hb = fleet.DefaultHeartbeat
+	}
+	if lost == 0 {
+		lost = fleet.DefaultLostAfter
+	}
+	if lost <= hb {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--host-lost-after %v: must exceed the heartbeat interval %v", lost, hb)
+	}
+	o := opts.NATS
+	o.StoreDir = layout.FleetStore()
+	f, err := fleet.Start(ctx, o, log)
+	if err != nil {
+		return nil, err
+	}
+	fh := &fleetHost{f: f, log: log}
+	if !f.Clustered() {
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		objs, err := fleet.OpenObjects(octx, f)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		fh.objects.Store(objs)
+	}
+	return fh, nil
+}
+
+// replicas is the snapshot service's way to the object store
+// (snapshot.Replicas): ErrUnavailable until it is open.
+func (fh *fleetHost) replicas() snapshot.Replicas { return fleetReplicas{fh} }
+
+type fleetReplicas struct{ fh *fleetHost }
+
+// Put implements snapshot.Replicas (fleet.Objects.Put).
+func (r fleetReplicas) Put(ctx context.Context, id, dir, digest string) error {
+	o := r.fh.objects.Load()
+	if o == nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "the fleet's object store is not available yet")
+	}
+	return o.Put(ctx, id, dir, digest)
+}
+
+// Delete implements snapshot.Replicas (fleet.Objects.Delete).
+func (r fleetReplicas) Delete(ctx context.Context, id string) error {
+	o := r.fh.objects.Load()
+	if o == nil {
+		return errdefs.Newf(errdefs.ErrUnavailable, "the fleet's object store is not available yet")
+	}
+	return o.Delete(ctx, id)
+}
+
+// heartbeat opens the host registry and keeps self's record in it until
+// close. Alone, the registry is opened and the first record written
+// before it returns (an error then fails the start); in a cluster that
+// waits for the cluster's quorum in the background, so a host can start
+// before its peers.
+func (fh *fleetHost) heartbeat(ctx context.Context, opts FleetOptions, self func() fleet.Host) error {
+	ropts := fleet.RegistryOptions{Heartbeat: opts.Heartbeat, LostAfter: opts.LostAfter, Version: version.String()}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	fh.cancel = cancel
+	if !fh.f.Clustered() {
+		octx, ocancel := context.WithTimeout(ctx, 10*time.Second)
+		defer ocancel()
+		reg, err := fleet.OpenRegistry(octx, fh.f, ropts)
+		if err != nil {
+			return err
+		}
+		if err := reg.Put(octx, self()); err != nil {
+			return err
+		}
+		fh.reg.Store(reg)
+		fh.wg.Add(1)
+		go func() { defer fh.wg.Done(); reg.Run(runCtx, self) }()
+		return nil
+	}
+	fh.wg.Add(1)
+	go func() {
+		defer fh.wg.Done()
+		for runCtx.Err() == nil {
+			reg, err := fleet.OpenRegistry(runCtx, fh.f, ropts)
+			if err != nil {
+				if runCtx.Err() == nil {
+					fh.log.Warn("fleet: host registry not available yet; retrying", "err", err)
+				}
+				pause(runCtx)
+				continue
+			}
+			fh.reg.Store(reg)
+			fh.log.Info("fleet: host registry open", "node", fh.f.NodeID(), "replicas", fh.f.Replicas())
+			fh.wg.Add(1)
+			go func() { defer fh.wg.Done(); fh.openObjects(runCtx) }()
+			reg.Run(runCtx, self)
+			return
+		}
+	}()
+	return nil
+}
+
+// openObjects opens the snapshot object store of a cluster, retrying
+// until it has a quorum or ctx ends.
+func (fh *fleetHost) openObjects(ctx context.Context) {
+	for ctx.Err() == nil {
+		objs, err := fleet.OpenObjects(ctx, fh.f)
+		if err == nil {
+			fh.objects.Store(objs)
+			return
+		}
+		if ctx.Err() == nil {
+			fh.log.Warn("fleet: snapshot object store not available yet; retrying", "err", err)
+		}
+		pause(ctx)
+	}
+}
+
+// pause waits a second or until ctx ends.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+	}
+}
+
+// Self implements api.HostLister.
+func (fh *fleetHost) Self() string { return fh.f.NodeID() }
+
+// Hosts implements api.HostLister: ErrUnavailable until the registry is
+// open.
+func (fh *fleetHost) Hosts(ctx context.Context) ([]fleet.Host, error) {
+	reg := fh.reg.Load()
+	if reg == nil {
+		return nil, errdefs.Newf(errdefs.ErrUnavailable, "the fleet's host registry is not available yet (the cluster has no quorum)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return reg.List(ctx)
+}
+
+// close stops the heartbeat and the fleet connection (the embedded
+// server with it). The host's record stays; without heartbeats it is
+// reported lost after LostAfter.
+func (fh *fleetHost) close() {
+	if fh.cancel != nil {
+		fh.cancel()
+	}
+	fh.wg.Wait()
+	fh.f.Close()
+}
+
+// hostRecord returns the function that makes this host's registry
+// record: its id, API URL, version, tiers, capacity and load now.
+func hostRecord(id, apiURL string, mgr *host.Node, capacity admission.Capacity) func() fleet.Host {
+	started := time.Now()
+	var tiers []string
+	for _, d := range mgr.Info().Drivers {
+		tiers = append(tiers, d.Name)
+	}
+	return func() fleet.Host {
+		n := 0
+		for state, c := range mgr.SessionStates() {
+			if state != string(node.StatePooled) {
+				n += c
+			}
+		}
+		return fleet.Host{
+			ID: id, API: apiURL, Version: version.String(), Tiers: tiers, State: fleet.HostReady, Started: started,
+			Capacity: fleet.Capacity{MemoryMB: capacity.MaxMemoryMB, CPUs: runtime.NumCPU(), Sessions: capacity.MaxSessions},
+			Load:     fleet.Load{Sessions: n},
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// HostsBucket is the JetStream KV bucket of the host registry: one key
+// per host id, its value the host's latest Host record (JSON).
+const HostsBucket = "forkbox-hosts"
+
+// DefaultHeartbeat is how often a host rewrites its record.
+const DefaultHeartbeat = 2 * time.Second
+
+// DefaultLostAfter is how long a host's record may go unrewritten before
+// the registry reports the host lost (forkbox serve --host-lost-after).
+const DefaultLostAfter = 15 * time.Second
+
+// HostState is a host's state in the fleet.
+type HostState string
+
+const (
+	// HostReady takes placements.
+	HostReady HostState = "ready"
+	// HostDraining takes no new placements; its sessions run on.
+	HostDraining HostState = "draining"
+	// HostLost has not sent a heartbeat for longer than the registry's
+	// LostAfter. No host writes it: readers derive it (List).
+	HostLost HostState = "lost"
+)
+
+// Host is one host's record in the registry.
+type Host struct {
+	// ID is the host's fleet id (--node-id; "local" alone).
+	ID string `json:"id"`
+	// API is the base URL of the host's forkbox API.
+	API string `json:"api"`
+	// Version is the forkbox version the host runs (version.String()).
+	Version string `json:"version"`
+	// Tiers are the isolation drivers the host has ("runc", "gvisor").
+	Tiers []string `json:"tiers"`
+	// Capacity is what the host can run.
+	Capacity Capacity `json:"capacity"`
+	// Load is what it runs now.
+	Load Load `json:"load"`
+	// State is the host's own state (ready or draining); List reports
+	// HostLost for a host whose heartbeat is missing.
+	State HostState `json:"state"`
+	// Started is when the host's daemon started.
+	Started time.Time `json:"started"`
+	// Heartbeat is when the record was last written, by the JetStream
+	// server's clock (the KV entry's time; not the host's own clock, so
+	// hosts' clock skew does not make a host lost). Set by List.
+	Heartbeat time.Time `json:"-"`
+	// Placeable reports whether placements may choose the host: ready,
+	// and of a version compatible with the reader's (Compatible). Set by
+	// List.
+	Placeable bool `json:"-"`
+}
+
+// Capacity is a host's capacity.
+type Capacity struct {
+	// MemoryMB is the memory (MiB) its sessions' limits may add up to.
+	MemoryMB int64 `json:"memory_mb"`
+	// CPUs is the host's CPU count.
+	CPUs int `json:"cpus"`
+	// Sessions is the most sessions it runs at once (its session slots).
+	Sessions int `json:"sessions"`
+}
+
+// Load is what a host runs.
+type Load struct {
+	// Sessions is how many sessions exist there (creating, running,
+	// paused or ending; warm-pool members not counted).
+	Sessions int `json:"sessions"`
+}
+
+// RegistryOptions configure a Registry.
+type RegistryOptions struct {
+	// Heartbeat is how often this host rewrites its record (0:
+	// DefaultHeartbeat).
+	Heartbeat time.Duration
+	// LostAfter is how long a record may go unrewritten before List
+	// reports its host lost (0: DefaultLostAfter). It must exceed
+	// Heartbeat.
+	LostAfter time.Duration
+	// Version is this host's forkbox version: List marks hosts of
+	// another major/minor version not placeable (Compatible).
+	Version string
+}
+
+// Registry is the fleet's host registry: it keeps this host's record
+// fresh (Run) and lists every host's (List). Safe for concurrent use.
+type Registry struct {
+	kv   jetstream.KeyValue
+	opts RegistryOptions
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	last error // of the latest heartbeat
+}
+
+// OpenRegistry opens (creating when missing) the host registry's bucket
+// on f, replicated f.Replicas() times, waiting up to ctx for a cluster
+// still electing its leaders. A LostAfter not above Heartbeat is
+// ErrInvalidArgument naming --host-lost-after.
+func OpenRegistry(ctx context.Context, f *Fleet, opts RegistryOptions) (*Registry, error) {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.LostAfter == 0 {
+		opts.LostAfter = DefaultLostAfter
+	}
+	if opts.LostAfter <= opts.Heartbeat {
+		return nil, errdefs.Newf(errdefs.ErrInvalidArgument, "--host-lost-after %v: must exceed the heartbeat interval %v", opts.LostAfter, opts.Heartbeat)
+	}
+	var kv jetstream.KeyValue
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: HostsBucket, Description: "forkbox hosts: one record per host, rewritten every heartbeat",
+			History: 1, Replicas: f.replicas, Storage: jetstream.FileStorage,
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: host registry: %w", err)
+	}
+	return &Registry{kv: kv, opts: opts, log: f.log}, nil
+}
+
+// LostAfter is how long a host's heartbeat may be missing before it is
+// reported lost.
+func (r *Registry) LostAfter() time.Duration { return r.opts.LostAfter }
+
+// Put writes this host's record h now (its ID must be ValidID). The
+// error is JetStream's (ErrUnavailable when the cluster has no quorum).
+func (r *Registry) Put(ctx context.Context, h Host) error {
+	if err := ValidID("host id", h.ID); err != nil {
+		return err
+	}
+	if h.State == "" {
+		h.State = HostReady
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	_, err = r.kv.Put(ctx, h.ID, b)
+	if err != nil {
+		return fmt.Errorf("%w: fleet: write host %s: %v", errdefs.ErrUnavailable, h.ID, err)
+	}
+	return nil
+}
+
+// Run writes the record self returns at once and then every heartbeat
+// until ctx ends. A failed write is logged (once per run of failures) and
+// retried at the next beat: a host cut off from the cluster's quorum
+// keeps trying and comes back by itself.
+func (r *Registry) Run(ctx context.Context, self func() Host) {
+	t := time.NewTicker(r.opts.Heartbeat)
+	defer t.Stop()
+	for {
+		wctx, cancel := context.WithTimeout(ctx, r.opts.Heartbeat)
+		err := r.Put(wctx, self())
+		cancel()
+		r.mu.Lock()
+		if err != nil && r.last == nil && ctx.Err() == nil {
+			r.log.Warn("fleet heartbeat failed; retrying", "err", err)
+		} else if err == nil && r.last != nil {
+			r.log.Info("fleet heartbeat written again")
+		}
+		r.last = err
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// List returns every host's record, sorted by id, with State HostLost for
+// those whose heartbeat is older than LostAfter, and Heartbeat and
+// Placeable set. The error is ErrUnavailable when the bucket cannot be
+// read (no quorum).
+func (r *Registry) List(ctx context.Context) ([]Host, error) {
+	// One pass over the bucket: the watcher sends each key's latest
+	// entry, then nil once it is caught up.
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: fleet: list hosts: %v", errdefs.ErrUnavailable, err)
+	}
+	defer w.Stop()
+	var entries []jetstream.KeyValueEntry
+	for done := false; !done; {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				done = true
+			} else {
+				entries = append(entries, e)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: fleet: list hosts: %v", errdefs.ErrUnavailable, ctx.Err())
+		}
+	}
+	now := time.Now()
+	out := make([]Host, 0, len(entries))
+	for _, e := range entries {
+		k := e.Key()
+		var h Host
+		if err := json.Unmarshal(e.Value(), &h); err != nil {
+			r.log.Warn("fleet: unreadable host record skipped", "host", k, "err", err)
+			continue
+		}
+		h.ID = k
+		h.Heartbeat = e.Created()
+		if now.Sub(h.Heartbeat) > r.opts.LostAfter {
+			h.State = HostLost
+		}
+		h.Placeable = h.State == HostReady && Compatible(r.opts.Version, h.Version)
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Forget removes host id's record (a host taken out of the fleet for
+// good); a missing record is fine.
+func (r *Registry) Forget(ctx context.Context, id string) error {
+	if err := r.kv.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("%w: fleet: forget host %s: %v", errdefs.ErrUnavailable, id, err)
+	}
+	return nil
+}
