@@ -224,3 +224,41 @@ func (s *buildStream) progress(e build.Event) {
 	_ = s.out.jsonEvent(e.Kind, v1.BuildEvent{Step: e.Step, Total: e.Total, Line: e.Line, Instruction: e.Instruction,
 		Cached: e.Cached, Snapshot: e.Snapshot, DurationMS: e.DurationMS, Stream: e.Stream, Data: e.Data, ExitCode: e.ExitCode})
 }
+
+// buildForE2B is the E2B edge's template builder (e2b.TemplateBuilder):
+// the REST build's quota checks (the tenant's template count and
+// max_template_mb, both held for the build) around package build, with
+// the Dockerfile the edge made of the SDK's template and the merged
+// uploads as the context.
+func (h *templateAPI) buildForE2B(ctx context.Context, name string, dockerfile []byte, contextTar *os.File, progress func(build.Event)) error {
+	caller, hasCaller := tenancy.From(ctx)
+	spec := build.Spec{Dockerfile: dockerfile, Progress: progress,
+		Pull: template.PullOptions{AnyAddress: !hasCaller || caller.Admin}}
+	if hasCaller {
+		release, err := h.reserveTemplate(ctx, caller.Tenant)
+		if err != nil {
+			return err
+		}
+		defer release()
+		if spec.MaxBytes, spec.MaxName, err = h.templateLimit(ctx, caller.Tenant); err != nil {
+			return err
+		}
+		spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
+	}
+	if err := h.catalog.CheckImportName(name); err != nil {
+		return err
+	}
+	bctx, err := build.OpenContext(contextTar)
+	if err != nil {
+		return err
+	}
+	defer bctx.Close()
+	spec.Context = bctx
+	if _, err := h.builder.Build(ctx, name, spec); err != nil {
+		return err
+	}
+	if hasCaller {
+		return h.dropIfTenantGone(ctx, caller.Tenant, name)
+	}
+	return nil
+}

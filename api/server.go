@@ -70,6 +70,7 @@ func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir str
 		hostsAPI: &hostsAPI{edge: e}}
 	hs := newHandlers(e, mgr, st, catalog, spoolDir, rec, ms)
 	s.secrets = hs.secrets
+	s.e2b.SetTemplateBuilder(hs.templates.buildForE2B, spoolDir)
 	s.routes(hs)
 	return s
 }

@@ -64,6 +64,8 @@ type Handler struct {
 	hide  *hostpath.Redactor
 	// catalog lists templates (nil: none are listed).
 	catalog *template.Catalog
+	// builds are the E2B template builds (templatebuild.go).
+	builds buildRegistry
 	// used remembers the signed file URLs already used (signed.go).
 	used *usedSignatures
 	// ports reaches sandboxes' own ports (ports.go); domain is the host
@@ -78,7 +80,7 @@ type Handler struct {
 // hide removes host paths from error messages.
 func New(mgr node.Node, keys *store.Store, catalog *template.Catalog, rec *audit.Recorder, hide *hostpath.Redactor, log *slog.Logger) *Handler {
 	h := &Handler{mgr: mgr, keys: keys, audit: rec, log: log, mux: http.NewServeMux(), hide: hide,
-		catalog: catalog, used: newUsedSignatures(),
+		catalog: catalog, used: newUsedSignatures(), builds: buildRegistry{builds: map[string]*e2bBuild{}},
 		ports: &portproxy.Proxy{Ports: mgr, Audit: rec, Log: log}}
 	h.routes()
 	return h
@@ -94,7 +96,8 @@ func Handles(r *http.Request) bool {
 	p := r.URL.Path
 	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") ||
 		p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/") ||
-		p == "/snapshots" || strings.HasPrefix(p, "/templates/")
+		p == "/snapshots" || strings.HasPrefix(p, "/templates/") ||
+		p == "/v3/templates" || strings.HasPrefix(p, "/v2/templates/")
 }
 
 func (h *Handler) routes() {
@@ -125,6 +128,13 @@ func (h *Handler) routes() {
 	h.mux.Handle("DELETE /templates/{id}", auth("snapshot.delete", "snapshot", h.handleDeleteSnapshot))
 	h.mux.Handle("GET /templates", auth("", "", h.handleTemplates))
 	h.mux.Handle("GET /templates/aliases/{alias}", auth("", "", h.handleTemplateAlias))
+	// Template.build (templatebuild.go); the upload link's PUT carries a
+	// one-time token instead of a key.
+	h.mux.Handle("POST /v3/templates", auth("template.build", "", h.handleRequestBuild))
+	h.mux.Handle("GET /templates/{templateID}/files/{hash}", auth("", "", h.handleFileLink))
+	h.mux.Handle("PUT /templates/{templateID}/files/{hash}", http.HandlerFunc(h.handleFileUpload))
+	h.mux.Handle("POST /v2/templates/{templateID}/builds/{buildID}", auth("template.build", "", h.handleTriggerBuild))
+	h.mux.Handle("GET /templates/{templateID}/builds/{buildID}/status", auth("", "", h.handleBuildStatus))
 	h.mux.Handle("GET /sandboxes/{id}/logs", auth("", "", h.handleLogs))
 	h.mux.Handle("GET /v2/sandboxes/{id}/logs", auth("", "", h.handleLogsV2))
 	h.mux.Handle("PUT /sandboxes/{id}/network", auth("session.network", "session", h.handleNetwork))
