@@ -70,8 +70,9 @@ print(n, time.perf_counter() - t)
 // egressResolver and egressTestNetworks are what a private daemon is
 // started with so that sandboxes may reach the bench's server.
 var (
-	egressResolver     = netpolicy.MapResolver{egressBenchName: {netip.MustParseAddr(egressBenchAddr)}}
-	egressTestNetworks = []netip.Prefix{netip.MustParsePrefix(egressBenchAddr + "/32")}
+	egressResolver = netpolicy.MapResolver{egressBenchName: {netip.MustParseAddr(egressBenchAddr)},
+		brokerSecretName: {netip.MustParseAddr(brokerBenchAddr)}, brokerPlainName: {netip.MustParseAddr(brokerBenchAddr)}}
+	egressTestNetworks = []netip.Prefix{netip.MustParsePrefix(egressBenchAddr + "/32"), netip.MustParsePrefix(brokerBenchAddr + "/32")}
 )
 
 // measureEgress measures the egress rows (GroupEgress): one runc and one

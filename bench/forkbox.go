@@ -54,9 +54,10 @@ type forkbox struct {
 	// they were before (nil: there was none).
 	poolPrev map[string]*client.Pool
 
-	d         *daemon.Daemon // the private daemon; nil for a running one
-	dataDir   string         // the private daemon's data directory
-	removeDir bool           // dataDir was made by Run and is removed at the end
+	d         *daemon.Daemon  // the private daemon; nil for a running one
+	dataDir   string          // the private daemon's data directory
+	removeDir bool            // dataDir was made by Run and is removed at the end
+	upstream  *brokerUpstream // the broker rows' server certificate (private daemon only)
 }
 
 // openForkbox connects to the daemon named by opts (URL or FORKBOX_URL) or,
@@ -141,6 +142,15 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 	if err := os.Chmod(f.dataDir, 0o711); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	up, err := newBrokerUpstream()
+	if err != nil {
+		return fmt.Errorf("the broker rows' certificate: %w", err)
+	}
+	caFile, err := up.writeUpstreamCA(f.dataDir)
+	if err != nil {
+		return fmt.Errorf("the broker rows' CA: %w", err)
+	}
+	f.upstream = up
 	start := time.Now()
 	d, err := daemon.Start(ctx, daemon.Options{
 		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
@@ -154,7 +164,7 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		StopSessions: f.removeDir,
 		Spares:       f.opts.Spares,
 		// The egress rows' server (egress.go), and nothing else.
-		EgressResolver: egressResolver, EgressTestNetworks: egressTestNetworks,
+		EgressResolver: egressResolver, EgressTestNetworks: egressTestNetworks, BrokerUpstreamCA: caFile,
 	})
 	if err != nil {
 		return fmt.Errorf("start a private daemon: %w", err)

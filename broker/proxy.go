@@ -40,6 +40,10 @@ type Session struct {
 	mu      sync.Mutex
 	noted   map[string]time.Time // audit key → last record
 	counted map[string]int       // audit key → occurrences since
+	// upstream holds the session's upstream connections by host, reused
+	// across the sandbox's connections (a new sandbox connection then
+	// costs one TLS handshake, the sandbox's, not two).
+	upstream map[string]*http.Transport
 }
 
 // Bind makes session id's broker for tenant's secrets names: a new
@@ -48,7 +52,7 @@ type Session struct {
 // store errors are returned as they are.
 func (s *Secrets) Bind(ctx context.Context, tenant, id string, names []string) (*Session, error) {
 	sess := &Session{tenant: tenant, id: id, secrets: s, roots: s.roots, log: s.log.With("session", id),
-		noted: map[string]time.Time{}, counted: map[string]int{}}
+		noted: map[string]time.Time{}, counted: map[string]int{}, upstream: map[string]*http.Transport{}}
 	var hosts []string
 	seen := map[string]bool{}
 	for i, name := range names {
@@ -135,27 +139,7 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 	}
 	_ = c.SetDeadline(time.Time{})
 
-	tr := &http.Transport{
-		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := dial(ctx, host, 443)
-			if err != nil {
-				return nil, err
-			}
-			uc := tls.Client(raw, &tls.Config{ServerName: host, RootCAs: b.roots, MinVersion: tls.VersionTLS12,
-				NextProtos: []string{"http/1.1"}})
-			if err := uc.HandshakeContext(ctx); err != nil {
-				raw.Close()
-				return nil, fmt.Errorf("upstream TLS: %w", err)
-			}
-			return uc, nil
-		},
-		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{}, // no HTTP/2
-		DisableCompression:    true,
-		MaxIdleConnsPerHost:   2,
-		IdleConnTimeout:       30 * time.Second,
-		ResponseHeaderTimeout: 5 * time.Minute,
-	}
-	defer tr.CloseIdleConnections()
+	tr := b.transport(host, dial)
 	errLog := slog.NewLogLogger(b.log.Handler(), slog.LevelDebug)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -321,4 +305,41 @@ func (l *oneConnListener) state(_ net.Conn, s http.ConnState) {
 	if s == http.StateClosed || s == http.StateHijacked {
 		l.end.Do(func() { close(l.gone) })
 	}
+}
+
+// transport returns the session's upstream transport for host, made on
+// first use with dial (the session's egress dial, the same for every
+// connection of the session). Idle upstream connections close after 15 s,
+// so none outlives the session by longer.
+func (b *Session) transport(host string, dial netpolicy.DialFunc) *http.Transport {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if tr := b.upstream[host]; tr != nil {
+		return tr
+	}
+	if b.upstream == nil { // (a session restored from its sealed state)
+		b.upstream = map[string]*http.Transport{}
+	}
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			raw, err := dial(ctx, host, 443)
+			if err != nil {
+				return nil, err
+			}
+			uc := tls.Client(raw, &tls.Config{ServerName: host, RootCAs: b.roots, MinVersion: tls.VersionTLS12,
+				NextProtos: []string{"http/1.1"}})
+			if err := uc.HandshakeContext(ctx); err != nil {
+				raw.Close()
+				return nil, fmt.Errorf("upstream TLS: %w", err)
+			}
+			return uc, nil
+		},
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{}, // no HTTP/2
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       15 * time.Second,
+		ResponseHeaderTimeout: 5 * time.Minute,
+	}
+	b.upstream[host] = tr
+	return tr
 }

@@ -42,6 +42,7 @@ Row groups (--only, comma-separated; "default" or "all" too):
   code       code interpreter: runCode 1+1 warm, the first after create, a chart cell; python3 -c execs
   ports      a small GET and a 100 MiB download from a server in a sandbox; the same server on the host
   egress     a 100 MiB HTTP download through the egress service, runc and gVisor tiers; a host process
+  broker     an HTTPS GET with a secret (TLS terminated by the broker) and without one; a host process
   pull       a small image pulled from a local registry, cold and with its layers held; podman pull
   idle       memory and CPU per idle sandbox, --idle-runc and --idle-gvisor held at once
 
