@@ -262,7 +262,7 @@ type usedValuesKey struct{}
 func (b *Session) rewrite(ctx context.Context, h http.Header, host string) ([]string, error) {
 	var vals []string
 	lookup := func(name string) ([]byte, bool) {
-		v, ok, err := b.secrets.Value(ctx, b.tenant, name)
+		v, ok, err := b.secrets.Value(ctx, b.tenant, name, host)
 		if err != nil {
 			b.log.Error("broker: open secret", "secret", name, "err", err)
 		}
@@ -292,9 +292,9 @@ func (b *Session) rewrite(ctx context.Context, h http.Header, host string) ([]st
 	}
 	if len(revoked) > 0 {
 		for _, n := range revoked {
-			b.note(KindRefused, n, host, "the secret was removed")
+			b.note(KindRefused, n, host, "the secret was removed or no longer allows this host")
 		}
-		return nil, fmt.Errorf("secret %s no longer exists", strings.Join(revoked, ", "))
+		return nil, fmt.Errorf("secret %s was removed or no longer allows %s", strings.Join(revoked, ", "), host)
 	}
 	return vals, nil
 }

@@ -316,3 +316,29 @@ func TestBrokerWithholdsTrailersAndEarlyHints(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerReplacedSecretHosts proves a secret replaced with other hosts
+// (same name, new value) is not sent to the hosts it had when a running
+// session was bound: its value goes only where the secret now allows.
+func TestBrokerReplacedSecretHosts(t *testing.T) {
+	rig := newProxyRig(t)
+	var ph string
+	for _, b := range rig.sess.Bindings() {
+		if b.Name == "openai" {
+			ph = b.Placeholder
+		}
+	}
+	// openai was for api.test; it is now another service's key, for b.test only.
+	if _, _, err := rig.secrets.Set(context.Background(), "t1",
+		Spec{Name: "openai", Hosts: []string{"b.test"}}, []byte("sk-for-b-only")); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rig.got)
+	code, body := rig.do(t, "https://api.test/", map[string]string{"Authorization": "Bearer " + ph})
+	if len(rig.got) > before && strings.Contains(rig.last().Get("Authorization"), "sk-for-b-only") {
+		t.Fatalf("the replaced secret's value went to a host it no longer allows (%d %q)", code, body)
+	}
+	if code != 403 || !strings.Contains(body, "openai") {
+		t.Fatalf("request with a secret no longer for this host: %d %q, want 403 naming it", code, body)
+	}
+}
