@@ -6,10 +6,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -145,7 +148,7 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host, pr.Out.Host = "https", host, host
 		},
-		Transport:     tr,
+		Transport:     withholding{tr},
 		FlushInterval: -1, // stream: every write reaches the sandbox at once
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if netpolicy.IsDenied(err) {
@@ -154,17 +157,15 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 			}
 			http.Error(w, "forkbox broker: upstream: "+err.Error(), http.StatusBadGateway)
 		},
-		// An upstream that echoes a value in a response header does not
-		// hand it to the sandbox (a body is streamed as it is).
+		// An upstream that echoes a value in a response header or
+		// trailer does not hand it to the sandbox (1xx responses:
+		// withholding; a body is streamed as it is).
 		ModifyResponse: func(resp *http.Response) error {
 			vals, _ := resp.Request.Context().Value(usedValuesKey{}).([]string)
-			for _, vs := range resp.Header {
-				for i := range vs {
-					for _, v := range vals {
-						vs[i] = strings.ReplaceAll(vs[i], v, "[withheld by forkbox]")
-					}
-				}
-			}
+			withhold(resp.Header, vals)
+			// The trailers arrive with the body's end; the proxy copies
+			// them after closing the body.
+			resp.Body = &trailerWithholder{ReadCloser: resp.Body, resp: resp, vals: vals}
 			return nil
 		},
 		ErrorLog: errLog,
@@ -187,6 +188,55 @@ func (b *Session) ServeTLS(c net.Conn, host string, dial netpolicy.DialFunc) {
 	_ = srv.Serve(l)
 }
 
+// withhold replaces every value of vals in h's values, in place.
+func withhold(h map[string][]string, vals []string) {
+	for _, vs := range h {
+		for i := range vs {
+			for _, v := range vals {
+				vs[i] = strings.ReplaceAll(vs[i], v, "[withheld by forkbox]")
+			}
+		}
+	}
+}
+
+// trailerWithholder is a response body that withholds the request's
+// values from the response's trailers once the body is read or closed.
+type trailerWithholder struct {
+	io.ReadCloser
+	resp *http.Response
+	vals []string
+}
+
+func (t *trailerWithholder) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	if err != nil {
+		withhold(t.resp.Trailer, t.vals)
+	}
+	return n, err
+}
+
+func (t *trailerWithholder) Close() error {
+	err := t.ReadCloser.Close()
+	withhold(t.resp.Trailer, t.vals)
+	return err
+}
+
+// withholding is the broker's upstream transport: the headers of a 1xx
+// response (103 Early Hints), which httputil.ReverseProxy forwards to the
+// sandbox as they arrive, without ModifyResponse, have the request's
+// values withheld first (a trace hook added here runs before the
+// proxy's own, and both see the same header map).
+type withholding struct{ rt http.RoundTripper }
+
+func (w withholding) RoundTrip(req *http.Request) (*http.Response, error) {
+	vals, _ := req.Context().Value(usedValuesKey{}).([]string)
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(_ int, h textproto.MIMEHeader) error {
+		withhold(h, vals)
+		return nil
+	}}
+	return w.rt.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+}
+
 // usedValuesKey keys the values a request was given, in its context.
 type usedValuesKey struct{}
 
@@ -196,7 +246,7 @@ type usedValuesKey struct{}
 func (b *Session) rewrite(ctx context.Context, h http.Header, host string) ([]string, error) {
 	var vals []string
 	lookup := func(name string) ([]byte, bool) {
-		v, ok, err := b.secrets.Value(ctx, b.tenant, name)
+		v, ok, err := b.secrets.Value(ctx, b.tenant, name, host)
 		if err != nil {
 			b.log.Error("broker: open secret", "secret", name, "err", err)
 		}
@@ -226,9 +276,9 @@ func (b *Session) rewrite(ctx context.Context, h http.Header, host string) ([]st
 	}
 	if len(revoked) > 0 {
 		for _, n := range revoked {
-			b.note(KindRefused, n, host, "the secret was removed")
+			b.note(KindRefused, n, host, "the secret was removed or no longer allows this host")
 		}
-		return nil, fmt.Errorf("secret %s no longer exists", strings.Join(revoked, ", "))
+		return nil, fmt.Errorf("secret %s was removed or no longer allows %s", strings.Join(revoked, ", "), host)
 	}
 	return vals, nil
 }

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -64,6 +66,15 @@ func newProxyRig(t *testing.T) *proxyRig {
 		rig.got = append(rig.got, r.Header.Clone())
 		rig.mu.Unlock()
 		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Echo-Early") != "" { // 103 Early Hints echoing the value
+			w.Header().Set("Link", "<"+r.Header.Get("Authorization")+">; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+		}
+		if r.Header.Get("X-Echo-Trailer") != "" { // a trailer echoing it
+			w.Header().Set("Trailer", "X-Echo-T")
+			defer func() { w.Header().Set("X-Echo-T", r.Header.Get("Authorization")) }()
+		}
 		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
 		fmt.Fprintf(w, "host=%s proto=%s body=%s", r.Host, r.Proto, body)
 	}))
@@ -259,5 +270,75 @@ func TestSessionSealRestore(t *testing.T) {
 	}
 	if _, err := rig.secrets.Restore("t2", "s1", blob); err == nil {
 		t.Fatal("one tenant's session state restored for another")
+	}
+}
+
+// TestBrokerWithholdsTrailersAndEarlyHints proves a value an upstream
+// echoes in a response trailer or in a 1xx response's headers (103 Early
+// Hints) does not reach the sandbox, as one in the response's headers
+// does not.
+func TestBrokerWithholdsTrailersAndEarlyHints(t *testing.T) {
+	rig := newProxyRig(t)
+	var ph string
+	for _, b := range rig.sess.Bindings() {
+		if b.Name == "openai" {
+			ph = b.Placeholder
+		}
+	}
+	var early []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		early = append(early, fmt.Sprint(code, h))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+		"GET", "https://api.test/", nil)
+	req.Header.Set("Authorization", "Bearer "+ph)
+	req.Header.Set("X-Echo-Early", "1")
+	req.Header.Set("X-Echo-Trailer", "1")
+	resp, err := rig.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if got := rig.last().Get("Authorization"); got != "Bearer sk-one" {
+		t.Fatalf("upstream got Authorization %q", got)
+	}
+	if tr := resp.Trailer.Get("X-Echo-T"); strings.Contains(tr, "sk-one") || !strings.Contains(tr, "withheld") {
+		t.Errorf("the value echoed in a trailer reached the sandbox: %q (trailers %v)", tr, resp.Trailer)
+	}
+	if len(early) == 0 {
+		t.Fatal("the 103 response did not reach the client (the test proves nothing)")
+	}
+	for _, e := range early {
+		if strings.Contains(e, "sk-one") {
+			t.Errorf("the value echoed in a 1xx response reached the sandbox: %s", e)
+		}
+	}
+}
+
+// TestBrokerReplacedSecretHosts proves a secret replaced with other hosts
+// (same name, new value) is not sent to the hosts it had when a running
+// session was bound: its value goes only where the secret now allows.
+func TestBrokerReplacedSecretHosts(t *testing.T) {
+	rig := newProxyRig(t)
+	var ph string
+	for _, b := range rig.sess.Bindings() {
+		if b.Name == "openai" {
+			ph = b.Placeholder
+		}
+	}
+	// openai was for api.test; it is now another service's key, for b.test only.
+	if _, _, err := rig.secrets.Set(context.Background(), "t1",
+		Spec{Name: "openai", Hosts: []string{"b.test"}}, []byte("sk-for-b-only")); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rig.got)
+	code, body := rig.do(t, "https://api.test/", map[string]string{"Authorization": "Bearer " + ph})
+	if len(rig.got) > before && strings.Contains(rig.last().Get("Authorization"), "sk-for-b-only") {
+		t.Fatalf("the replaced secret's value went to a host it no longer allows (%d %q)", code, body)
+	}
+	if code != 403 || !strings.Contains(body, "openai") {
+		t.Fatalf("request with a secret no longer for this host: %d %q, want 403 naming it", code, body)
 	}
 }

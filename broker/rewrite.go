@@ -34,7 +34,8 @@ func (b Binding) Allows(host string) bool {
 // template names a header, it puts in the value lookup returns. A binding
 // for another host is left as it is (the placeholder goes out unreplaced)
 // and its name is returned in stray, for the record. lookup returns the
-// secret's current value, or ok false when the secret was removed; such a
+// secret's current value, or ok false when the secret was removed (or no
+// longer lists host); such a
 // binding is left unreplaced and returned in revoked. used names the
 // bindings whose value was put in.
 func Rewrite(h http.Header, host string, bs []Binding, lookup func(name string) (value []byte, ok bool)) (used, stray, revoked []string) {

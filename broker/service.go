@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/errdefs"
@@ -119,16 +120,22 @@ func (s *Secrets) Remove(ctx context.Context, tenant, name string) error {
 	return nil
 }
 
-// Value returns the clear value of tenant's secret name, opened from the
-// store now; ok false when it no longer exists. An error is a store or
-// sealing failure (the caller refuses the request).
-func (s *Secrets) Value(ctx context.Context, tenant, name string) (value []byte, ok bool, err error) {
+// Value returns the clear value of tenant's secret name for a request to
+// host (lower-case, no port), opened from the store now; ok false when the
+// secret no longer exists or no longer lists host (it was replaced with
+// other hosts since a session was bound: its new value goes only to its
+// new hosts). An error is a store or sealing failure (the caller refuses
+// the request).
+func (s *Secrets) Value(ctx context.Context, tenant, name, host string) (value []byte, ok bool, err error) {
 	sec, err := s.st.GetSecret(ctx, tenant, name)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if !slices.Contains(sec.Hosts, host) {
+		return nil, false, nil
 	}
 	v, err := Open(s.key, tenant, name, sec.Sealed)
 	return v, err == nil, err

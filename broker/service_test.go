@@ -35,10 +35,13 @@ func TestSecretsService(t *testing.T) {
 	if _, _, err := s.Set(ctx, "a", Spec{Name: "x", Hosts: []string{"127.0.0.1"}}, value); errdefs.Field(err) != "hosts" {
 		t.Fatalf("loopback host: %v", err)
 	}
-	if v, ok, err := s.Value(ctx, "a", "openai"); err != nil || !ok || !bytes.Equal(v, value) {
+	if v, ok, err := s.Value(ctx, "a", "openai", "api.example.com"); err != nil || !ok || !bytes.Equal(v, value) {
 		t.Fatalf("value: %q %v %v", v, ok, err)
 	}
-	if _, ok, _ := s.Value(ctx, "b", "openai"); ok {
+	if _, ok, _ := s.Value(ctx, "a", "openai", "other.example.com"); ok {
+		t.Fatal("a value for a host the secret does not list")
+	}
+	if _, ok, _ := s.Value(ctx, "b", "openai", "api.example.com"); ok {
 		t.Fatal("another tenant read the secret")
 	}
 	if _, err := s.Get(ctx, "b", "openai"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -47,7 +50,7 @@ func TestSecretsService(t *testing.T) {
 	if err := s.Remove(ctx, "a", "openai"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := s.Value(ctx, "a", "openai"); ok {
+	if _, ok, _ := s.Value(ctx, "a", "openai", "api.example.com"); ok {
 		t.Fatal("a removed secret still has a value")
 	}
 	st.Close()

@@ -164,3 +164,44 @@ func TestVolumesSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVolumeTargetSymlink: a session plants symlinks where a later
+// session mounts a volume (/home/user/data to /etc, /home/user/up to /);
+// a session started from its snapshot with a volume there is refused with
+// a field error naming the mount's path, instead of the runtime following
+// the link inside the sandbox and mounting the volume over /etc.
+func TestVolumeTargetSymlink(t *testing.T) {
+	need(t)
+	if s := os.Getenv("FORKBOX_STORAGE"); s != "" && s != "btrfs" {
+		t.Skip("volumes need the btrfs storage driver; this run uses " + s)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := env.c.CreateVolume(ctx, "planted", 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteVolume(ctxFor(t, time.Minute), "planted") })
+	a := newSession(t, client.CreateRequest{})
+	sh(t, a.ID, "ln -s /etc /home/user/data && ln -s / /home/user/up && mkdir -p /home/user/real")
+	sn, err := env.c.Snapshot(ctx, a.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, false) })
+	for _, p := range []string{"/home/user/data", "/home/user/data/x", "/home/user/up/etc"} {
+		s, _, err := env.c.CreateSession(ctx, client.CreateRequest{Snapshot: sn.ID,
+			Volumes: []client.VolumeMount{{Name: "planted", Path: p}}}, "")
+		if err == nil {
+			out, _ := env.c.ExecCollect(ctx, s.ID, client.ExecRequest{Cmd: "ls /etc | head -3"})
+			_ = env.c.DeleteSession(ctx, s.ID)
+			t.Fatalf("volume at %s through a symlink was mounted (/etc lists %q)", p, out.Stdout)
+		}
+		wantStatus(t, "volume at "+p, err, 400, "volumes[0].path")
+	}
+	// A real directory of the snapshot is still a fine target.
+	s := newSession(t, client.CreateRequest{Snapshot: sn.ID,
+		Volumes: []client.VolumeMount{{Name: "planted", Path: "/home/user/real"}}})
+	sh(t, s.ID, "touch /home/user/real/ok")
+	if err := env.c.DeleteSession(ctx, s.ID); err != nil {
+		t.Fatal(err)
+	}
+}

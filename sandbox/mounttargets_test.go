@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/storage"
 )
@@ -60,5 +61,27 @@ func TestTemplateMountError(t *testing.T) {
 	}
 	if err := templateMountError(me, &storage.Template{Name: "base", Source: "builtin"}); !errors.Is(err, errdefs.ErrInternal) {
 		t.Errorf("built-in: %v, want it unchanged", err)
+	}
+}
+
+// TestCheckVolumeTargets proves a volume mount target reached through a
+// symlink or a file in the root filesystem is refused naming its
+// volumes[i].path, and real or missing directories pass.
+func TestCheckVolumeTargets(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "home", "user", "real"), 0o755)
+	os.Symlink("/etc", filepath.Join(root, "home", "user", "data"))
+	os.WriteFile(filepath.Join(root, "home", "user", "file"), nil, 0o644)
+	for p, bad := range map[string]bool{
+		"/home/user/real": false, "/home/user/real/new/deeper": false, "/mnt/none": false,
+		"/home/user/data": true, "/home/user/data/x": true, "/home/user/file": true, "/home/user/file/x": true,
+	} {
+		err := checkVolumeTargets(root, []node.VolumeMount{{Name: "ok", Path: "/mnt/a"}, {Name: "v", Path: p}})
+		if bad && errdefs.Field(err) != "volumes[1].path" {
+			t.Errorf("%s: %v, want a volumes[1].path error", p, err)
+		}
+		if !bad && err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
 	}
 }

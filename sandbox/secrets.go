@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/forkbox/forkbox/broker"
 	"github.com/forkbox/forkbox/errdefs"
@@ -177,15 +178,18 @@ func (m *Manager) restoreSecrets(sb *Sandbox) {
 }
 
 // templateBundle returns the trust bundle in rootfs (nil when it has
-// none), read through an os.Root so that a symlink in a snapshot's files
-// cannot make the daemon read outside the sandbox's root.
+// none, or a special file there), read through an os.Root so that a
+// symlink in a snapshot's files cannot make the daemon read outside the
+// sandbox's root.
 func templateBundle(rootfs string) []byte {
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return nil
 	}
 	defer root.Close()
-	f, err := root.Open(TrustBundle[1:])
+	// O_NONBLOCK: a FIFO planted there opens at once (and is refused
+	// below) instead of blocking the create until a writer comes.
+	f, err := root.OpenFile(TrustBundle[1:], os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}

@@ -104,7 +104,7 @@ func (m *Manager) start(ctx context.Context, sb *Sandbox, tpl *storage.Template,
 	}
 	mounts = append(mounts, brokerMounts...)
 
-	vmounts, err := m.hostRes.attachVolumes(ctx, sb, ident)
+	vmounts, err := m.hostRes.attachVolumes(ctx, sb, rootfs, ident)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
 	"github.com/forkbox/forkbox/userns"
 )
@@ -22,14 +24,19 @@ const volumeViewPrefix = "volume-"
 // filesystem is id-mapped into host ids of its own (ident) mounts an
 // id-mapped view of each volume, made in its state directory, so that its
 // user owns the volume's files inside as every other sandbox's does.
+// rootfs is the sandbox's prepared root filesystem (host path): no mount
+// target may pass through a symlink in it (checkVolumeTargets).
 // cleanup (releaseVolumes) undoes it, also after an error here.
-func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, ident *identity) ([]runtime.Mount, error) {
+func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, rootfs string, ident *identity) ([]runtime.Mount, error) {
 	rec := sb.Record()
 	if len(rec.Volumes) == 0 {
 		return nil, nil
 	}
 	if hr.m.opts.Volumes == nil {
 		return nil, errdefs.InvalidField("volumes", "this daemon has no volumes")
+	}
+	if err := checkVolumeTargets(rootfs, rec.Volumes); err != nil {
+		return nil, err
 	}
 	att, err := hr.m.opts.Volumes.Attach(ctx, rec.Tenant, sb.id, rec.Volumes)
 	if err != nil {
@@ -52,6 +59,38 @@ func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, ident *
 		mounts = append(mounts, runtime.Mount{Source: src, Target: a.Target, ReadOnly: a.ReadOnly})
 	}
 	return mounts, nil
+}
+
+// checkVolumeTargets refuses a volume mount whose target, in root
+// filesystem rootfs (host path), passes through anything but real
+// directories: a snapshot's /home/user/data may be a symlink its session
+// planted (to /etc, say), which the runtime would follow inside the
+// sandbox's root and so mount the volume over a system path that
+// volume.CheckMounts refused by name. Components that do not exist yet
+// are fine (the runtime makes them as directories). Nothing runs in
+// rootfs yet, so what is checked is what the runtime finds. Errors are
+// ErrInvalidArgument naming volumes[i].path, or the filesystem's.
+func checkVolumeTargets(rootfs string, ms []node.VolumeMount) error {
+	for i, m := range ms {
+		cur := rootfs
+		for _, part := range strings.Split(strings.TrimPrefix(m.Path, "/"), "/") {
+			cur = filepath.Join(cur, part)
+			fi, err := os.Lstat(cur)
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if !fi.IsDir() {
+				rel := strings.TrimPrefix(cur, rootfs)
+				return errdefs.InvalidField(fmt.Sprintf("volumes[%d].path", i),
+					"%q: %s in the sandbox's filesystem is %s, not a directory (a volume is mounted only on directories)",
+					m.Path, rel, kindOf(fi.Mode()))
+			}
+		}
+	}
+	return nil
 }
 
 // releaseVolumes unmounts sandbox id's volume views and forgets its

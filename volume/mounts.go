@@ -22,8 +22,10 @@ type Attached struct {
 // Attach registers session's mounts of tenant's volumes (checked with
 // CheckMounts) and returns the directories to mount. A volume that does
 // not exist is ErrInvalidArgument naming volumes[i].name; one another
-// session mounts read-write, asked read-write again, is ErrConflict. On an
-// error nothing is registered. Release undoes it.
+// session mounts read-write, asked read-write again, or one being created
+// or removed, is ErrConflict; one removed since it was looked up is
+// ErrInvalidArgument. On an error nothing is registered. Release undoes
+// it.
 func (s *Service) Attach(ctx context.Context, tenant, session string, ms []node.VolumeMount) ([]Attached, error) {
 	if len(ms) == 0 {
 		return nil, nil
@@ -47,8 +49,27 @@ func (s *Service) Attach(ctx context.Context, tenant, session string, ms []node.
 		ids[i] = r.LayerID
 		out[i] = Attached{Source: s.layerPath(r.LayerID), Target: m.Path, ReadOnly: m.ReadOnly}
 	}
+	if attachLookedUp != nil {
+		attachLookedUp()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A remove may have run since the look-up, or be running: it holds
+	// its name busy from before it checks for users until the layer is
+	// gone, and it checks under s.mu, so a volume not busy and still
+	// recorded with the same layer now cannot be removed until Release.
+	for i, m := range ms {
+		if s.busy[tenant+"/"+m.Name] {
+			return nil, errdefs.Newf(errdefs.ErrConflict, "volume %q is being created or removed", m.Name)
+		}
+		r, err := s.store.GetVolume(ctx, tenant, m.Name)
+		if errors.Is(err, errdefs.ErrNotFound) || err == nil && r.LayerID != ids[i] {
+			return nil, errdefs.InvalidField(fmt.Sprintf("volumes[%d].name", i), "volume %q was removed", m.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 	for i, m := range ms {
 		if w := s.writer[ids[i]]; !m.ReadOnly && w != "" && w != session {
 			return nil, errdefs.Newf(errdefs.ErrConflict, "volume %q is mounted read-write by session %s (mount it read_only, or end that session)", m.Name, w)
@@ -59,6 +80,10 @@ func (s *Service) Attach(ctx context.Context, tenant, session string, ms []node.
 	}
 	return out, nil
 }
+
+// attachLookedUp, when set (by tests), runs in Attach between its look-up
+// of the volumes and their registration.
+var attachLookedUp func()
 
 // Adopt registers the mounts of session, a sandbox a new daemon adopted
 // (its record's Volumes), without refusing a conflict (the mounts exist
