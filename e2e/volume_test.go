@@ -205,3 +205,53 @@ func TestVolumeTargetSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestVolumeNoReflinks: a sandbox cannot share data between its layer and
+// a volume by reflink (FICLONE, FICLONERANGE, FIDEDUPERANGE and
+// copy_file_range are refused), which would count against neither's disk
+// limit; copies fall back to writing the bytes, which count.
+func TestVolumeNoReflinks(t *testing.T) {
+	need(t)
+	if s := os.Getenv("FORKBOX_STORAGE"); s != "" && s != "btrfs" {
+		t.Skip("volumes need the btrfs storage driver; this run uses " + s)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := env.c.CreateVolume(ctx, "noreflink", 16); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteVolume(ctxFor(t, time.Minute), "noreflink") })
+	s := newSession(t, client.CreateRequest{DiskMB: 64, Volumes: []client.VolumeMount{{Name: "noreflink", Path: "/home/user/data"}}})
+	script := `import ctypes, fcntl, os, subprocess
+open("/home/user/src", "wb").write(os.urandom(12 << 20))
+src = os.open("/home/user/src", os.O_RDONLY)
+dst = os.open("/home/user/data/dst", os.O_WRONLY | os.O_CREAT, 0o644)
+for name, req in (("FICLONE", 0x40049409), ("FICLONE_HIGH", 0xffffffff40049409)):
+    try:
+        fcntl.ioctl(dst, req, src)
+        print(name, "CLONED")
+    except OSError as e:
+        print(name, "refused", e.errno)
+try:
+    os.copy_file_range(src, dst, 1 << 20)
+    print("copy_file_range COPIED")
+except OSError as e:
+    print("copy_file_range refused", e.errno)
+r = subprocess.run(["cp", "--reflink=always", "/home/user/src", "/home/user/data/b"], capture_output=True)
+print("cp_always", r.returncode)
+r = subprocess.run(["cp", "/home/user/src", "/home/user/data/c"], capture_output=True)
+print("cp_plain", r.returncode, os.path.getsize("/home/user/data/c"))
+`
+	_, out, errOut := run(t, s.ID, client.ExecRequest{Argv: []string{"python3", "-c", script}, TimeoutS: 100})
+	for _, want := range []string{"FICLONE refused", "FICLONE_HIGH refused", "copy_file_range refused 38", "cp_plain 0 12582912"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in:\n%s\n%s", want, out, errOut)
+		}
+	}
+	if strings.Contains(out, "CLONED") || strings.Contains(out, "COPIED") || strings.Contains(out, "cp_always 0") {
+		t.Errorf("a reflink got through:\n%s", out)
+	}
+	v, err := env.c.GetVolume(ctx, "noreflink")
+	if err != nil || v.UsedBytes > 17<<20 {
+		t.Errorf("volume use %d bytes for a 16 MiB volume (%v)", v.UsedBytes, err)
+	}
+}
