@@ -36,6 +36,11 @@ type FleetOptions struct {
 	// its registry record says ("": the URL of the address the API
 	// listens on, Daemon.URL).
 	APIURL string
+	// ReplicateAlone copies sealed memory checkpoints to the object store
+	// also when the host is alone (no --cluster, no --nats). Off by
+	// default: a host alone would only keep a second copy of every
+	// checkpoint on its own disk; in a fleet they are always copied.
+	ReplicateAlone bool
 }
 
 // fleetHost is the daemon's part of the fleet: the connection and this
@@ -51,6 +56,9 @@ type fleetHost struct {
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// replicate: sealed memory checkpoints are copied to the object
+	// store (FleetOptions.ReplicateAlone).
+	replicate bool
 }
 
 // startFleet connects the host to the fleet per opts (the JetStream store
@@ -73,7 +81,7 @@ func startFleet(ctx context.Context, opts FleetOptions, layout datadir.Layout, l
 	if err != nil {
 		return nil, err
 	}
-	fh := &fleetHost{f: f, log: log}
+	fh := &fleetHost{f: f, log: log, replicate: f.Clustered() || o.URL != "" || opts.ReplicateAlone}
 	if !f.Clustered() {
 		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
@@ -88,8 +96,14 @@ func startFleet(ctx context.Context, opts FleetOptions, layout datadir.Layout, l
 }
 
 // replicas is the snapshot service's way to the object store
-// (snapshot.Replicas): ErrUnavailable until it is open.
-func (fh *fleetHost) replicas() snapshot.Replicas { return fleetReplicas{fh} }
+// (snapshot.Replicas): ErrUnavailable until it is open; nil when
+// checkpoints are not copied (a host alone).
+func (fh *fleetHost) replicas() snapshot.Replicas {
+	if !fh.replicate {
+		return nil
+	}
+	return fleetReplicas{fh}
+}
 
 type fleetReplicas struct{ fh *fleetHost }
 

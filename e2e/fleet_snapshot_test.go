@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/errdefs"
 )
 
@@ -19,15 +21,25 @@ import (
 // the sealed files (still encrypted) and checks against the manifest
 // digest, and deleting the snapshot deletes the copy.
 func TestGVisorMemorySnapshotReplicated(t *testing.T) {
-	src := gvisorSession(t)
-	sn := memorySnapshot(t, src.ID)
-	objs := env.d.SnapshotObjects()
+	needGVisor(t)
+	// A host alone copies nothing unless told to (its own disk would hold
+	// every checkpoint twice): a daemon of the test's own that is.
+	o := newOwnDaemonWith(t, func(opts *daemon.Options) { opts.Fleet.ReplicateAlone = true })
+	src, _, err := o.c.CreateSession(ctxFor(t, time.Minute), client.CreateRequest{Isolation: "gvisor"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn, err := o.c.SnapshotWith(ctxFor(t, 2*time.Minute), src.ID, client.SnapshotRequest{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := o.d.SnapshotObjects()
 	if objs == nil {
 		t.Fatal("the daemon has no snapshot object store")
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		got, err := env.c.GetSnapshot(ctxFor(t, time.Minute), sn.ID)
+		got, err := o.c.GetSnapshot(ctxFor(t, time.Minute), sn.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +51,7 @@ func TestGVisorMemorySnapshotReplicated(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	sealed := filepath.Join(env.dataDir, "memory", sn.ID)
+	sealed := filepath.Join(o.dataDir, "memory", sn.ID)
 	manifest, err := os.ReadFile(filepath.Join(sealed, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +76,7 @@ func TestGVisorMemorySnapshotReplicated(t *testing.T) {
 			t.Fatalf("%s: the stored copy differs from the sealed file (%v)", de.Name(), err)
 		}
 	}
-	if err := env.c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true); err != nil {
+	if err := o.c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
