@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/storage/seal"
 )
 
@@ -186,7 +187,7 @@ func (o *JetStreamObjects) Get(ctx context.Context, id, digest, dst string) (err
 			return err
 		}
 	}
-	if err := writeFileSynced(filepath.Join(tmp, seal.ManifestName), data); err != nil {
+	if err := storage.WriteFileSynced(filepath.Join(tmp, seal.ManifestName), data); err != nil {
 		return err
 	}
 	return os.Rename(tmp, dst)
@@ -262,23 +263,6 @@ func (o *JetStreamObjects) deleteNames(ctx context.Context, names []string) erro
 		}
 	}
 	return nil
-}
-
-// writeFileSynced writes data to path (created 0600) and fsyncs it.
-func writeFileSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func randHex(n int) string {

@@ -85,3 +85,21 @@ func writeErr(path string, err error) error {
 	}
 	return fmt.Errorf("write %s: %w", path, err)
 }
+
+// WriteFileSynced writes data to path, a new file (mode 0600; an existing
+// path is an error), and fsyncs it before closing.
+func WriteFileSynced(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

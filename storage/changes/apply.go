@@ -170,7 +170,7 @@ func stage(target, theirs *Tree, j *journal, dir string) error {
 		}
 		op.Staged = "s-" + strconv.Itoa(i)
 		if op.Data != nil {
-			if err := writeSynced(filepath.Join(dir, op.Staged), op.Data); err != nil {
+			if err := storage.WriteFileSynced(filepath.Join(dir, op.Staged), op.Data); err != nil {
 				return err
 			}
 		} else if err := copyOut(theirs, op.Path, filepath.Join(dir, op.Staged)); err != nil {
@@ -192,23 +192,6 @@ func copyOut(t *Tree, rel, dst string) error {
 		return err
 	}
 	if _, err := io.Copy(f, src); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// writeSynced writes data to the new file dst, synced.
-func writeSynced(dst string, data []byte) error {
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return err
 	}

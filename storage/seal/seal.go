@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // ChunkSize is the plaintext bytes per sealed chunk (1 MiB).
@@ -154,7 +155,7 @@ func SealDir(key *Key, src, dst string) (digest string, bytes int64, err error) 
 	if err != nil {
 		return "", 0, err
 	}
-	if err := writeSynced(filepath.Join(dst, manifestName), data); err != nil {
+	if err := storage.WriteFileSynced(filepath.Join(dst, manifestName), data); err != nil {
 		return "", 0, err
 	}
 	sum := sha256.Sum256(data)
@@ -348,21 +349,4 @@ func openFile(key *Key, src, dst string, f File) error {
 		return err
 	}
 	return out.Close()
-}
-
-// writeSynced writes data to a new file at path and fsyncs it.
-func writeSynced(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
