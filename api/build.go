@@ -59,20 +59,13 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 	caller, hasCaller := tenancy.From(r.Context())
 	spec := build.Spec{Dockerfile: []byte(req.Dockerfile), BuildArgs: req.BuildArgs, Allow: req.Allow,
 		Isolation: req.Isolation, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, StepTimeoutS: req.StepTimeoutS,
-		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries, AnyAddress: !hasCaller || caller.Admin}}
-	if hasCaller {
-		release, err := h.reserveTemplate(r.Context(), caller.Tenant)
-		if err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		defer release()
-		if spec.MaxBytes, spec.MaxName, err = h.templateLimit(r.Context(), caller.Tenant); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
+		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}}
+	release, err := h.holdBuildQuota(r.Context(), &spec)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
+	defer release()
 	if err := h.catalog.CheckImportName(name); err != nil {
 		h.writeError(w, r, err)
 		return
@@ -214,11 +207,7 @@ type buildStream struct {
 // progress sends e (build.Spec.Progress).
 func (s *buildStream) progress(e build.Event) {
 	if !s.begun {
-		hd := s.out.w.Header()
-		hd.Set("Content-Type", "text/event-stream")
-		hd.Set("Cache-Control", "no-store")
-		hd.Set("X-Accel-Buffering", "no")
-		s.out.w.WriteHeader(http.StatusOK)
+		s.out.begin()
 		s.begun = true
 	}
 	_ = s.out.jsonEvent(e.Kind, v1.BuildEvent{Step: e.Step, Total: e.Total, Line: e.Line, Instruction: e.Instruction,
@@ -232,19 +221,12 @@ func (s *buildStream) progress(e build.Event) {
 // uploads as the context.
 func (h *templateAPI) buildForE2B(ctx context.Context, name string, dockerfile []byte, contextTar *os.File, progress func(build.Event)) error {
 	caller, hasCaller := tenancy.From(ctx)
-	spec := build.Spec{Dockerfile: dockerfile, Progress: progress,
-		Pull: template.PullOptions{AnyAddress: !hasCaller || caller.Admin}}
-	if hasCaller {
-		release, err := h.reserveTemplate(ctx, caller.Tenant)
-		if err != nil {
-			return err
-		}
-		defer release()
-		if spec.MaxBytes, spec.MaxName, err = h.templateLimit(ctx, caller.Tenant); err != nil {
-			return err
-		}
-		spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
+	spec := build.Spec{Dockerfile: dockerfile, Progress: progress}
+	release, err := h.holdBuildQuota(ctx, &spec)
+	if err != nil {
+		return err
 	}
+	defer release()
 	if err := h.catalog.CheckImportName(name); err != nil {
 		return err
 	}
@@ -261,4 +243,27 @@ func (h *templateAPI) buildForE2B(ctx context.Context, name string, dockerfile [
 		return h.dropIfTenantGone(ctx, caller.Tenant, name)
 	}
 	return nil
+}
+
+// holdBuildQuota applies ctx's caller to a build's spec: a pull of a FROM
+// image may reach any address only for an admin (or no caller); a tenant's
+// build holds a place of its template count (released by the returned
+// func), takes its max_template_mb as the size limit, and holds a place
+// for each template a FROM image is pulled into.
+func (h *templateAPI) holdBuildQuota(ctx context.Context, spec *build.Spec) (release func(), err error) {
+	caller, hasCaller := tenancy.From(ctx)
+	spec.Pull.AnyAddress = !hasCaller || caller.Admin
+	if !hasCaller {
+		return func() {}, nil
+	}
+	release, err = h.reserveTemplate(ctx, caller.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	if spec.MaxBytes, spec.MaxName, err = h.templateLimit(ctx, caller.Tenant); err != nil {
+		release()
+		return nil, err
+	}
+	spec.ReservePull = func(ctx context.Context) (func(), error) { return h.reserveTemplate(ctx, caller.Tenant) }
+	return release, nil
 }

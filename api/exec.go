@@ -49,6 +49,16 @@ func newSSE(w http.ResponseWriter) *sseOutput {
 	return &sseOutput{w: w, rc: http.NewResponseController(w)}
 }
 
+// begin sends the 200 of an event stream: its content type, no caching,
+// no proxy buffering. Call it once, before the first event.
+func (o *sseOutput) begin() {
+	hd := o.w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Accel-Buffering", "no")
+	o.w.WriteHeader(http.StatusOK)
+}
+
 func (o *sseOutput) event(name, data string) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -59,11 +69,7 @@ func (o *sseOutput) event(name, data string) error {
 }
 
 func (o *sseOutput) Started(pid int) error {
-	h := o.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	o.w.WriteHeader(http.StatusOK)
+	o.begin()
 	return o.event("start", fmt.Sprintf(`{"pid":%d}`, pid))
 }
 

@@ -154,11 +154,7 @@ type pullStream struct {
 // progress sends e (template.PullOptions.Progress: one call at a time).
 func (s *pullStream) progress(e template.PullEvent) {
 	if !s.begun {
-		h := s.out.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Accel-Buffering", "no")
-		s.out.w.WriteHeader(http.StatusOK)
+		s.out.begin()
 		s.begun = true
 	}
 	ev := v1.PullEvent{Digest: e.Digest, Platform: e.Platform}
