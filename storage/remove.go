@@ -174,3 +174,26 @@ func ignoreNotExist(err error) error {
 	}
 	return err
 }
+
+// ReadDirNames returns the names in the directory open for reading as fd,
+// from its start (it seeks there first), without "." and "..", unsorted.
+func ReadDirNames(fd int) ([]string, error) {
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 32<<10)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // Ops of a Change.
@@ -123,12 +124,12 @@ func (d *differ) dir(ofd, nfd int, rel string, depth int) error {
 	var onames, nnames []string
 	var err error
 	if ofd >= 0 {
-		if onames, err = readNames(ofd); err != nil {
+		if onames, err = storage.ReadDirNames(ofd); err != nil {
 			return fmt.Errorf("read old %q: %w", "/"+rel, err)
 		}
 	}
 	if nfd >= 0 {
-		if nnames, err = readNames(nfd); err != nil {
+		if nnames, err = storage.ReadDirNames(nfd); err != nil {
 			return fmt.Errorf("read new %q: %w", "/"+rel, err)
 		}
 	}

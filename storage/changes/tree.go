@@ -248,23 +248,3 @@ func SameContent(a *Tree, arel string, b *Tree, brel string) (bool, error) {
 		}
 	}
 }
-
-// readNames returns the names in the directory open for reading as fd,
-// without "." and "..", unsorted.
-func readNames(fd int) ([]string, error) {
-	buf := make([]byte, 32<<10)
-	var names []string
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
-}

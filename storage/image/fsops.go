@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/storage"
 )
 
 // This file holds the file-descriptor-relative primitives the extractor is
@@ -66,29 +68,6 @@ func lstatAt(dir int, name string) (st unix.Stat_t, ok bool, err error) {
 // isDir reports whether st describes a directory.
 func isDir(st *unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFDIR }
 
-// readNames returns the names in the directory open (for reading) at fd,
-// without "." and "..".
-func readNames(fd int) ([]string, error) {
-	if _, err := unix.Seek(fd, 0, 0); err != nil {
-		return nil, err
-	}
-	buf := make([]byte, 32<<10)
-	var names []string
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			return names, nil
-		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
-	}
-}
-
 // removeAll removes name from the directory fd dir, recursively when it is a
 // directory. It never follows symlinks: each directory is opened with
 // O_NOFOLLOW relative to its parent's fd and every removal is an unlinkat.
@@ -105,7 +84,7 @@ func removeAll(dir int, name string) error {
 	if err != nil {
 		return err
 	}
-	names, err := readNames(fd)
+	names, err := storage.ReadDirNames(fd)
 	for _, n := range names {
 		if err != nil {
 			break

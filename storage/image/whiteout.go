@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/storage"
 )
 
 // Whiteout names (OCI image spec, "Representing Changes").
@@ -79,7 +81,7 @@ func (x *extractor) removeLower(dir int, name, rel string) error {
 // removeLowerChildren applies removeLower to every entry of the directory
 // open at fd, whose lexical path is rel (an opaque whiteout of rel).
 func (x *extractor) removeLowerChildren(fd int, rel string) error {
-	names, err := readNames(fd)
+	names, err := storage.ReadDirNames(fd)
 	if err != nil {
 		return err
 	}
