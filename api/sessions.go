@@ -45,7 +45,19 @@ func snapshotView(sn *node.Snapshot) v1.Snapshot {
 		ID: sn.ID, SessionID: sn.SessionID, Parent: sn.Parent, Template: sn.Template, Storage: sn.Storage,
 		SizeBytes: sn.SizeBytes, Digest: sn.Digest, CreatedAt: sn.CreatedAt, ExpiresAt: timePtr(sn.ExpiresAt),
 		Name: sn.Name, Memory: sn.MemoryDriver != "", MemoryDriver: sn.MemoryDriver, MemoryBytes: sn.MemoryBytes,
-		MemoryReplicatedAt: timePtr(sn.MemoryReplicatedAt),
+		MemoryReplicatedAt: timePtr(sn.MemoryReplicatedAt), MemoryState: memoryState(sn),
+	}
+}
+
+// memoryState is a snapshot's v1.Snapshot.MemoryState.
+func memoryState(sn *node.Snapshot) string {
+	switch {
+	case sn.MemoryDriver == "":
+		return ""
+	case sn.Sealing():
+		return v1.MemorySealing
+	default:
+		return v1.MemorySealed
 	}
 }
 

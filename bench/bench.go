@@ -107,6 +107,10 @@ type Options struct {
 	// Progress receives one line per phase and the daemon's warnings; nil
 	// discards them.
 	Progress io.Writer
+	// DaemonLog is the private daemon's log level written to Progress:
+	// "debug", "info", "warn" (the default when "") or "error". Debug
+	// shows each operation's phases with their durations.
+	DaemonLog string
 }
 
 // withDefaults returns o with zero values replaced by the defaults.
@@ -152,10 +156,17 @@ func (o Options) progressf(format string, args ...any) {
 	fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...)
 }
 
-// logger returns the private daemon's logger: warnings and errors only, to
-// Progress.
+// logger returns the private daemon's logger, to Progress: warnings and
+// errors only unless DaemonLog names a lower level (an unknown name is
+// warn; the flag is checked where it is read).
 func (o Options) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	lv := slog.LevelWarn
+	if o.DaemonLog != "" {
+		if err := lv.UnmarshalText([]byte(o.DaemonLog)); err != nil {
+			lv = slog.LevelWarn
+		}
+	}
+	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: lv}))
 }
 
 // Run measures the row groups of opts.Only on forkbox and, unless

@@ -163,6 +163,8 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		// may stay on the host (its nftables table, cgroup parent).
 		StopSessions: f.removeDir,
 		Spares:       f.opts.Spares,
+		// As forkbox serve keeps by default.
+		MemoryImageCacheMB: defaults.MemoryImageCacheMB,
 		// The egress rows' server (egress.go), and nothing else.
 		EgressResolver: egressResolver, EgressTestNetworks: egressTestNetworks, BrokerUpstreamCA: caFile,
 	})

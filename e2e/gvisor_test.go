@@ -282,6 +282,8 @@ time.sleep(100000)'`, marker))
 		return res.ExitCode == 0
 	})
 	sn := memorySnapshot(t, s.ID)
+	// Sealed after the answer (the test looks at the sealed files).
+	waitSealed(t, env.c, sn.ID)
 	dir := filepath.Join(env.dataDir, "memory", sn.ID)
 	files, err := os.ReadDir(dir)
 	if err != nil || len(files) < 2 {

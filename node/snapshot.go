@@ -38,7 +38,9 @@ type Snapshot struct {
 	// session's processes and memory with its files ("" for a snapshot of
 	// files only); sessions restored from it run on that driver.
 	MemoryDriver string
-	// MemoryDigest is "sha256:..." of the sealed checkpoint's manifest.
+	// MemoryDigest is "sha256:..." of the sealed checkpoint's manifest;
+	// "" with a MemoryDriver while the checkpoint is still being sealed
+	// (Sealing): nothing restores from it until then.
 	MemoryDigest string
 	// MemoryBytes is the checkpoint's size before sealing, in bytes.
 	MemoryBytes int64
@@ -64,3 +66,8 @@ type Pool struct {
 	Pids     int64
 	DiskMB   int64
 }
+
+// Sealing reports whether sn's memory checkpoint is still being sealed
+// (taken, answered, not yet encrypted and digested): a restore from it
+// waits until it is sealed.
+func (sn *Snapshot) Sealing() bool { return sn.MemoryDriver != "" && sn.MemoryDigest == "" }

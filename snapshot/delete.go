@@ -18,8 +18,12 @@ import (
 // sessions depend on it, it is ErrConflict naming them, unless force: then
 // the dependent sessions are destroyed and the child snapshots deleted
 // (recursively, with force) first. Deleting a missing snapshot (or
-// another tenant's) is ErrNotFound.
+// another tenant's) is ErrNotFound. A memory checkpoint being sealed is
+// waited for first.
 func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) error {
+	if err := s.awaitSeal(ctx, id); err != nil && ctx.Err() != nil {
+		return err
+	}
 	_, children, sessions, err := s.ownedDependents(ctx, id)
 	if err != nil {
 		return err
@@ -116,7 +120,29 @@ func (s *Service) Reconcile(ctx context.Context) {
 			}
 		}
 	}
+	s.dropUnsealed(ctx)
 	s.reclaimForks(ctx)
+}
+
+// dropUnsealed deletes, at start-up, the memory snapshots a previous
+// daemon answered but did not finish sealing (sealing.go): their
+// plaintext went with the scratch directory, so they can never be
+// restored. Nothing can depend on them (a restore waits for the seal).
+func (s *Service) dropUnsealed(ctx context.Context) {
+	snaps, err := s.store.ListSnapshots(ctx)
+	if err != nil {
+		s.log.Warn("list snapshots", "err", err)
+		return
+	}
+	for _, sn := range snaps {
+		if !sn.Sealing() {
+			continue
+		}
+		s.log.Warn("memory snapshot never sealed (the daemon stopped first): deleted", "snapshot", sn.ID, "session", sn.SessionID)
+		if err := s.DeleteSnapshot(ctx, sn.ID, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Warn("delete an unsealed memory snapshot", "snapshot", sn.ID, "err", err)
+		}
+	}
 }
 
 // reclaimForks deals, at start-up, with the snapshots of forks a previous

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -91,8 +92,13 @@ func sameStamps(a, b []fileStamp) bool {
 // once the runtime has read what it needs; the copy is then kept within
 // the cache's bounds or removed. A tampered or truncated image is
 // ErrConflict and nothing is started; ErrUnavailable without a snapshot
-// key.
+// key. A snapshot whose checkpoint is still being sealed (sealing.go) is
+// waited for first.
 func (s *Service) OpenMemory(sn *node.Snapshot) (string, uint64, func(), error) {
+	sn, err := s.awaitSealed(context.Background(), sn)
+	if err != nil {
+		return "", 0, nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		im, first := s.joinImage(sn.ID)
 		release := func() { s.releaseImage(im) }

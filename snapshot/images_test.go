@@ -25,7 +25,7 @@ func sealedSnapshot(t *testing.T, e *env, data string) *node.Snapshot {
 	if err := os.WriteFile(filepath.Join(plain, "pages.img"), []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sn := &node.Snapshot{ID: node.NewID()}
+	sn := &node.Snapshot{ID: node.NewID(), MemoryDriver: "gvisor"}
 	if err := e.s.sealMemory(&memoryCapture{driver: "gvisor", dir: plain}, sn); err != nil {
 		t.Fatal(err)
 	}

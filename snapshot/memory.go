@@ -12,7 +12,6 @@ import (
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/runtime"
-	"github.com/forkbox/forkbox/storage/seal"
 )
 
 // Memory snapshots (drivers with the memory_snapshot capability: gVisor).
@@ -23,7 +22,8 @@ import (
 // prepared first (it closes the socket and its connections) and resumed
 // after (agent/checkpoint.go); the core does both (Held). The checkpoint is
 // sealed (storage/seal: AES-256-GCM, sha256 manifest whose digest is in
-// the database) into Layout.MemorySnapshots()/ID and its plaintext removed.
+// the database) into Layout.MemorySnapshots()/ID and its plaintext removed,
+// after the call has answered (sealing.go).
 //
 // A session restored from it gets the snapshot's files in a new writable
 // layer, the checkpoint decrypted (once for all the sessions of a fork,
@@ -105,21 +105,6 @@ func (mc *memoryCapture) checkpoint(ctx context.Context) {
 func (mc *memoryCapture) resume(ctx context.Context) {
 	defer func(t time.Time) { mc.resumeTime = time.Since(t) }(time.Now())
 	mc.sb.ResumeAfterCheckpoint(ctx, mc.gen)
-}
-
-// sealMemory seals the checkpoint into the snapshot's memory directory and
-// fills sn's memory fields; the plaintext is removed either way.
-func (s *Service) sealMemory(mc *memoryCapture, sn *node.Snapshot) error {
-	defer os.RemoveAll(mc.dir)
-	if err := os.MkdirAll(s.layout.MemorySnapshots(), 0o700); err != nil {
-		return err
-	}
-	digest, n, err := seal.SealDir(s.key, mc.dir, s.memoryDir(sn.ID))
-	if err != nil {
-		return fmt.Errorf("seal checkpoint: %w", err)
-	}
-	sn.MemoryDriver, sn.MemoryDigest, sn.MemoryBytes = mc.driver, digest, n
-	return nil
 }
 
 // memoryDir is where snapshot id's sealed checkpoint is kept.

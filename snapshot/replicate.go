@@ -95,10 +95,12 @@ func (s *Service) forgetReplica(id string) {
 	}()
 }
 
-// Close stops the background copies (one cut short leaves its snapshot
-// local, not recorded as copied) and waits for them and for the replica
-// deletes under way. Safe to call more than once.
+// Close waits for the memory checkpoints being sealed (sealing.go), then
+// stops the background copies (one cut short leaves its snapshot local,
+// not recorded as copied) and waits for them and for the replica deletes
+// under way. Safe to call more than once.
 func (s *Service) Close() {
+	s.seal.Wait()
 	s.bgCancel()
 	s.bg.Wait()
 }

@@ -121,6 +121,12 @@ type Service struct {
 	images     map[string]*openImage
 	cacheBytes int64
 
+	// seals are the memory checkpoints being sealed after their snapshot
+	// call answered, by snapshot id; seal counts them (sealing.go).
+	sealMu sync.Mutex
+	seals  map[string]*pendingSeal
+	seal   sync.WaitGroup
+
 	// replicas and the background copies to them (replicate.go).
 	replicas Replicas
 	bgCtx    context.Context
@@ -137,7 +143,7 @@ func New(opts Options) *Service {
 	cache := max(opts.ImageCacheBytes, 0)
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
-		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache,
+		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache, seals: map[string]*pendingSeal{},
 		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel}
 }
 
@@ -292,18 +298,32 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		SizeBytes: info.SizeBytes, Digest: info.Digest, CreatedAt: info.CreatedAt.UTC(), Name: opts.Name,
 		Tenant: rec.Tenant, Provisional: provisional,
 	}
+	var pending *pendingSeal
 	if mem != nil {
-		if err := s.sealMemory(mem, sn); err != nil {
+		// Sealed after the answer (sealing.go); the size is known now
+		// (create checks a restore's memory limit against it).
+		n, err := plainBytes(mem.dir)
+		if err != nil {
 			_ = s.storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
-			return nil, err
+			os.RemoveAll(mem.dir)
+			return nil, fmt.Errorf("checkpoint of %s: %w", id, err)
 		}
+		sn.MemoryDriver, sn.MemoryBytes = mem.driver, n
+		pending = s.beginSeal(snapID)
 	}
 	if opts.ExpiresIn > 0 {
 		sn.ExpiresAt = sn.CreatedAt.Add(opts.ExpiresIn)
 	}
 	if err := s.store.CreateSnapshot(ctx, sn); err != nil {
 		_ = s.storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
-		os.RemoveAll(s.memoryDir(snapID))
+		if mem != nil {
+			os.RemoveAll(mem.dir)
+			pending.err = err
+			s.sealMu.Lock()
+			delete(s.seals, snapID)
+			s.sealMu.Unlock()
+			close(pending.done)
+		}
 		return nil, err
 	}
 	s.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes,
@@ -311,8 +331,9 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		"capture_ms", ms(captured.Sub(prepared)),
 		"store_ms", ms(time.Since(captured)))
 	if mem != nil {
-		s.log.Debug("memory snapshot", "snapshot", snapID, "checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))
-		s.replicate(sn)
+		s.log.Debug("memory snapshot", "snapshot", snapID, "agent_prepare_ms", ms(prepared.Sub(flushed)),
+			"checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))
+		s.sealLater(mem, *sn, pending)
 	}
 	return sn, nil
 }

@@ -125,6 +125,21 @@ func (s *Store) SetMemoryReplicated(ctx context.Context, id string, at time.Time
 	return nil
 }
 
+// SetMemorySealed records snapshot id's sealed memory checkpoint: the
+// digest of its manifest (seal.SealDir's) and its plaintext size in bytes.
+// Until then the snapshot's memory is being sealed (node.Snapshot.Sealing).
+// ErrNotFound when there is no such snapshot.
+func (s *Store) SetMemorySealed(ctx context.Context, id, digest string, bytes int64) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE snapshots SET memory_digest = ?, memory_bytes = ? WHERE id = ?`, digest, bytes, id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.Newf(errdefs.ErrNotFound, "snapshot %q", id)
+	}
+	return nil
+}
+
 // DeleteSnapshot removes snapshot id's row; a missing row is fine.
 func (s *Store) DeleteSnapshot(ctx context.Context, id string) error {
 	_, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)

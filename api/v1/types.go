@@ -454,11 +454,23 @@ type Snapshot struct {
 	// MemoryBytes is the size of the checkpoint image in bytes (stored
 	// encrypted, AES-256-GCM).
 	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// MemoryState is "sealing" while the checkpoint is being encrypted
+	// after the snapshot call answered (a restore or fork from it waits
+	// until it is done), then "sealed"; absent for a snapshot of files.
+	MemoryState string `json:"memory_state,omitempty"`
 	// MemoryReplicatedAt is when the encrypted checkpoint was copied to
 	// the fleet's object store (absent: not copied, or a snapshot of
 	// files only). The snapshot's files stay on its host for now.
 	MemoryReplicatedAt *time.Time `json:"memory_replicated_at,omitempty"`
 }
+
+// Snapshot.MemoryState values.
+const (
+	// MemorySealing: the memory checkpoint is being sealed.
+	MemorySealing = "sealing"
+	// MemorySealed: it is sealed and restorable.
+	MemorySealed = "sealed"
+)
 
 // SnapshotRequest is the optional body of POST /v1/sessions/{id}/snapshot.
 type SnapshotRequest struct {

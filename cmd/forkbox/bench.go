@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,6 +68,12 @@ removed at the end, also after an error or an interrupt.`,
 				return err
 			}
 			opts.Only = groups
+			if opts.DaemonLog != "" {
+				var lv slog.Level
+				if err := lv.UnmarshalText([]byte(opts.DaemonLog)); err != nil {
+					return fmt.Errorf("--daemon-log: %q is none of debug, info, warn, error", opts.DaemonLog)
+				}
+			}
 			opts.StorageImageBytes = storageGiB << 30
 			opts.APIKeyFile = g.keyFile
 			opts.Progress = cmd.ErrOrStderr()
@@ -101,6 +109,7 @@ removed at the end, also after an error or an interrupt.`,
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary of the private daemon (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "data directory of the private daemon, kept afterwards (default: a temporary one)")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver of the private daemon: btrfs or overlay (default: btrfs where it works)")
+	f.StringVar(&opts.DaemonLog, "daemon-log", "", "log level of the private daemon, written to stderr: debug (each operation's phases with durations), info, warn, error (default warn)")
 	f.Int64Var(&storageGiB, "storage-size", 0, "size in GiB of the private daemon's storage image (default: half the free disk, at most 64)")
 	return cmd
 }

@@ -108,7 +108,7 @@ across hosts are not there yet: each host serves its own sessions.`,
 	f.StringVar(&opts.RuncPath, "runc", "", "runc binary (default: from PATH)")
 	f.StringVar(&opts.RunscPath, "runsc", "", "gVisor's runsc binary (default: the pinned build make deps installs, else from PATH)")
 	f.StringVar(&opts.Domain, "domain", "", "serve sandbox ports at host names PORT-ID.DOMAIN (point wildcard DNS *.DOMAIN at this daemon); E2B's getHost(port) then returns such names")
-	f.IntVar(&opts.MemoryImageCacheMB, "memory-image-cache-mb", 0, "MiB of decrypted memory snapshots kept in tmpfs (plaintext, root-only) for later restores of the same snapshot (default 0: none, plaintext exists only while a restore runs)")
+	f.IntVar(&opts.MemoryImageCacheMB, "memory-image-cache-mb", defaults.MemoryImageCacheMB, "MiB of decrypted memory snapshots kept in tmpfs (plaintext, root-only, each at most 5 minutes unused) for later restores of the same snapshot; 0: none, plaintext exists only while a restore runs")
 	f.Int64Var(&layerCacheMB, "layer-cache-mb", defaults.LayerCacheBytes>>20,
 		"MiB of pulled images' layers that no template uses kept for later pulls (least recently used go first; layers templates use are always kept)")
 	f.StringArrayVar(&opts.PrivateRegistries, "private-registry", nil,
