@@ -258,7 +258,7 @@ func TestOpenMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	sn := &node.Snapshot{ID: id, MemoryDriver: "gvisor"}
-	if err := e.s.sealMemory(&memoryCapture{driver: "gvisor", dir: plain}, sn); err != nil {
+	if err := e.s.sealMemory(&memoryCapture{driver: "gvisor", dir: plain}, sn, ""); err != nil {
 		t.Fatal(err)
 	}
 	if sn.MemoryDigest == "" || sn.MemoryBytes != 6000 {

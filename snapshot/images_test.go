@@ -26,7 +26,7 @@ func sealedSnapshot(t *testing.T, e *env, data string) *node.Snapshot {
 		t.Fatal(err)
 	}
 	sn := &node.Snapshot{ID: node.NewID(), MemoryDriver: "gvisor"}
-	if err := e.s.sealMemory(&memoryCapture{driver: "gvisor", dir: plain}, sn); err != nil {
+	if err := e.s.sealMemory(&memoryCapture{driver: "gvisor", dir: plain}, sn, ""); err != nil {
 		t.Fatal(err)
 	}
 	return sn

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -108,24 +107,27 @@ func (s *Service) awaitSealed(ctx context.Context, sn *node.Snapshot) (*node.Sna
 
 // sealLater seals mc's checkpoint into snapshot sn's memory directory in
 // the background (sn is recorded, without a digest, and p registered),
-// keeps a decrypted copy for the first restores when the image cache has
-// room (primeImage), removes the plaintext and records the digest. On
-// failure the snapshot is deleted. Then p is done and the sealed
-// checkpoint is replicated.
+// writing in the same pass a decrypted copy for the first restores when
+// the image cache has room (keepImage), removes the plaintext and records
+// the digest. On failure the snapshot is deleted. Then p is done and the
+// sealed checkpoint is replicated.
 func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal) {
 	s.seal.Add(1)
 	go func() {
 		defer s.seal.Done()
 		began := time.Now()
 		ctx := context.WithoutCancel(s.bgCtx)
-		err := s.sealMemory(mc, &sn)
-		sealed := time.Now()
-		// Primed before the digest is recorded: a restore that finds it
-		// finds the copy too.
-		if err == nil {
-			s.primeImage(mc.dir, &sn)
+		var copyTo string
+		if s.cacheBytes > 0 && sn.MemoryBytes <= s.cacheBytes && os.MkdirAll(s.layout.Scratch(), 0o700) == nil {
+			copyTo = filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
 		}
+		err := s.sealMemory(mc, &sn, copyTo)
 		os.RemoveAll(mc.dir)
+		// Kept before the digest is recorded: a restore that finds it
+		// finds the copy too.
+		if err == nil && copyTo != "" {
+			s.keepImage(copyTo, &sn)
+		}
 		if err == nil {
 			err = s.store.SetMemorySealed(ctx, sn.ID, sn.MemoryDigest, sn.MemoryBytes)
 		}
@@ -144,7 +146,7 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 		s.sealMu.Unlock()
 		close(p.done)
 		s.log.Debug("memory snapshot sealed", "snapshot", sn.ID, "bytes", sn.MemoryBytes,
-			"seal_ms", ms(sealed.Sub(began)), "prime_ms", ms(time.Since(sealed)), "ok", err == nil)
+			"seal_ms", ms(time.Since(began)), "copy_kept", copyTo != "", "ok", err == nil)
 		if err == nil {
 			s.replicate(&sn)
 		}
@@ -153,11 +155,13 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 
 // sealMemory seals the checkpoint into the snapshot's memory directory and
 // fills sn's memory digest and size; the plaintext stays for the caller.
-func (s *Service) sealMemory(mc *memoryCapture, sn *node.Snapshot) error {
+// Unless copyTo is "", the plaintext is also copied there in the same pass
+// (seal.SealDirCopy; removed on failure).
+func (s *Service) sealMemory(mc *memoryCapture, sn *node.Snapshot, copyTo string) error {
 	if err := os.MkdirAll(s.layout.MemorySnapshots(), 0o700); err != nil {
 		return err
 	}
-	digest, n, err := seal.SealDir(s.key, mc.dir, s.memoryDir(sn.ID))
+	digest, n, err := seal.SealDirCopy(s.key, mc.dir, s.memoryDir(sn.ID), copyTo)
 	if err != nil {
 		return fmt.Errorf("seal checkpoint: %w", err)
 	}
@@ -165,78 +169,28 @@ func (s *Service) sealMemory(mc *memoryCapture, sn *node.Snapshot) error {
 	return nil
 }
 
-// primeImage copies the plaintext checkpoint in dir, just sealed into
-// snapshot sn's memory directory, into the image cache (images.go) when it
-// fits, so that the first restores skip decrypting it: the copy is what
-// was sealed, and it is stamped with the sealed files as they are now,
-// so it is used only while they stay so (as a copy kept after a restore).
-// Without room nothing is kept.
-func (s *Service) primeImage(dir string, sn *node.Snapshot) {
-	if s.cacheBytes <= 0 || sn.MemoryBytes > s.cacheBytes {
-		return
-	}
+// keepImage puts dir, the plaintext of the checkpoint just sealed into
+// snapshot sn's memory directory, in the image cache (images.go), so that
+// the first restores skip decrypting it: the copy is what was sealed, and
+// it is stamped with the sealed files as they are now, so it is used only
+// while they stay so (as a copy kept after a restore). It is removed at
+// once when the cache is over its bound.
+func (s *Service) keepImage(dir string, sn *node.Snapshot) {
 	stamp, err := stampDir(s.memoryDir(sn.ID))
 	if err != nil {
+		os.RemoveAll(dir)
 		return
 	}
-	out := filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
-	if err := copyPlain(dir, out); err != nil {
-		os.RemoveAll(out)
-		s.log.Warn("keep a decrypted copy of a new memory snapshot", "snapshot", sn.ID, "err", err)
-		return
-	}
-	im := &openImage{id: sn.ID, ready: make(chan struct{}), dir: out, bytes: sn.MemoryBytes, stamp: stamp, users: 1}
+	im := &openImage{id: sn.ID, ready: make(chan struct{}), dir: dir, bytes: sn.MemoryBytes, stamp: stamp, users: 1}
 	close(im.ready)
 	s.imgMu.Lock()
 	if s.images[sn.ID] != nil {
 		// Cannot be (restores wait for the seal); the one there wins.
 		s.imgMu.Unlock()
-		os.RemoveAll(out)
+		os.RemoveAll(dir)
 		return
 	}
 	s.images[sn.ID] = im
 	s.imgMu.Unlock()
 	s.releaseImage(im) // unused: kept within the cache's bounds
-}
-
-// copyPlain copies the regular files of dir into out (created 0700, each
-// file 0600).
-func copyPlain(dir, out string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
-		return err
-	}
-	if err := os.Mkdir(out, 0o700); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if err := copyFile(filepath.Join(dir, e.Name()), filepath.Join(out, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// copyFile copies src to the new file dst (0600).
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	o, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(o, in); err != nil {
-		o.Close()
-		return err
-	}
-	return o.Close()
 }

@@ -127,6 +127,15 @@ type File struct {
 // digest ("sha256:<hex>") and the total plaintext bytes. On error dst is
 // removed.
 func SealDir(key *Key, src, dst string) (digest string, bytes int64, err error) {
+	return SealDirCopy(key, src, dst, "")
+}
+
+// SealDirCopy is SealDir that also writes, in the same pass, each file's
+// plaintext as read into the new directory plain (mode 0700, files 0600;
+// none when plain is ""), so that a caller wanting the clear copy too
+// (the snapshot service's image cache) reads the source once. On error
+// plain is removed too.
+func SealDirCopy(key *Key, src, dst, plain string) (digest string, bytes int64, err error) {
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		return "", 0, err
@@ -139,12 +148,26 @@ func SealDir(key *Key, src, dst string) (digest string, bytes int64, err error) 
 			os.RemoveAll(dst)
 		}
 	}()
+	if plain != "" {
+		if err := os.Mkdir(plain, 0o700); err != nil {
+			return "", 0, err
+		}
+		defer func() {
+			if err != nil {
+				os.RemoveAll(plain)
+			}
+		}()
+	}
 	var m Manifest
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		f, err := sealFile(key, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), e.Name())
+		var copyTo string
+		if plain != "" {
+			copyTo = filepath.Join(plain, e.Name())
+		}
+		f, err := sealFile(key, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), e.Name(), copyTo)
 		if err != nil {
 			return "", 0, fmt.Errorf("seal %s: %w", e.Name(), err)
 		}
@@ -241,8 +264,9 @@ func nonce(i uint64, last bool) []byte {
 	return n
 }
 
-// sealFile seals src into dst (created, 0600, fsynced).
-func sealFile(key *Key, src, dst, name string) (File, error) {
+// sealFile seals src into dst (created, 0600, fsynced), and copies its
+// plaintext into the new file copyTo (0600, not synced) unless it is "".
+func sealFile(key *Key, src, dst, name, copyTo string) (File, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return File{}, err
@@ -253,6 +277,13 @@ func sealFile(key *Key, src, dst, name string) (File, error) {
 		return File{}, err
 	}
 	defer out.Close()
+	var clear *os.File
+	if copyTo != "" {
+		if clear, err = os.OpenFile(copyTo, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return File{}, err
+		}
+		defer clear.Close()
+	}
 	h := sha256.New()
 	w := bufio.NewWriterSize(io.MultiWriter(out, h), ChunkSize+tagSize)
 	salt := make([]byte, saltSize)
@@ -276,6 +307,11 @@ func sealFile(key *Key, src, dst, name string) (File, error) {
 		}
 		_, perr := r.Peek(1)
 		last := perr != nil
+		if clear != nil {
+			if _, err := clear.Write(buf[:n]); err != nil {
+				return File{}, err
+			}
+		}
 		sealed = aead.Seal(sealed[:0], nonce(i, last), buf[:n], []byte(name))
 		if _, err := w.Write(sealed); err != nil {
 			return File{}, err
@@ -290,6 +326,11 @@ func sealFile(key *Key, src, dst, name string) (File, error) {
 	}
 	if err := out.Sync(); err != nil {
 		return File{}, err
+	}
+	if clear != nil {
+		if err := clear.Close(); err != nil {
+			return File{}, err
+		}
 	}
 	return File{Name: name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, out.Close()
 }

@@ -150,3 +150,53 @@ func TestKeyFromEnv(t *testing.T) {
 		t.Fatalf("key from env: %v", err)
 	}
 }
+
+// TestSealDirCopy: the copy holds each file's plaintext exactly (0600 in
+// a 0700 directory) and the sealed directory opens as SealDir's does.
+func TestSealDirCopy(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "plain")
+	os.Mkdir(src, 0o700)
+	files := map[string][]byte{"small": []byte("hello"), "big": random(2*ChunkSize + 5), "empty": nil}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, err := LoadKey(filepath.Join(dir, "key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, cp := filepath.Join(dir, "sealed"), filepath.Join(dir, "copy")
+	digest, _, err := SealDirCopy(key, src, dst, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(cp); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("copy directory: %v %v", st, err)
+	}
+	out := filepath.Join(dir, "out")
+	if err := OpenDir(key, dst, digest, out); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		c, err := os.ReadFile(filepath.Join(cp, name))
+		if err != nil || !bytes.Equal(c, data) {
+			t.Fatalf("%s: copy differs (%v)", name, err)
+		}
+		if st, _ := os.Stat(filepath.Join(cp, name)); st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: copy mode %v", name, st.Mode())
+		}
+		o, _ := os.ReadFile(filepath.Join(out, name))
+		if !bytes.Equal(o, data) {
+			t.Fatalf("%s: opened file differs", name)
+		}
+	}
+	// A failure leaves neither directory.
+	if _, _, err := SealDirCopy(key, src, filepath.Join(dir, "sealed2"), cp); err == nil {
+		t.Fatal("a copy directory that exists was taken")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sealed2")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("sealed directory after a failure: %v", err)
+	}
+}
