@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/runtime/runsc"
 )
 
 // The gVisor tier's rows: exec through the agent, and memory snapshot,
@@ -212,14 +213,29 @@ type runscPeer struct {
 	seq int
 }
 
+// peerRunsc returns the runsc the peer runs: the one forkbox's gVisor
+// driver runs by default (runsc.PinnedBinary when installed, else runsc in
+// PATH), so that the rows compare forkbox with the same runsc version
+// (a 2024 and a 2026 runsc differ by 2-4x in checkpoint and restore).
+func peerRunsc() (string, error) {
+	if st, err := os.Stat(runsc.PinnedBinary); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return runsc.PinnedBinary, nil
+	}
+	bin, err := exec.LookPath("runsc")
+	if err != nil {
+		return "", errors.New("runsc is not installed")
+	}
+	return bin, nil
+}
+
 // openRunsc starts the runsc peer's container and waits until it holds
 // its memory. cleanup deletes every container it made and its directory
 // (call it also on error). versions gets runsc's line.
 func openRunsc(ctx context.Context, opts Options, versions map[string]string) (rs *runscPeer, cleanup func(), err error) {
 	cleanup = func() {}
-	bin, err := exec.LookPath("runsc")
+	bin, err := peerRunsc()
 	if err != nil {
-		return nil, cleanup, errors.New("runsc is not installed")
+		return nil, cleanup, err
 	}
 	dir, err := os.MkdirTemp("", "forkbox-bench-runsc-*")
 	if err != nil {
@@ -233,6 +249,11 @@ func openRunsc(ctx context.Context, opts Options, versions map[string]string) (r
 		defer cancel()
 		for _, c := range rs.ids {
 			_, _ = rs.tool.run(cctx, "delete", "--force", c)
+		}
+		// The 2026 runsc keeps a null network namespace mounted in its
+		// state root.
+		if err := runsc.ReleaseRoot(filepath.Join(dir, "state")); err != nil {
+			opts.progressf("runsc: %v", err)
 		}
 		if err := removeTree(dir); err != nil {
 			opts.progressf("runsc: %v", err)
