@@ -153,14 +153,17 @@ func TestCollectExpired(t *testing.T) {
 func TestReconcile(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	a, b, c, d := node.NewID(), node.NewID(), node.NewID(), node.NewID()
-	for _, id := range []string{a, b, c, d} {
+	a, b, c, d, u := node.NewID(), node.NewID(), node.NewID(), node.NewID(), node.NewID()
+	for _, id := range []string{a, b, c, d, u} {
 		e.layer(t, id, storage.Source{Template: testTemplate}, "f", id)
 	}
 	provisional := func(sn *node.Snapshot) { sn.Provisional = true }
 	lonely := e.snap(t, a, "acme", provisional)
 	adopted := e.snap(t, b, "acme", provisional)
 	kept := e.snap(t, c, "acme", nil)
+	// A memory snapshot answered and never sealed (the daemon died while
+	// sealing it): no digest, no seal under way.
+	unsealed := e.snap(t, u, "acme", func(sn *node.Snapshot) { sn.MemoryDriver, sn.MemoryBytes = "gvisor", 100 })
 	forks, err := e.s.Fork(ctx, adopted.ID, 1, node.CreateSpec{})
 	if err != nil {
 		t.Fatal(err)
@@ -178,9 +181,12 @@ func TestReconcile(t *testing.T) {
 	}
 
 	e.s.Reconcile(ctx)
-	recs, files := e.stored(t, lonely.ID, adopted.ID, kept.ID, orphan)
+	recs, files := e.stored(t, lonely.ID, adopted.ID, kept.ID, orphan, unsealed.ID)
 	if recs[lonely.ID] || files[lonely.ID] || files[orphan] || !recs[adopted.ID] || !recs[kept.ID] || !files[kept.ID] {
 		t.Fatalf("after Reconcile: records %v, files %v; want the unused interrupted fork's and the orphan gone", recs, files)
+	}
+	if recs[unsealed.ID] || files[unsealed.ID] {
+		t.Fatalf("after Reconcile: records %v, files %v; want the never-sealed memory snapshot gone", recs, files)
 	}
 	if _, err := os.Stat(e.s.memoryDir(orphan)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("orphaned sealed checkpoint: %v, want removed", err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/storage"
 )
 
 // checkpointDir writes a plaintext checkpoint holding data and returns
@@ -89,5 +90,36 @@ func TestRestoreWaitsForSeal(t *testing.T) {
 	}
 	if _, _, _, err := e.s.OpenMemory(lost); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("restore of a snapshot never sealed: %v, want conflict", err)
+	}
+}
+
+// TestSealFailureDeletes: a seal that fails (here its sealed directory
+// is in the way) deletes the snapshot, its files and its plaintext; a
+// restore waiting for it fails with ErrConflict and a delete finds it
+// gone.
+func TestSealFailureDeletes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	layer := node.NewID()
+	e.layer(t, layer, storage.Source{Template: testTemplate}, "f", "x")
+	sn := e.snap(t, layer, "acme", func(sn *node.Snapshot) { sn.MemoryDriver, sn.MemoryBytes = "gvisor", 6 })
+	if err := os.MkdirAll(e.s.memoryDir(sn.ID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	plain := checkpointDir(t, "memory")
+	p := e.s.beginSeal(sn.ID)
+	e.s.sealLater(&memoryCapture{driver: "gvisor", dir: plain}, *sn, p)
+	if _, _, _, err := e.s.OpenMemory(sn); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("restore of a snapshot whose seal failed: %v, want conflict", err)
+	}
+	recs, files := e.stored(t, sn.ID)
+	if recs[sn.ID] || files[sn.ID] {
+		t.Fatalf("after a failed seal: records %v, files %v; want the snapshot gone", recs, files)
+	}
+	if _, err := os.Stat(plain); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("plaintext after a failed seal: %v", err)
+	}
+	if err := e.s.DeleteSnapshot(ctx, sn.ID, false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("delete after a failed seal: %v, want not found", err)
 	}
 }
