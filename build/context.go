@@ -46,7 +46,7 @@ type Entry struct {
 	// Uid and Gid are an extracted archive entry's owner (0 in a build
 	// context: COPY writes as root or --chown).
 	Uid, Gid int
-	offset int64
+	offset   int64
 }
 
 // OpenContext indexes the tar in f (which it keeps open until Close;
