@@ -76,7 +76,6 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 		h.writeError(w, r, err)
 		return
 	}
-	defer cleanup()
 	spec.Context = bctx
 	var stream *buildStream
 	if wantsEvents(r) {
@@ -84,6 +83,7 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 		spec.Progress = stream.progress
 	}
 	res, err := h.builder.Build(r.Context(), name, spec)
+	cleanup() // before the answer: a client that has it sees no spool left
 	if err == nil && hasCaller {
 		err = h.dropIfTenantGone(r.Context(), caller.Tenant, name)
 	}

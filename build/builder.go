@@ -248,7 +248,10 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	}
 	built := template.Built{Source: "build", Env: r.st.env, Workdir: r.st.workdir, User: r.st.user,
 		Cmd: cmd, StartCmd: (r.st.entSet || r.st.cmdSet || len(tpl.StartCmd) > 0) && len(cmd) > 0,
-		Steps: total, HostMounts: tpl.HostMounts}
+		Steps: total, HostMounts: tpl.HostMounts, Tier: r.spec.Isolation}
+	if built.Tier == "" {
+		built.Tier = r.b.node.Info().DefaultDriver
+	}
 	d := sha256.Sum256([]byte(key + "\n" + strings.Join(built.Env, "\x00") + "\n" + built.Workdir + "\n" + built.User + "\n" + strings.Join(cmd, "\x00")))
 	built.Digest = "sha256:" + hex.EncodeToString(d[:])
 	t, err := r.b.catalog.InstallBuilt(ctx, r.name, r.tenant, r.src, built, r.spec.MaxBytes, r.spec.MaxName)

@@ -80,6 +80,9 @@ func TestTemplateBuildAddArchive(t *testing.T) {
 	if res.Sandboxes != 1 || len(res.Steps) != 2 {
 		t.Fatalf("build result %+v", res)
 	}
+	if info, err := env.c.Info(ctx); err != nil || res.Template.Tier != info.DefaultDriver {
+		t.Errorf("the built template's tier %q, want the default driver's (%v)", res.Template.Tier, err)
+	}
 	s := newSession(t, client.CreateRequest{Template: name, User: "root"})
 	out := sh(t, s.ID, `cd /opt/app && stat -c '%n %a %u:%g %F' pkg pkg/run.sh top.txt && readlink pkg/link && cat pkg/run.sh top.txt && ls -A /opt/app; `+
 		`cd /opt/mine && stat -c '%n %a %U' pkg pkg/run.sh top.txt`)
