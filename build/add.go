@@ -134,7 +134,7 @@ func (r *run) planAdd(ctx context.Context, c *instructions.AddCommand) (*action,
 					continue // the destination itself
 				}
 				a.picks = append(a.picks, copyTarget{e: x.E, to: path.Join(abs, x.Rel), src: ar, archive: true})
-				fmt.Fprintf(h, "archive %q -> %q %c %o %d:%d %q %s\n", p.E.Path, x.Rel, x.E.Type, x.E.Mode, x.E.Uid, x.E.Gid, x.E.Link, x.E.Digest)
+				fmt.Fprintf(h, "archive %q -> %q %c %o %d:%d %q %s\n", p.E.Path, x.Rel, x.E.Type, x.E.Mode, x.E.UID, x.E.GID, x.E.Link, x.E.Digest)
 			}
 		}
 		if len(files) > 0 {

@@ -114,7 +114,7 @@ func TestAddArchive(t *testing.T) {
 			got[p.to] = p
 		}
 		run, dir, link := got["/opt/pkg/run.sh"], got["/opt/pkg"], got["/opt/pkg/link"]
-		if len(a.picks) != 4 || run.e == nil || run.e.Mode != 0o755 || run.e.Uid != 1000 || run.e.Gid != 100 || !run.archive ||
+		if len(a.picks) != 4 || run.e == nil || run.e.Mode != 0o755 || run.e.UID != 1000 || run.e.GID != 100 || !run.archive ||
 			dir.e == nil || dir.e.Mode != 0o750 || link.e == nil || link.e.Link != "run.sh" || got["/opt/abs.txt"].e == nil {
 			t.Fatalf("ADD %s: picks %+v", src, got)
 		}

@@ -43,9 +43,9 @@ type Entry struct {
 	Link string
 	// Digest is the sha256 of a regular file's bytes (hex).
 	Digest string
-	// Uid and Gid are an extracted archive entry's owner (0 in a build
+	// UID and GID are an extracted archive entry's owner (0 in a build
 	// context: COPY writes as root or --chown).
-	Uid, Gid int
+	UID, GID int
 	offset   int64
 }
 
@@ -63,7 +63,7 @@ func OpenContext(f *os.File) (*Context, error) {
 // local archive ADD extracts) it follows the image extractor's rules
 // instead (storage/image): leading slashes are dropped, a ".." anywhere
 // in a name is refused, device nodes and FIFOs are dropped, setuid and
-// setgid bits are cleared, and each entry keeps its owner (Uid, Gid);
+// setgid bits are cleared, and each entry keeps its owner (UID, GID);
 // an entry under a symlink the archive made is refused (it would be
 // written through the link). Errors name field.
 func openTar(f *os.File, field string, archive bool) (*Context, error) {
@@ -111,7 +111,7 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 		e := &Entry{Path: clean, Mode: h.Mode & 0o7777, Size: h.Size}
 		if archive {
 			e.Mode &= 0o1777
-			e.Uid, e.Gid = h.Uid, h.Gid
+			e.UID, e.GID = h.Uid, h.Gid
 		}
 		switch h.Typeflag {
 		case tar.TypeReg:

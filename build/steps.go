@@ -279,8 +279,8 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 	var links, owned []string
 	for _, t := range a.picks {
 		owned = append(owned, quote(t.to))
-		if t.archive && a.owner == "" && (t.e.Uid != 0 || t.e.Gid != 0) {
-			o := fmt.Sprintf("%d:%d", t.e.Uid, t.e.Gid)
+		if t.archive && a.owner == "" && (t.e.UID != 0 || t.e.GID != 0) {
+			o := fmt.Sprintf("%d:%d", t.e.UID, t.e.GID)
 			owners[o] = append(owners[o], quote(t.to))
 		}
 		mode := t.e.Mode
