@@ -119,7 +119,6 @@ var targets = map[string]float64{
 	OpCodeWarm:     10,   // runCode('1+1') round trip in a warm kernel, runc tier (issue 17)
 	OpCodeFirst:    300,  // the first runCode after create (issue 17)
 	OpBuildCached:  200,  // a fully cached rebuild of a Dockerfile (issue 19)
-	OpBuildFirst:   10,   // first session of a built template: as from any snapshot (OpRestoreFiles; issue 19)
 }
 
 // rateTargets are the lowest acceptable rates, in operations a second,
