@@ -111,7 +111,7 @@ func TestTemplateBuildAddArchive(t *testing.T) {
 // same and not once they change (the download's digest is in the
 // step's key); with no allow-list, or one that does not name the host,
 // the build is a 400 naming the line and the host, and nothing is
-// registered.
+// registered; a tenant's allow-list outside its egress ceiling is a 403.
 func TestTemplateBuildAddURL(t *testing.T) {
 	need(t)
 	ctx := ctxFor(t, 10*time.Minute)
@@ -168,6 +168,14 @@ func TestTemplateBuildAddURL(t *testing.T) {
 		if ts, _ := env.c.Templates(ctx); hasTemplate(ts, refused) {
 			t.Errorf("%s: the refused build registered its template", doc)
 		}
+	}
+
+	// A tenant's build keeps its allow-list within the tenant's egress
+	// ceiling, before anything is downloaded.
+	_, _, tc := newTenant(t, env.c, "addurl", client.TenantPolicy{EgressAllow: []string{"other.test:80"}})
+	_, err = tc.BuildTemplate(ctx, tplName("add-url-tenant"), client.BuildRequest{Dockerfile: df, Allow: allow}, client.BuildOptions{})
+	if problemStatus(err) != http.StatusForbidden || errProblem(err) != "egress-not-allowed" || !strings.Contains(err.Error(), "files.test:80") {
+		t.Errorf("a tenant's build outside its egress ceiling: %v, want 403 egress-not-allowed naming the entry", err)
 	}
 	wantNoPartials(t)
 }
