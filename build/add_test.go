@@ -181,3 +181,23 @@ func TestAddURLNeedsAllow(t *testing.T) {
 		t.Fatalf("ADD URL without a fetcher: %v, want unavailable", err)
 	}
 }
+
+// TestBatched checks that a finishing command over many paths is split
+// into commands below the script bound that cover every path in order.
+func TestBatched(t *testing.T) {
+	var words []string
+	for i := range 20000 {
+		words = append(words, quote("/opt/app/node_modules/pkg/file-"+strings.Repeat("x", i%40)))
+	}
+	cmds := batched("chown -h 1000:1000", words)
+	var got []string
+	for _, c := range cmds {
+		if len(c) >= maxScript/2+len("chown -h 1000:1000 ")+64 || !strings.HasPrefix(c, "chown -h 1000:1000 ") {
+			t.Fatalf("a command of %d bytes: %.60s", len(c), c)
+		}
+		got = append(got, strings.Fields(strings.TrimPrefix(c, "chown -h 1000:1000 "))...)
+	}
+	if len(cmds) < 2 || strings.Join(got, " ") != strings.Join(words, " ") {
+		t.Fatalf("%d commands covering %d of %d paths", len(cmds), len(got), len(words))
+	}
+}

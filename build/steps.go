@@ -321,11 +321,11 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 		for _, p := range modes[m] {
 			q = append(q, quote(p))
 		}
-		script = append(script, fmt.Sprintf("chmod %o %s", m, strings.Join(q, " ")))
+		script = append(script, batched(fmt.Sprintf("chmod %o", m), q)...)
 	}
 	script = append(script, links...)
 	if a.owner != "" && a.owner != "root" && len(owned) > 0 {
-		script = append(script, "chown -h "+quote(a.owner)+" "+strings.Join(owned, " "))
+		script = append(script, batched("chown -h "+quote(a.owner), owned)...)
 	}
 	ids := make([]string, 0, len(owners))
 	for o := range owners {
@@ -333,20 +333,20 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 	}
 	sort.Strings(ids)
 	for _, o := range ids {
-		script = append(script, "chown -h "+o+" "+strings.Join(owners[o], " "))
+		script = append(script, batched("chown -h "+o, owners[o])...)
 	}
-	if len(script) == 0 {
-		return nil
-	}
-	tail := &tailBuffer{max: tailBytes}
-	out := node.OutputFuncs(nil, func(p []byte) error { tail.write(p); return nil }, func(p []byte) error { tail.write(p); return nil })
-	res, err := r.b.node.Exec(ctx, r.session, node.ExecSpec{Argv: []string{"/bin/sh", "-c", strings.Join(script, " && ")}, User: "root", TimeoutS: 300}, out)
-	if err != nil {
-		return fmt.Errorf("COPY: set modes and links: %w", err)
-	}
-	if res.ExitCode != 0 {
-		return errdefs.InvalidField("dockerfile", "COPY: setting modes, links and owners needs /bin/sh, chmod, ln and chown in the image; they failed (exit %d): %s",
-			res.ExitCode, strings.TrimSpace(tail.String()))
+	// In scripts of at most maxScript bytes each, in order: an archive's
+	// thousands of paths stay below the kernel's argument limit.
+	for len(script) > 0 {
+		n, size := 0, 0
+		for n < len(script) && (n == 0 || size+len(script[n]) < maxScript) {
+			size += len(script[n]) + 4
+			n++
+		}
+		if err := r.finishCopy(ctx, strings.Join(script[:n], " && ")); err != nil {
+			return err
+		}
+		script = script[n:]
 	}
 	return nil
 }
