@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -214,8 +215,9 @@ func (e *env) measureBuild(ctx context.Context) []Result {
 		if err != nil {
 			return nil, err
 		}
-		var snaps []string
+		var snaps []string // the cold build's step snapshots, in order
 		var tpls []string
+		prefix := fmt.Sprintf("bench-build-%s-%d-", f.runID, fbRound)
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 			defer cancel()
@@ -225,16 +227,25 @@ func (e *env) measureBuild(ctx context.Context) []Result {
 					errs = append(errs, fmt.Errorf("delete template %s: %w", t, err))
 				}
 			}
-			for _, s := range snaps {
-				if err := f.c.DeleteSnapshot(cctx, s, true); err != nil && !client.IsNotFound(err) {
-					errs = append(errs, fmt.Errorf("delete step snapshot %s: %w", s, err))
+			// The steps' snapshots (build-TEMPLATE-N), also those of a
+			// build that failed part way.
+			all, err := f.c.Snapshots(cctx)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("list the step snapshots: %w", err))
+			}
+			for _, sn := range all {
+				if !strings.HasPrefix(sn.Name, "build-"+prefix) {
+					continue
+				}
+				if err := f.c.DeleteSnapshot(cctx, sn.ID, true); err != nil && !client.IsNotFound(err) {
+					errs = append(errs, fmt.Errorf("delete step snapshot %s: %w", sn.ID, err))
 				}
 			}
 			retErr = errors.Join(append([]error{retErr}, errs...)...)
 		}()
 		var out []time.Duration
 		for i := range 2 {
-			tpl := fmt.Sprintf("bench-build-%s-%d-%d", f.runID, fbRound, i)
+			tpl := fmt.Sprintf("%s%d", prefix, i)
 			var res *client.TemplateBuild
 			d, err := timedCall("build "+tpl, func() (err error) {
 				res, err = f.c.BuildTemplate(ctx, tpl, client.BuildRequest{Dockerfile: string(df)}, client.BuildOptions{ContextDir: dir})
