@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/forkbox/forkbox/admission"
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/build"
@@ -59,7 +60,7 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 	caller, hasCaller := tenancy.From(r.Context())
 	spec := build.Spec{Dockerfile: []byte(req.Dockerfile), BuildArgs: req.BuildArgs, Allow: req.Allow,
 		Isolation: req.Isolation, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, StepTimeoutS: req.StepTimeoutS,
-		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}}
+		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}, SpoolDir: h.spoolDir}
 	release, err := h.holdBuildQuota(r.Context(), &spec)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -75,7 +76,6 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 		h.writeError(w, r, err)
 		return
 	}
-	defer cleanup()
 	spec.Context = bctx
 	var stream *buildStream
 	if wantsEvents(r) {
@@ -83,6 +83,7 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 		spec.Progress = stream.progress
 	}
 	res, err := h.builder.Build(r.Context(), name, spec)
+	cleanup() // before the answer: a client that has it sees no spool left
 	if err == nil && hasCaller {
 		err = h.dropIfTenantGone(r.Context(), caller.Tenant, name)
 	}
@@ -221,7 +222,7 @@ func (s *buildStream) progress(e build.Event) {
 // uploads as the context.
 func (h *templateAPI) buildForE2B(ctx context.Context, name string, dockerfile []byte, contextTar *os.File, progress func(build.Event)) error {
 	caller, hasCaller := tenancy.From(ctx)
-	spec := build.Spec{Dockerfile: dockerfile, Progress: progress}
+	spec := build.Spec{Dockerfile: dockerfile, Progress: progress, SpoolDir: h.spoolDir}
 	release, err := h.holdBuildQuota(ctx, &spec)
 	if err != nil {
 		return err
@@ -247,7 +248,9 @@ func (h *templateAPI) buildForE2B(ctx context.Context, name string, dockerfile [
 
 // holdBuildQuota applies ctx's caller to a build's spec: a pull of a FROM
 // image may reach any address only for an admin (or no caller); a tenant's
-// build holds a place of its template count (released by the returned
+// build must keep its allow-list within the tenant's egress ceiling (403
+// egress-not-allowed naming the entry: its RUN steps and ADD downloads
+// use it), holds a place of its template count (released by the returned
 // func), takes its max_template_mb as the size limit, and holds a place
 // for each template a FROM image is pulled into.
 func (h *templateAPI) holdBuildQuota(ctx context.Context, spec *build.Spec) (release func(), err error) {
@@ -255,6 +258,22 @@ func (h *templateAPI) holdBuildQuota(ctx context.Context, spec *build.Spec) (rel
 	spec.Pull.AnyAddress = !hasCaller || caller.Admin
 	if !hasCaller {
 		return func() {}, nil
+	}
+	if len(spec.Allow) > 0 {
+		rec, err := h.store.GetTenant(ctx, caller.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		p, err := admission.PolicyOf(rec)
+		if err != nil {
+			return nil, err
+		}
+		if err := admission.EgressViolation(p, spec.Allow); err != nil {
+			if fe := (*errdefs.TypedError)(nil); errors.As(err, &fe) && fe.Field != "" {
+				fe.Field = strings.Replace(fe.Field, "network.allow", "allow", 1)
+			}
+			return nil, err
+		}
 	}
 	release, err = h.reserveTemplate(ctx, caller.Tenant)
 	if err != nil {

@@ -24,9 +24,11 @@ import (
 	"github.com/forkbox/forkbox/api/e2b"
 	v1 "github.com/forkbox/forkbox/api/v1"
 	"github.com/forkbox/forkbox/audit"
+	"github.com/forkbox/forkbox/build"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/internal/hostpath"
 	"github.com/forkbox/forkbox/metrics"
+	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/template"
@@ -51,7 +53,15 @@ type Server struct {
 	secrets *secretAPI
 	// hostsAPI serves GET /v1/hosts (SetHosts).
 	hostsAPI *hostsAPI
+	// builder builds Dockerfiles for the REST and the E2B edges.
+	builder *build.Builder
 }
+
+// SetFetcher gives the Dockerfile builder its downloader of ADD URLs
+// (build.Builder.SetFetcher; the daemon's egress service's, so a
+// download passes the build's allow-list as its RUN steps' traffic
+// does). Without it an ADD of a URL is 503. Call it before serving.
+func (s *Server) SetFetcher(f *netpolicy.Fetcher) { s.builder.SetFetcher(f) }
 
 // SetDomain routes requests for host names "PORT-ID.domain" to sandbox
 // ports and names domain in E2B's sandbox answers (e2b.Handler.SetDomain;
@@ -70,6 +80,7 @@ func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir str
 		hostsAPI: &hostsAPI{edge: e}}
 	hs := newHandlers(e, mgr, st, catalog, spoolDir, rec, ms)
 	s.secrets = hs.secrets
+	s.builder = hs.templates.builder
 	s.e2b.SetTemplateBuilder(hs.templates.buildForE2B, spoolDir)
 	s.routes(hs)
 	return s

@@ -31,7 +31,7 @@ func templateView(t *storage.Template) v1.Template {
 	}
 	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
 		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, Layers: t.Layers,
-		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf}
+		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf, Tier: t.Tier}
 }
 
 func (h *templateAPI) handleTemplates(w http.ResponseWriter, r *http.Request) {

@@ -65,7 +65,8 @@ func TestRun(t *testing.T) {
 		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true,
 		OpSnapshotUnsynced: true, OpFrozenUnsynced: true, OpFrozenSynced: true,
 		OpRestoreFiles: true, OpSustained: true, OpCodeWarm: true, OpCodeFirst: true, OpCodeFirstCold: true, OpCodeChart: true, OpEgressRunc: true, OpEgressGVisor: true,
-		OpBrokerHTTPS: true, OpPassthroughHTTPS: true}
+		OpBrokerHTTPS: true, OpPassthroughHTTPS: true,
+		OpBuildCold: true, OpBuildCached: true, OpBuildFirst: true}
 	for _, r := range rep.Results {
 		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
 			r.Operation, r.System, r.N, r.P50MS, r.P99MS, r.MeanMS, r.Note, r.Error)

@@ -94,7 +94,7 @@ var opOrder = []string{OpFork, OpFork64, OpPoolCreate, OpCreate, OpRestoreFiles,
 	OpRun, OpDestroy, OpPause, OpResume, OpSnapshot,
 	OpSnapshotUnsynced, OpFrozenUnsynced, OpFrozenSynced,
 	OpMemSnapshot, OpMemRestore, OpMemFork, OpGVisorExec, OpCodeWarm, OpCodeFirst, OpCodeFirstCold, OpCodeChart,
-	OpPullCold, OpPullCached}
+	OpPullCold, OpPullCached, OpBuildCold, OpBuildCached, OpBuildFirst}
 
 // systemOrder is the order of systems within one operation.
 var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy, SystemPythonExec}
@@ -118,6 +118,7 @@ var targets = map[string]float64{
 	OpMemFork:      1500, // fork of 5 children from it, in all
 	OpCodeWarm:     10,   // runCode('1+1') round trip in a warm kernel, runc tier (issue 17)
 	OpCodeFirst:    300,  // the first runCode after create (issue 17)
+	OpBuildCached:  200,  // a fully cached rebuild of a Dockerfile (issue 19)
 }
 
 // rateTargets are the lowest acceptable rates, in operations a second,

@@ -3,6 +3,7 @@ package build
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -24,7 +25,7 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		"RUN true\n":                                       "line 1: RUN before FROM",
 		"FROM base\nCOPY --from=x a b\n":                   "line 2: COPY --from",
 		"FROM base\nRUN --mount=type=cache,target=/x ls\n": "line 2: RUN --mount",
-		"FROM base\nADD https://example.com/x /x\n":        "line 2: ADD of a URL",
+		"FROM base\nADD git@example.com:x/y.git /x\n":      "line 2: ADD of git@",
 		"FROM base\nENV\n":                                 "line 2",
 		"":                                                 "no instructions",
 	}
@@ -57,7 +58,7 @@ func planOf(t *testing.T, df string, c *Context, args map[string]string) (*run, 
 	var acts []*action
 	var keys []string
 	for _, in := range f.Instrs {
-		a, err := r.plan(in)
+		a, err := r.plan(context.Background(), in)
 		if err != nil {
 			t.Fatalf("plan %s: %v", in.Text, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage"
 	"github.com/forkbox/forkbox/template"
@@ -37,7 +39,13 @@ type Builder struct {
 	node    node.Node
 	catalog *template.Catalog
 	cache   *Cache
+	fetcher *netpolicy.Fetcher
 }
+
+// SetFetcher gives the builder the downloader of ADD URLs (the daemon's
+// egress service's: netpolicy.Service.Fetcher); without one an ADD of a
+// URL is ErrUnavailable. Call it before the first build.
+func (b *Builder) SetFetcher(f *netpolicy.Fetcher) { b.fetcher = f }
 
 // New returns a builder whose RUN steps run in sessions of n and whose
 // templates go into c; its step cache is c.BuildCacheDir(). With a nil
@@ -56,6 +64,10 @@ type Spec struct {
 	Dockerfile []byte
 	// Context is the build context COPY and ADD read (nil: empty).
 	Context *Context
+	// SpoolDir is where an ADD's download or extracted archive is
+	// spooled while the build runs ("": the system's temporary
+	// directory); the files are removed when the build ends.
+	SpoolDir string
 	// BuildArgs give ARGs values (an ARG the Dockerfile does not declare
 	// is not used, as in Docker).
 	BuildArgs map[string]string
@@ -155,6 +167,7 @@ func (b *Builder) Build(ctx context.Context, name string, spec Spec) (*Result, e
 	defer release()
 	r := &run{b: b, spec: spec, name: name, tenant: tenancy.TenantOf(ctx, ""), f: f}
 	defer r.endSession(ctx)
+	defer r.removeSpools()
 	return r.build(ctx)
 }
 
@@ -173,6 +186,8 @@ type run struct {
 	// session is the sandbox steps run in once one missed the cache.
 	session   string
 	sandboxes int
+	// spools are the ADD spool files (removed when the build ends).
+	spools []*os.File
 }
 
 // build runs every step and installs the template.
@@ -193,8 +208,11 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 		start := time.Now()
 		r.emit(Event{Kind: "step", Step: i + 1, Total: total, Line: in.Line, Instruction: in.Text})
 		sr := StepResult{Step: i + 1, Line: in.Line, Instruction: in.Text}
-		act, err := r.plan(in)
+		act, err := r.plan(ctx, in)
 		if err != nil {
+			if c := errdefs.Class(err); c != errdefs.ErrInvalidArgument && c != errdefs.ErrInternal {
+				return nil, fmt.Errorf("line %d: %w", in.Line, err) // a limit, an unavailable service: its own class
+			}
 			return nil, errdefs.InvalidField("dockerfile", "line %d: %v", in.Line, err)
 		}
 		if act != nil {
@@ -230,7 +248,10 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	}
 	built := template.Built{Source: "build", Env: r.st.env, Workdir: r.st.workdir, User: r.st.user,
 		Cmd: cmd, StartCmd: (r.st.entSet || r.st.cmdSet || len(tpl.StartCmd) > 0) && len(cmd) > 0,
-		Steps: total, HostMounts: tpl.HostMounts}
+		Steps: total, HostMounts: tpl.HostMounts, Tier: r.spec.Isolation}
+	if built.Tier == "" {
+		built.Tier = r.b.node.Info().DefaultDriver
+	}
 	d := sha256.Sum256([]byte(key + "\n" + strings.Join(built.Env, "\x00") + "\n" + built.Workdir + "\n" + built.User + "\n" + strings.Join(cmd, "\x00")))
 	built.Digest = "sha256:" + hex.EncodeToString(d[:])
 	t, err := r.b.catalog.InstallBuilt(ctx, r.name, r.tenant, r.src, built, r.spec.MaxBytes, r.spec.MaxName)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,7 +43,10 @@ type Entry struct {
 	Link string
 	// Digest is the sha256 of a regular file's bytes (hex).
 	Digest string
-	offset int64
+	// UID and GID are an extracted archive entry's owner (0 in a build
+	// context: COPY writes as root or --chown).
+	UID, GID int
+	offset   int64
 }
 
 // OpenContext indexes the tar in f (which it keeps open until Close;
@@ -52,6 +56,17 @@ type Entry struct {
 // absolute, an entry of another type, more than MaxContextEntries, or
 // not a tar.
 func OpenContext(f *os.File) (*Context, error) {
+	return openTar(f, "context", false)
+}
+
+// openTar indexes the tar in f as OpenContext says; with archive (a
+// local archive ADD extracts) it follows the image extractor's rules
+// instead (storage/image): leading slashes are dropped, a ".." anywhere
+// in a name is refused, device nodes and FIFOs are dropped, setuid and
+// setgid bits are cleared, and each entry keeps its owner (UID, GID);
+// an entry under a symlink the archive made is refused (it would be
+// written through the link). Errors name field.
+func openTar(f *os.File, field string, archive bool) (*Context, error) {
 	c := &Context{f: f, entries: map[string]*Entry{".": {Path: ".", Type: tar.TypeDir, Mode: 0o755}}}
 	if f == nil {
 		return c, nil
@@ -64,28 +79,51 @@ func OpenContext(f *os.File) (*Context, error) {
 			break
 		}
 		if err != nil {
-			return nil, errdefs.InvalidField("context", "not a tar archive: %v", err)
+			return nil, errdefs.InvalidField(field, "not a tar archive: %v", err)
 		}
 		if len(c.entries) > MaxContextEntries {
-			return nil, errdefs.InvalidField("context", "more than %d entries", MaxContextEntries)
+			return nil, errdefs.InvalidField(field, "more than %d entries", MaxContextEntries)
+		}
+		if archive && h.Typeflag == tar.TypeXGlobalHeader {
+			continue
 		}
 		name := strings.TrimSuffix(h.Name, "/")
+		if archive {
+			if slices.Contains(strings.Split(name, "/"), "..") {
+				return nil, errdefs.InvalidField(field, "entry %q leaves the destination", h.Name)
+			}
+			name = strings.TrimLeft(name, "/")
+			if name == "" {
+				name = "."
+			}
+		}
 		clean := path.Clean(name)
 		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
-			return nil, errdefs.InvalidField("context", "entry %q leaves the context", h.Name)
+			return nil, errdefs.InvalidField(field, "entry %q leaves the context", h.Name)
+		}
+		if archive {
+			for d := path.Dir(clean); d != "."; d = path.Dir(d) {
+				if p, ok := c.entries[d]; ok && p.Type == tar.TypeSymlink {
+					return nil, errdefs.InvalidField(field, "entry %q is under the symlink %q", h.Name, d)
+				}
+			}
 		}
 		e := &Entry{Path: clean, Mode: h.Mode & 0o7777, Size: h.Size}
+		if archive {
+			e.Mode &= 0o1777
+			e.UID, e.GID = h.Uid, h.Gid
+		}
 		switch h.Typeflag {
 		case tar.TypeReg:
 			for k := range h.PAXRecords {
 				if strings.HasPrefix(k, "GNU.sparse.") {
-					return nil, errdefs.InvalidField("context", "entry %q: sparse files are not allowed", h.Name)
+					return nil, errdefs.InvalidField(field, "entry %q: sparse files are not allowed", h.Name)
 				}
 			}
 			e.Type, e.offset = tar.TypeReg, cr.n
 			sum := sha256.New()
 			if _, err := io.Copy(sum, tr); err != nil {
-				return nil, errdefs.InvalidField("context", "entry %q: %v", h.Name, err)
+				return nil, errdefs.InvalidField(field, "entry %q: %v", h.Name, err)
 			}
 			e.Digest = hex.EncodeToString(sum.Sum(nil))
 		case tar.TypeDir:
@@ -93,15 +131,26 @@ func OpenContext(f *os.File) (*Context, error) {
 		case tar.TypeSymlink:
 			e.Type, e.Link = tar.TypeSymlink, h.Linkname
 		case tar.TypeLink:
-			target, ok := c.entries[path.Clean(h.Linkname)]
+			target, ok := c.entries[path.Clean(strings.TrimLeft(h.Linkname, "/"))]
 			if !ok || target.Type != tar.TypeReg {
-				return nil, errdefs.InvalidField("context", "hard link %q to %q, which is not a file before it", h.Name, h.Linkname)
+				return nil, errdefs.InvalidField(field, "hard link %q to %q, which is not a file before it", h.Name, h.Linkname)
 			}
 			cp := *target
 			cp.Path = clean
 			e = &cp
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			if archive {
+				continue // dropped, as the image extractor does
+			}
+			return nil, errdefs.InvalidField(field, "entry %q: only files, directories and symlinks are allowed", h.Name)
 		default:
-			return nil, errdefs.InvalidField("context", "entry %q: only files, directories and symlinks are allowed", h.Name)
+			return nil, errdefs.InvalidField(field, "entry %q: only files, directories and symlinks are allowed", h.Name)
+		}
+		if archive && clean == "." {
+			if e.Type != tar.TypeDir {
+				return nil, errdefs.InvalidField(field, "entry %q: the root is not a directory", h.Name)
+			}
+			continue // the root is the destination; it keeps its own mode
 		}
 		c.entries[clean] = e
 		// Parents an archive left out are directories.

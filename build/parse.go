@@ -56,8 +56,9 @@ type Instr struct {
 // "dockerfile" and the line: a syntax error, an instruction forkbox does
 // not build (a second FROM, HEALTHCHECK, SHELL, VOLUME, ONBUILD,
 // STOPSIGNAL), a flag it does not support (RUN --mount/--network, COPY
-// --from, ADD of a URL or git source, COPY --chmod), heredocs, or more
-// than 200 instructions or 1 MiB.
+// --from, ADD of a git source or a URL other than http(s), ADD
+// --checksum/--link, COPY --chmod), heredocs, or more than 200
+// instructions or 1 MiB.
 func Parse(dockerfile []byte) (*File, error) {
 	if len(dockerfile) > maxDockerfile {
 		return nil, errdefs.InvalidField("dockerfile", "longer than %d bytes", maxDockerfile)
@@ -132,15 +133,19 @@ func supported(cmd instructions.Command) error {
 			return fmt.Errorf("COPY with a heredoc is not supported")
 		}
 	case *instructions.AddCommand:
-		if c.Chmod != "" || c.Link || len(c.ExcludePatterns) > 0 || c.Checksum != "" || c.KeepGitDir != nil || c.Unpack != nil {
-			return fmt.Errorf("ADD supports only --chown")
+		if c.Link || len(c.ExcludePatterns) > 0 || c.Checksum != "" || c.KeepGitDir != nil || c.Unpack != nil {
+			return fmt.Errorf("ADD supports only --chown and --chmod")
+		}
+		if _, err := parseChmod(c.Chmod); err != nil {
+			return fmt.Errorf("ADD %w", err)
 		}
 		if len(c.SourceContents) > 0 {
 			return fmt.Errorf("ADD with a heredoc is not supported")
 		}
 		for _, s := range c.SourcePaths {
-			if strings.Contains(s, "://") || strings.HasPrefix(s, "git@") {
-				return fmt.Errorf("ADD of a URL (%s) is not supported yet: fetch it in a RUN with --allow", s)
+			gitRepo := strings.HasPrefix(s, "git@") || isURL(s) && strings.HasSuffix(strings.SplitN(s, "#", 2)[0], ".git")
+			if gitRepo || strings.Contains(s, "://") && !isURL(s) {
+				return fmt.Errorf("ADD of %s is not supported: only http and https URLs and files of the context", s)
 			}
 		}
 	case *instructions.CmdCommand, *instructions.EntrypointCommand:

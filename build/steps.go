@@ -26,17 +26,23 @@ type action struct {
 	// run: a shell command line (Cmd) or an exec-form argv.
 	cmd  string
 	argv []string
-	// copy: what goes where, as whom.
+	// copy: what goes where, as whom (owner: --chown's user; chmod:
+	// --chmod's mode, 0 for the sources' own).
 	picks []copyTarget
 	owner string
+	chmod int64
 	// workdir: the directory to make.
 	dir string
 }
 
-// copyTarget is one context entry and its absolute path in the sandbox.
+// copyTarget is one entry and its absolute path in the sandbox: an
+// entry of the build context, or (src set) of an archive ADD extracts
+// (archive: it keeps its owner) or a file ADD downloaded.
 type copyTarget struct {
-	e  *Entry
-	to string
+	e       *Entry
+	to      string
+	src     *Context
+	archive bool
 }
 
 // plan applies instruction in to the build's state: ENV, ARG, USER,
@@ -44,7 +50,7 @@ type copyTarget struct {
 // only change it (nil action); RUN, COPY, ADD and WORKDIR return the
 // action that changes files. Variables are expanded as Docker does
 // (BuildKit's shell lexer; RUN's command line is left to the shell).
-func (r *run) plan(in Instr) (*action, error) {
+func (r *run) plan(ctx context.Context, in Instr) (*action, error) {
 	expand := func(word string) (string, error) {
 		res, err := r.lex.ProcessWordWithMatches(word, shell.EnvsFromSlice(r.st.expandEnv()))
 		return res.Result, err
@@ -87,7 +93,7 @@ func (r *run) plan(in Instr) (*action, error) {
 	case *instructions.CopyCommand:
 		return r.planCopy("copy", c.SourcePaths, c.DestPath, c.Chown)
 	case *instructions.AddCommand:
-		return r.planCopy("copy", c.SourcePaths, c.DestPath, c.Chown)
+		return r.planAdd(ctx, c)
 	}
 	return nil, nil
 }
@@ -269,23 +275,36 @@ func (r *run) runCommand(ctx context.Context, idx int, in Instr, a *action) erro
 // something to do).
 func (r *run) copyFiles(ctx context.Context, a *action) error {
 	modes := map[int64][]string{}
+	owners := map[string][]string{}
 	var links, owned []string
 	for _, t := range a.picks {
 		owned = append(owned, quote(t.to))
+		if t.archive && a.owner == "" && (t.e.UID != 0 || t.e.GID != 0) {
+			o := fmt.Sprintf("%d:%d", t.e.UID, t.e.GID)
+			owners[o] = append(owners[o], quote(t.to))
+		}
+		mode := t.e.Mode
+		if a.chmod != 0 && t.e.Type != tar.TypeSymlink {
+			mode = a.chmod
+		}
 		switch t.e.Type {
 		case tar.TypeDir:
 			if err := r.makeDir(ctx, t.to, "root"); err != nil {
 				return err
 			}
-			if t.e.Mode != 0o755 {
-				modes[t.e.Mode] = append(modes[t.e.Mode], t.to)
+			if mode != 0o755 {
+				modes[mode] = append(modes[mode], t.to)
 			}
 		case tar.TypeReg:
-			if _, err := r.b.node.Upload(ctx, r.session, t.to, "root", r.spec.Context.Open(t.e), t.e.Size); err != nil {
+			src := t.src
+			if src == nil {
+				src = r.spec.Context
+			}
+			if _, err := r.b.node.Upload(ctx, r.session, t.to, "root", src.Open(t.e), t.e.Size); err != nil {
 				return fmt.Errorf("COPY %s: %w", t.e.Path, err)
 			}
-			if t.e.Mode != 0o644 {
-				modes[t.e.Mode] = append(modes[t.e.Mode], t.to)
+			if mode != 0o644 {
+				modes[mode] = append(modes[mode], t.to)
 			}
 		case tar.TypeSymlink:
 			links = append(links, "ln -sfn "+quote(t.e.Link)+" "+quote(t.to))
@@ -302,24 +321,32 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 		for _, p := range modes[m] {
 			q = append(q, quote(p))
 		}
-		script = append(script, fmt.Sprintf("chmod %o %s", m, strings.Join(q, " ")))
+		script = append(script, batched(fmt.Sprintf("chmod %o", m), q)...)
 	}
 	script = append(script, links...)
 	if a.owner != "" && a.owner != "root" && len(owned) > 0 {
-		script = append(script, "chown -h "+quote(a.owner)+" "+strings.Join(owned, " "))
+		script = append(script, batched("chown -h "+quote(a.owner), owned)...)
 	}
-	if len(script) == 0 {
-		return nil
+	ids := make([]string, 0, len(owners))
+	for o := range owners {
+		ids = append(ids, o)
 	}
-	tail := &tailBuffer{max: tailBytes}
-	out := node.OutputFuncs(nil, func(p []byte) error { tail.write(p); return nil }, func(p []byte) error { tail.write(p); return nil })
-	res, err := r.b.node.Exec(ctx, r.session, node.ExecSpec{Argv: []string{"/bin/sh", "-c", strings.Join(script, " && ")}, User: "root", TimeoutS: 300}, out)
-	if err != nil {
-		return fmt.Errorf("COPY: set modes and links: %w", err)
+	sort.Strings(ids)
+	for _, o := range ids {
+		script = append(script, batched("chown -h "+o, owners[o])...)
 	}
-	if res.ExitCode != 0 {
-		return errdefs.InvalidField("dockerfile", "COPY: setting modes, links and owners needs /bin/sh, chmod, ln and chown in the image; they failed (exit %d): %s",
-			res.ExitCode, strings.TrimSpace(tail.String()))
+	// In scripts of at most maxScript bytes each, in order: an archive's
+	// thousands of paths stay below the kernel's argument limit.
+	for len(script) > 0 {
+		n, size := 0, 0
+		for n < len(script) && (n == 0 || size+len(script[n]) < maxScript) {
+			size += len(script[n]) + 4
+			n++
+		}
+		if err := r.finishCopy(ctx, strings.Join(script[:n], " && ")); err != nil {
+			return err
+		}
+		script = script[n:]
 	}
 	return nil
 }

@@ -402,6 +402,9 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	apiServer.SetDomain(opts.Domain)
 	apiServer.SetSecrets(secrets)
 	apiServer.SetHosts(fh)
+	if netsvc != nil {
+		apiServer.SetFetcher(netsvc.Fetcher(nil))
+	}
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
 		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, served: make(chan error, 1), scratch: layout.Scratch(),

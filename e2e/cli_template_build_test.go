@@ -63,8 +63,8 @@ func TestCLITemplateBuild(t *testing.T) {
 	}
 	deleteTemplateAtEnd(t, env.c, df)
 	out, _, _ = forkbox(t, "", "template", "ls")
-	if !strings.Contains(out, "LAYERS") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(df)+` +build +- +\d+ +3 +sha256:`).MatchString(out) {
-		t.Errorf("template ls: want %s with source build and 3 steps:\n%s", df, out)
+	if !strings.Contains(out, "LAYERS") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(df)+` +build +- +\d+ +3 +runc +sha256:`).MatchString(out) {
+		t.Errorf("template ls: want %s with source build, 3 steps and tier runc:\n%s", df, out)
 	}
 	again := tplName("cli-again")
 	_, errOut, code = forkbox(t, "", "template", "build", again, "-f", filepath.Join(dir, "Dockerfile"), "--context", dir)
@@ -130,8 +130,8 @@ func TestTemplateBuildGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleteTemplateAtEnd(t, env.c, name)
-	if res.Sandboxes != 1 {
-		t.Fatalf("build %+v", res)
+	if res.Sandboxes != 1 || res.Template.Tier != "gvisor" {
+		t.Fatalf("build %+v, want one sandbox and tier gvisor", res)
 	}
 	if ss := buildSessions(t, name); len(ss) != 1 || ss[0].Driver != "gvisor" {
 		t.Fatalf("the build's sandboxes: %+v, want one gVisor session", ss)

@@ -61,8 +61,13 @@ type Template struct {
 	// the template (not from a snapshot of one), as the session's user in
 	// its working directory, tagged "start".
 	StartCmd []string `json:"start_cmd,omitempty"`
-	// Layers is how many image layers the import applied.
+	// Layers is how many image layers the import applied (a built
+	// template's: how many steps its Dockerfile has).
 	Layers int `json:"layers,omitempty"`
+	// Tier is the isolation tier ("runc", "gvisor") a built template's
+	// steps ran in, which its files were made by; empty for a template
+	// that was imported, pulled or is built in.
+	Tier string `json:"tier,omitempty"`
 	// LayerDigests are the digests ("sha256:...") of the compressed
 	// layers of a template pulled from a registry, lowest first: the
 	// layer cache (storage/layercache) keeps them while the template

@@ -31,6 +31,8 @@ type Built struct {
 	StartCmd bool
 	// Steps is how many steps the Dockerfile has (shown as Layers).
 	Steps int
+	// Tier is the isolation tier the steps ran in (the template's Tier).
+	Tier string
 	// HostMounts are the parent template's host mounts (a build FROM
 	// base keeps base's read-only /usr and friends).
 	HostMounts []bindmount.Mount
@@ -78,7 +80,10 @@ func (c *Catalog) InstallBuilt(ctx context.Context, name, tenant string, from st
 		return &image.Image{Digest: b.Digest, Env: b.Env, WorkingDir: b.Workdir, User: b.User,
 			Cmd: b.Cmd, SizeBytes: size, Layers: b.Steps}, nil
 	}
-	edit := func(t *storage.Template) { t.HostMounts = append([]bindmount.Mount(nil), b.HostMounts...) }
+	edit := func(t *storage.Template) {
+		t.HostMounts = append([]bindmount.Mount(nil), b.HostMounts...)
+		t.Tier = b.Tier
+	}
 	return c.install(ctx, name, tenant, o, unpack, edit)
 }
 

@@ -377,6 +377,9 @@ type Template struct {
 	Layers    int      `json:"layers,omitempty"`
 	SizeBytes int64    `json:"size_bytes"`
 	CreatedAt string   `json:"created_at"`
+	// Tier is the isolation tier ("runc", "gvisor") a built template's
+	// steps ran in; absent for imported, pulled and built-in templates.
+	Tier string `json:"tier,omitempty"`
 	// AliasOf names the template this one is a built-in alias of
 	// ("code-interpreter-v1" is "base"'s); sessions created from an
 	// alias are sessions of that template.

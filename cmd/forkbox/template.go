@@ -113,14 +113,18 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 			if err != nil {
 				return err
 			}
-			// LAYERS: an image's layers; a built template's steps.
-			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tLAYERS\tDIGEST\tCREATED",
+			// LAYERS: an image's layers; a built template's steps. TIER:
+			// the isolation tier a built template's steps ran in.
+			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tLAYERS\tTIER\tDIGEST\tCREATED",
 				func(t client.Template) string {
-					user := t.User
+					user, tier := t.User, t.Tier
 					if user == "" {
 						user = "-"
 					}
-					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Layers, t.Digest, t.CreatedAt)
+					if tier == "" {
+						tier = "-"
+					}
+					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Layers, tier, t.Digest, t.CreatedAt)
 				})
 		},
 	}
