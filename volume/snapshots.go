@@ -91,6 +91,9 @@ func (s *Service) CreateFrom(ctx context.Context, tenant, name, from string, siz
 // the volume is gone. ErrNotFound when there is neither the volume nor a
 // snapshot of it.
 func (s *Service) ListSnapshots(ctx context.Context, tenant, name string) ([]*node.VolumeSnapshot, error) {
+	if err := s.supported(); err != nil {
+		return nil, err
+	}
 	rows, err := s.store.ListVolumeSnapshots(ctx, tenant, name, true)
 	if err != nil {
 		return nil, err
@@ -111,6 +114,9 @@ func (s *Service) ListSnapshots(ctx context.Context, tenant, name string) ([]*no
 // name. Volumes made from it keep their data. ErrNotFound when it is not
 // one of that volume's own snapshots.
 func (s *Service) DeleteSnapshot(ctx context.Context, tenant, name, ref string) error {
+	if err := s.supported(); err != nil {
+		return err
+	}
 	sn, err := s.store.GetVolumeSnapshot(ctx, tenant, ref)
 	if err == nil && (sn.Volume != name || sn.SessionSnapshot != "") {
 		err = errdefs.Newf(errdefs.ErrNotFound, "volume %q has no snapshot %q", name, ref)
