@@ -60,16 +60,30 @@ func (e *env) measureMerge(ctx context.Context) []Result {
 	rows := dataRows(e.compete(ctx, e.opts.Warmup, e.opts.N, ops, contender{system: SystemForkbox,
 		step: func(ctx context.Context) ([]time.Duration, error) { return f.diffAndMerge(ctx, sn, disk) }}), mb)
 	e.opts.progressf("forkbox: fork-and-run %d beside %d fork + exec calls x %d", forkRunCount, forkRunCount, e.opts.Warmup+e.opts.N)
-	// Both in one step, so that each round pairs them on the same load.
-	return append(rows, e.compete(ctx, e.opts.Warmup, e.opts.N, []string{OpForkRun, OpForkExecs}, contender{system: SystemForkbox,
+	// Both in one step, so that each round pairs them on the same load;
+	// the separate calls' row carries the ratio to fork-and-run.
+	var runs, seps []time.Duration
+	round := 0
+	pair := e.compete(ctx, e.opts.Warmup, e.opts.N, []string{OpForkRun, OpForkExecs}, contender{system: SystemForkbox,
 		step: func(ctx context.Context) ([]time.Duration, error) {
+			round++
 			run, err := f.forkRun(ctx, sn, disk)
 			if err != nil {
 				return nil, err
 			}
 			sep, err := f.forkExecs(ctx, sn, disk)
+			if err == nil && round > e.opts.Warmup {
+				runs, seps = append(runs, run), append(seps, sep)
+			}
 			return []time.Duration{run, sep}, err
-		}})...)
+		}})
+	for i := range pair {
+		if pair[i].Operation == OpForkExecs && pair[i].Error == "" {
+			pair[i].setPaired(runs, seps)
+			pair[i].Note = "paired ratio: to fork-and-run in the same rounds"
+		}
+	}
+	return append(rows, pair...)
 }
 
 // diffAndMerge starts a parent and a child from snapshot snap (untimed),
