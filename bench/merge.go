@@ -41,6 +41,8 @@ const (
 	mergeFiles = 10
 	// forkRunCount is how many children the fork-and-run rows start.
 	forkRunCount = 16
+	// diffTargetMS is the diff row's target at p50 (issue 21), in ms.
+	diffTargetMS float64 = 20
 )
 
 // changeCmd writes mergeFiles small files in a child (untimed).
@@ -80,7 +82,18 @@ func (e *env) measureMerge(ctx context.Context) []Result {
 	for i := range pair {
 		if pair[i].Operation == OpForkExecs && pair[i].Error == "" {
 			pair[i].setPaired(runs, seps)
-			pair[i].Note = "paired ratio: to fork-and-run in the same rounds"
+			if pair[i].PairedRatio != nil {
+				pair[i].Note = fmt.Sprintf("%.2fx fork-and-run's time in the same round (median of %d)", *pair[i].PairedRatio, pair[i].Pairs)
+			}
+		}
+	}
+	for i := range rows {
+		if rows[i].Operation == OpDiff && rows[i].Error == "" && rows[i].N > 0 {
+			verdict := "met"
+			if rows[i].P50MS > diffTargetMS {
+				verdict = "MISSED"
+			}
+			rows[i].Note = fmt.Sprintf("target <= %g ms: %s", diffTargetMS, verdict)
 		}
 	}
 	return append(rows, pair...)
