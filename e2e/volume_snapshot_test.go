@@ -242,3 +242,38 @@ func TestVolumeSnapshotsNeedBtrfs(t *testing.T) {
 		t.Errorf("the refusal does not say why: %v", err)
 	}
 }
+
+// TestCLIVolumeSnapshot: `forkbox volume snapshot`, `volume snapshots`,
+// `volume create --from` (the snapshotted size unless --size) and
+// `volume snapshots --rm` work against the daemon.
+func TestCLIVolumeSnapshot(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, err := env.c.CreateVolume(ctx, "clivol", 4); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, env.c, "clivol")
+	cleanupVolume(t, env.c, "clivol2")
+	cleanupVolume(t, env.c, "clivol3")
+	out, errOut, code := forkbox(t, "", "volume", "snapshot", "clivol", "--name", "clivol-s1")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("volume snapshot: exit %d, %q %q", code, out, errOut)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteVolumeSnapshot(ctxFor(t, time.Minute), "clivol", id) })
+	if out, errOut, code = forkbox(t, "", "volume", "snapshots", "clivol"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "clivol-s1") {
+		t.Fatalf("volume snapshots: exit %d, %q %q", code, out, errOut)
+	}
+	if out, errOut, code = forkbox(t, "", "volume", "create", "clivol2", "--from", "clivol-s1"); code != 0 || !strings.Contains(out, "(4 MiB)") {
+		t.Fatalf("volume create --from: exit %d, %q %q", code, out, errOut)
+	}
+	if out, errOut, code = forkbox(t, "", "volume", "create", "clivol3", "--from", id, "--size", "16M"); code != 0 || !strings.Contains(out, "(16 MiB)") {
+		t.Fatalf("volume create --from --size: exit %d, %q %q", code, out, errOut)
+	}
+	if out, errOut, code = forkbox(t, "", "volume", "snapshots", "clivol", "--rm", "clivol-s1"); code != 0 {
+		t.Fatalf("volume snapshots --rm: exit %d, %q %q", code, out, errOut)
+	}
+	if l, err := env.c.VolumeSnapshots(ctx, "clivol"); err != nil || len(l) != 0 {
+		t.Fatalf("after --rm: %+v %v", l, err)
+	}
+}
