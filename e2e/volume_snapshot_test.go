@@ -277,3 +277,48 @@ func TestCLIVolumeSnapshot(t *testing.T) {
 		t.Fatalf("after --rm: %+v %v", l, err)
 	}
 }
+
+// TestVolumeCopiesCountAgainstTenant: a tenant's max_volumes counts the
+// copies a fork makes: with a limit of 2 and one volume, a fork of 2
+// children of a session mounting it is refused with 429 (all or nothing:
+// no child and no copy is left), a fork of 1 fits, and a further volume
+// create is refused while that child lives.
+func TestVolumeCopiesCountAgainstTenant(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	_, _, c := newTenant(t, env.c, "volquota", client.TenantPolicy{MaxVolumes: 2})
+	if _, err := c.CreateVolume(ctx, "qv", 4); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, c, "qv")
+	p, _, err := c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "qv", Path: "/home/user/q"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
+	sn, err := c.Snapshot(ctx, p.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	_, err = c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 2})
+	wantStatus(t, "fork of 2 past max_volumes 2", err, 429, "")
+	vs, err := c.Volumes(ctx)
+	if err != nil || len(vs) != 1 {
+		t.Fatalf("volumes after the refused fork: %+v %v", vs, err)
+	}
+	fr, err := c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), fr.Sessions[0].ID) })
+	_, err = c.CreateVolume(ctx, "qv2", 4)
+	wantStatus(t, "a third volume", err, 429, "")
+	if err := c.DeleteSession(ctx, fr.Sessions[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateVolume(ctx, "qv2", 4); err != nil {
+		t.Fatalf("a second volume once the child's copy went: %v", err)
+	}
+	cleanupVolume(t, c, "qv2")
+}

@@ -50,6 +50,8 @@ type Service struct {
 	shift   storage.IDShift
 	dir     string // where the scratch template's directory is made
 
+	quota   QuotaFunc // nil: no tenant limit
+
 	mu      sync.Mutex
 	writer  map[string]string          // layer id -> the session mounting it read-write
 	readers map[string]map[string]bool // layer id -> sessions mounting it read-only
@@ -63,6 +65,17 @@ func New(st *store.Store, drv storage.Driver, shift storage.IDShift, dir string)
 	return &Service{store: st, storage: drv, shift: shift, dir: dir,
 		writer: map[string]string{}, readers: map[string]map[string]bool{}, busy: map[string]bool{}}
 }
+
+// QuotaFunc takes a place for one more of what ("volumes") of tenant
+// against its policy, or refuses (429 tenant-quota-exceeded); count says
+// how many it keeps now; release undoes it once the new one is recorded
+// or failed (admission.Controller.ReserveQuota).
+type QuotaFunc func(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error)
+
+// UseQuota makes every volume create, copies for sessions included, count
+// against the tenant's max_volumes through q. Call it before the service
+// is used.
+func (s *Service) UseQuota(q QuotaFunc) { s.quota = q }
 
 // supported says why the storage driver cannot hold volumes (nil when it
 // can): a volume's directory must stay where Prepare put it across daemon
@@ -138,6 +151,16 @@ func (s *Service) create(ctx context.Context, tenant, name string, sizeMB int64,
 		return nil, errdefs.Newf(errdefs.ErrConflict, "volume %q already exists", name)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
+	}
+	if s.quota != nil {
+		release, err := s.quota(ctx, tenant, "volumes", func() (int, error) {
+			rows, err := s.store.ListVolumes(ctx, tenant)
+			return len(rows), err
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	if src.Template != "" {
 		if err := s.ensureScratch(ctx); err != nil {
