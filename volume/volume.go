@@ -50,7 +50,7 @@ type Service struct {
 	shift   storage.IDShift
 	dir     string // where the scratch template's directory is made
 
-	quota   QuotaFunc // nil: no tenant limit
+	quota QuotaFunc // nil: no tenant limit
 
 	mu      sync.Mutex
 	writer  map[string]string          // layer id -> the session mounting it read-write
