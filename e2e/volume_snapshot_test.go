@@ -322,3 +322,59 @@ func TestVolumeCopiesCountAgainstTenant(t *testing.T) {
 	}
 	cleanupVolume(t, c, "qv2")
 }
+
+// TestVolumeCopyEndsAcrossRestart: a child whose timeout passes while no
+// daemon runs ends when the next daemon adopts it, and its volume copy
+// goes with it; the parent's volume and the snapshot stay.
+func TestVolumeCopyEndsAcrossRestart(t *testing.T) {
+	needBtrfsVolumes(t)
+	o := newOwnDaemon(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := o.c.CreateVolume(ctx, "rv", 4); err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := o.c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "rv", Path: "/home/user/rv"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := o.c.ExecCollect(ctx, p.ID, client.ExecRequest{Cmd: "echo kept > /home/user/rv/f"}); err != nil || out.ExitCode != 0 {
+		t.Fatalf("write: %+v %v", out, err)
+	}
+	fr, err := o.c.ForkSession(ctx, p.ID, client.ForkRequest{Count: 1, CreateRequest: client.CreateRequest{TimeoutS: 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := fr.Sessions[0].ID
+	if _, err := o.c.GetVolume(ctx, "rv-"+child); err != nil {
+		t.Fatalf("the child's copy: %v", err)
+	}
+	o.restart(t, func() { time.Sleep(6 * time.Second) })
+	_, err = o.c.GetVolume(ctx, "rv-"+child)
+	wantStatus(t, "the copy of a child that timed out while no daemon ran", err, 404, "")
+	if v, err := o.c.GetVolume(ctx, "rv"); err != nil || v.WriterSession != p.ID {
+		t.Fatalf("the parent's volume after the restart: %+v %v", v, err)
+	}
+	// A new child from the snapshot still gets the volume as captured.
+	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{Snapshot: fr.Snapshot.ID}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := o.c.ExecCollect(ctx, s.ID, client.ExecRequest{Cmd: "cat /home/user/rv/f"})
+	if err != nil || string(out.Stdout) != "kept\n" {
+		t.Fatalf("a new child after the restart: %+v %v", out, err)
+	}
+	for _, id := range []string{s.ID, p.ID} {
+		if err := o.c.DeleteSession(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.c.DeleteSnapshot(ctx, fr.Snapshot.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.c.DeleteVolume(ctx, "rv"); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := o.c.Volumes(ctx); err != nil || len(vs) != 0 {
+		t.Fatalf("volumes left: %+v %v", vs, err)
+	}
+}
