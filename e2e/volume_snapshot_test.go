@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -376,5 +377,63 @@ func TestVolumeCopyEndsAcrossRestart(t *testing.T) {
 	}
 	if vs, err := o.c.Volumes(ctx); err != nil || len(vs) != 0 {
 		t.Fatalf("volumes left: %+v %v", vs, err)
+	}
+}
+
+// volumeEntries lists the btrfs layers and snapshots of volumes in the
+// shared daemon's storage (volume layer and volume snapshot ids).
+func volumeEntries(t *testing.T) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, d := range []struct{ dir, prefix string }{{"layers", "_vol"}, {"snapshots", "_vsnap"}} {
+		ents, err := os.ReadDir(filepath.Join(env.dataDir, "storage", "btrfs", d.dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), d.prefix) && !strings.HasSuffix(e.Name(), ".json") {
+				out[d.dir+"/"+e.Name()] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestTenantDeleteTakesVolumes: a tenant that keeps volumes is not
+// deleted without force (409 counting them); forced, its volumes and
+// volume snapshots go, files and all.
+func TestTenantDeleteTakesVolumes(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	before := volumeEntries(t)
+	name, _, c := newTenant(t, env.c, "voldel", client.TenantPolicy{})
+	if _, err := c.CreateVolume(ctx, "tv", 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SnapshotVolume(ctx, "tv", "tv-snap"); err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for e := range volumeEntries(t) {
+		if !before[e] {
+			made = append(made, e)
+		}
+	}
+	if len(made) != 2 {
+		t.Fatalf("the tenant's volume and snapshot on disk: %v", made)
+	}
+	err := env.c.DeleteTenant(ctx, name, false)
+	wantStatus(t, "delete a tenant with a volume", err, 409, "")
+	if !strings.Contains(err.Error(), "1 volumes") {
+		t.Errorf("the refusal does not count the volume: %v", err)
+	}
+	if err := env.c.DeleteTenant(ctx, name, true); err != nil {
+		t.Fatal(err)
+	}
+	after := volumeEntries(t)
+	for _, e := range made {
+		if after[e] {
+			t.Errorf("%s outlived its tenant", e)
+		}
 	}
 }

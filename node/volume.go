@@ -57,7 +57,7 @@ type Volumes interface {
 	// for a taken name.
 	SnapshotVolume(ctx context.Context, name, snapName string) (*VolumeSnapshot, error)
 	// ListVolumeSnapshots returns volume name's own snapshots, oldest
-	// first (also once the volume is gone).
+	// first (also once the volume is gone); name "" lists every volume's.
 	ListVolumeSnapshots(ctx context.Context, name string) ([]*VolumeSnapshot, error)
 	// DeleteVolumeSnapshot removes volume name's snapshot ref (id or
 	// name); volumes made from it keep their data.

@@ -88,8 +88,8 @@ func (s *Service) CreateFrom(ctx context.Context, tenant, name, from string, siz
 
 // ListSnapshots returns the snapshots taken of tenant's volume name on
 // its own (not as part of a session snapshot), oldest first, also once
-// the volume is gone. ErrNotFound when there is neither the volume nor a
-// snapshot of it.
+// the volume is gone; name "" lists those of every volume of tenant.
+// ErrNotFound when there is neither the volume nor a snapshot of it.
 func (s *Service) ListSnapshots(ctx context.Context, tenant, name string) ([]*node.VolumeSnapshot, error) {
 	if err := s.supported(); err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (s *Service) ListSnapshots(ctx context.Context, tenant, name string) ([]*no
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 {
+	if len(rows) == 0 && name != "" {
 		if _, err := s.store.GetVolume(ctx, tenant, name); err != nil {
 			return nil, err
 		}
