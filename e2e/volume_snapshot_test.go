@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -435,5 +436,36 @@ func TestTenantDeleteTakesVolumes(t *testing.T) {
 		if after[e] {
 			t.Errorf("%s outlived its tenant", e)
 		}
+	}
+}
+
+// TestGVisorMemorySnapshotWithVolume: a gVisor session that mounts a
+// volume read-write is memory-snapshotted; a session restored from it gets
+// its own copy of the volume at the same path, with the files as at the
+// snapshot, and writes there unseen by the parent.
+func TestGVisorMemorySnapshotWithVolume(t *testing.T) {
+	needBtrfsVolumes(t)
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("needs runsc")
+	}
+	ctx := ctxFor(t, 4*time.Minute)
+	if _, err := env.c.CreateVolume(ctx, "gvol", 8); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, env.c, "gvol")
+	p := newSession(t, client.CreateRequest{Isolation: "gvisor", Volumes: []client.VolumeMount{{Name: "gvol", Path: "/home/user/g"}}})
+	sh(t, p.ID, "echo at-snapshot > /home/user/g/f")
+	sn := memorySnapshot(t, p.ID)
+	sh(t, p.ID, "echo parent > /home/user/g/f")
+	r := newSession(t, client.CreateRequest{Snapshot: sn.ID})
+	if len(r.Volumes) != 1 || r.Volumes[0].Name != "gvol-"+r.ID {
+		t.Fatalf("restored session volumes %+v", r.Volumes)
+	}
+	if out := sh(t, r.ID, "cat /home/user/g/f"); out != "at-snapshot\n" {
+		t.Errorf("the restored session reads %q", out)
+	}
+	sh(t, r.ID, "echo restored > /home/user/g/f")
+	if out := sh(t, p.ID, "cat /home/user/g/f"); out != "parent\n" {
+		t.Errorf("the parent reads %q after a write in the restored session", out)
 	}
 }
