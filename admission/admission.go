@@ -49,6 +49,8 @@ func ValidatePolicy(p *tenancy.Policy) error {
 		return errdefs.InvalidField("policy.max_snapshots", "must not be negative")
 	case p.MaxTemplates < 0:
 		return errdefs.InvalidField("policy.max_templates", "must not be negative")
+	case p.MaxVolumes < 0:
+		return errdefs.InvalidField("policy.max_volumes", "must not be negative")
 	case p.MaxTemplateMB < 0:
 		return errdefs.InvalidField("policy.max_template_mb", "must not be negative")
 	case p.MaxTemplateMB > 1<<30:

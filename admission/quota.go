@@ -8,8 +8,8 @@ import (
 	"github.com/forkbox/forkbox/node"
 )
 
-// ReserveQuota takes a place for one more snapshot (what "snapshots")
-// or imported template ("templates") of tenant, or refuses with 429
+// ReserveQuota takes a place for one more snapshot (what "snapshots"),
+// imported template ("templates") or volume ("volumes") of tenant, or refuses with 429
 // tenant-quota-exceeded (recorded) when it has as many as its policy
 // allows: count says how many it keeps now; ones being made count too.
 // The caller runs release once the new one is recorded (or failed).
@@ -25,7 +25,7 @@ func (c *Controller) ReserveQuota(ctx context.Context, tenant, what string, coun
 	if err != nil {
 		return nil, err
 	}
-	max := map[string]int{"snapshots": p.MaxSnapshots, "templates": p.MaxTemplates}[what]
+	max := map[string]int{"snapshots": p.MaxSnapshots, "templates": p.MaxTemplates, "volumes": p.MaxVolumes}[what]
 	if max == 0 {
 		return func() {}, nil
 	}

@@ -24,7 +24,7 @@ func createSpec(r v1.CreateRequest) node.CreateSpec {
 func nodeVolumeMounts(ms []v1.VolumeMount) []node.VolumeMount {
 	var out []node.VolumeMount
 	for _, m := range ms {
-		out = append(out, node.VolumeMount(m))
+		out = append(out, node.VolumeMount{Name: m.Name, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out
 }
@@ -33,7 +33,7 @@ func nodeVolumeMounts(ms []v1.VolumeMount) []node.VolumeMount {
 func apiVolumeMounts(ms []node.VolumeMount) []v1.VolumeMount {
 	var out []v1.VolumeMount
 	for _, m := range ms {
-		out = append(out, v1.VolumeMount(m))
+		out = append(out, v1.VolumeMount{Name: m.Name, Path: m.Path, ReadOnly: m.ReadOnly})
 	}
 	return out
 }
@@ -41,7 +41,13 @@ func apiVolumeMounts(ms []node.VolumeMount) []v1.VolumeMount {
 // volumeView is a volume as the API reports it.
 func volumeView(v *node.Volume) v1.Volume {
 	return v1.Volume{Name: v.Name, SizeMB: v.SizeMB, UsedBytes: v.UsedBytes, CreatedAt: v.CreatedAt,
-		WriterSession: v.WriterSession, ReaderSessions: append([]string(nil), v.ReaderSessions...)}
+		WriterSession: v.WriterSession, ReaderSessions: append([]string(nil), v.ReaderSessions...), Session: v.Session}
+}
+
+// volumeSnapshotView is a volume snapshot as the API reports it.
+func volumeSnapshotView(v *node.VolumeSnapshot) v1.VolumeSnapshot {
+	return v1.VolumeSnapshot{ID: v.ID, Name: v.Name, Volume: v.Volume, SizeMB: v.SizeMB, SizeBytes: v.SizeBytes,
+		CreatedAt: v.CreatedAt}
 }
 
 // nodeNetwork is a request's network policy as the Node takes it.

@@ -167,6 +167,9 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/volumes", "", "", hs.volumes.handleList, false},
 		{"GET /v1/volumes/{name}", "", "", hs.volumes.handleGet, false},
 		{"DELETE /v1/volumes/{name}", "volume.delete", "", hs.volumes.handleDelete, false},
+		{"POST /v1/volumes/{name}/snapshots", "volume.snapshot", "", hs.volumes.handleSnapshot, false},
+		{"GET /v1/volumes/{name}/snapshots", "", "", hs.volumes.handleSnapshots, false},
+		{"DELETE /v1/volumes/{name}/snapshots/{snap}", "volume.snapshot.delete", "", hs.volumes.handleDeleteSnapshot, false},
 
 		// Admin: tenants, keys, warm pools (host-wide), metrics, the fleet's hosts.
 		{"PUT /v1/pools/{template}", "pool.set", "", hs.snapshots.handleSetPool, true},

@@ -176,9 +176,15 @@ func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if n := h.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0) && !force {
+	vols, err := h.tenantVolumes(asTenant)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if n := h.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0 || len(vols) > 0) && !force {
 		h.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
-			"tenant %s has %d sessions, %d snapshots and %d templates; remove them first or force", name, n, len(snaps), len(own)))
+			"tenant %s has %d sessions, %d snapshots, %d templates and %d volumes; remove them first or force",
+			name, n, len(snaps), len(own), len(vols)))
 		return
 	}
 	if err := h.store.DeleteTenant(ctx, name); err != nil {
@@ -206,7 +212,46 @@ func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// Its volumes (no session mounts them any more: its copies went with
+	// its sessions) and its volume snapshots, which outlive volumes.
+	if vols, err = h.tenantVolumes(asTenant); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	for _, v := range vols {
+		if err := h.mgr.DeleteVolume(asTenant, v.Name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			h.writeError(w, r, fmt.Errorf("delete volume %s: %w", v.Name, err))
+			return
+		}
+	}
+	vsnaps, err := h.mgr.ListVolumeSnapshots(asTenant, "")
+	if err != nil && !noVolumes(err) {
+		h.writeError(w, r, err)
+		return
+	}
+	for _, sn := range vsnaps {
+		if err := h.mgr.DeleteVolumeSnapshot(asTenant, sn.Volume, sn.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			h.writeError(w, r, fmt.Errorf("delete volume snapshot %s: %w", sn.ID, err))
+			return
+		}
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// tenantVolumes lists the volumes of the tenant ctx acts as (none on a
+// daemon without volumes).
+func (h *tenantAPI) tenantVolumes(ctx context.Context) ([]*node.Volume, error) {
+	vs, err := h.mgr.ListVolumes(ctx)
+	if noVolumes(err) {
+		return nil, nil
+	}
+	return vs, err
+}
+
+// noVolumes reports whether err says the daemon has no volumes (no
+// volume service, or storage that cannot hold them).
+func noVolumes(err error) bool {
+	return errors.Is(err, errdefs.ErrUnavailable) || errors.Is(err, errdefs.ErrInvalidArgument)
 }
 
 // tenantLeftovers lists tenant's snapshots and the names of its templates

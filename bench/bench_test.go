@@ -65,7 +65,7 @@ func TestRun(t *testing.T) {
 		OpPause: true, OpResume: true, OpSnapshot: true, OpFork: true, OpPoolCreate: true,
 		OpSnapshotUnsynced: true, OpFrozenUnsynced: true, OpFrozenSynced: true,
 		OpRestoreFiles: true, OpSustained: true, OpCodeWarm: true, OpCodeFirst: true, OpCodeFirstCold: true, OpCodeChart: true, OpEgressRunc: true, OpEgressGVisor: true,
-		OpBrokerHTTPS: true, OpPassthroughHTTPS: true,
+		OpBrokerHTTPS: true, OpPassthroughHTTPS: true, OpDiff: true, OpMerge: true, OpForkRun: true, OpForkExecs: true,
 		OpBuildCold: true, OpBuildCached: true, OpBuildFirst: true}
 	for _, r := range rep.Results {
 		t.Logf("%-24s %-8s n=%d p50=%.2f p99=%.2f mean=%.2f note=%q err=%q",
@@ -80,7 +80,7 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		delete(want, r.Operation)
-		wantMB, sized := map[string]int{OpSnapshot: 20, OpFork: 20, OpRestoreFiles: 20,
+		wantMB, sized := map[string]int{OpSnapshot: 20, OpFork: 20, OpRestoreFiles: 20, OpDiff: 20, OpMerge: 20,
 			OpSnapshotUnsynced: 30, OpFrozenUnsynced: 30, OpFrozenSynced: 30}[r.Operation]
 		if sized && r.DataMB != wantMB || !sized && (r.DataMB == 20 || r.DataMB == 30) {
 			t.Errorf("forkbox %s: data_mb = %d", r.Operation, r.DataMB)

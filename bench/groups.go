@@ -49,12 +49,13 @@ const (
 
 // Groups lists every row group, in the order they run.
 var Groups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause, GroupSnapshot,
-	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupMerge, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupGVisor, GroupIdle}
 
 // DefaultGroups are the groups run when Options.Only is empty: the
 // rows of the fork, restore and create targets, exec, pause and the
 // idle figures; "all" adds the two that write hundreds of MB per
-// iteration (snapshot with podman commit, freeze).
+// iteration (snapshot with podman commit, freeze) and merge (34 sessions
+// a round).
 var DefaultGroups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause,
 	GroupFork, GroupFork64, GroupRestore, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupGVisor, GroupIdle}
 
@@ -115,6 +116,8 @@ func (e *env) group(ctx context.Context, name string) []Result {
 		return e.measureFork(ctx, OpRestoreFiles, 1, e.opts.Warmup, e.opts.N)
 	case GroupFreeze:
 		return e.fb.measureFreeze(ctx)
+	case GroupMerge:
+		return e.measureMerge(ctx)
 	case GroupSustained:
 		return e.measureSustained(ctx)
 	case GroupGVisor:

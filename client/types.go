@@ -34,6 +34,7 @@ type (
 	Volume          = v1.Volume
 	VolumeMount     = v1.VolumeMount
 	VolumeRequest   = v1.VolumeRequest
+	VolumeSnapshot  = v1.VolumeSnapshot
 	SecretRequest   = v1.SecretRequest
 	Host            = v1.Host
 	HostList        = v1.HostList

@@ -19,6 +19,50 @@ func (c *Client) CreateVolume(ctx context.Context, name string, sizeMB int64) (*
 	return out, err
 }
 
+// CreateVolumeFrom makes the caller's tenant's volume name as a writable
+// copy of its volume snapshot from (an id or a name), with a quota of
+// sizeMB MiB (0: the snapshotted volume's). errdefs.ErrInvalidArgument
+// naming from when there is no such snapshot.
+func (c *Client) CreateVolumeFrom(ctx context.Context, name, from string, sizeMB int64) (*Volume, error) {
+	out := &Volume{}
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/volumes", nil, nil, v1.VolumeRequest{Name: name, SizeMB: sizeMB, From: from}, out)
+	return out, err
+}
+
+// SnapshotVolume takes a read-only snapshot of volume name, named
+// snapName ("" for none). errdefs.ErrNotFound for no such volume.
+func (c *Client) SnapshotVolume(ctx context.Context, name, snapName string) (*VolumeSnapshot, error) {
+	if err := checkVolumeName(name); err != nil {
+		return nil, err
+	}
+	out := &VolumeSnapshot{}
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/volumes/"+url.PathEscape(name)+"/snapshots", nil, nil,
+		v1.VolumeSnapshotRequest{Name: snapName}, out)
+	return out, err
+}
+
+// VolumeSnapshots lists volume name's own snapshots, oldest first.
+func (c *Client) VolumeSnapshots(ctx context.Context, name string) ([]VolumeSnapshot, error) {
+	if err := checkVolumeName(name); err != nil {
+		return nil, err
+	}
+	var out v1.VolumeSnapshotList
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/volumes/"+url.PathEscape(name)+"/snapshots", nil, nil, nil, &out)
+	return out.Snapshots, err
+}
+
+// DeleteVolumeSnapshot removes volume name's snapshot ref (id or name).
+func (c *Client) DeleteVolumeSnapshot(ctx context.Context, name, ref string) error {
+	if err := checkVolumeName(name); err != nil {
+		return err
+	}
+	if err := checkVolumeName(ref); err != nil {
+		return err
+	}
+	_, err := c.doJSON(ctx, http.MethodDelete, "/v1/volumes/"+url.PathEscape(name)+"/snapshots/"+url.PathEscape(ref), nil, nil, nil, nil)
+	return err
+}
+
 // Volumes lists the caller's tenant's volumes by name.
 func (c *Client) Volumes(ctx context.Context) ([]Volume, error) {
 	var out v1.VolumeList

@@ -342,6 +342,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout, Volumes: vols,
 	}, host.Options{Spares: opts.Spares, Replicas: fh.replicas()})
+	vols.UseQuota(mgr.ReserveQuota) // max_volumes, copies for sessions included
 	ms.SetSource(mgr)
 	catalog := template.NewCatalog(layout, st, storage.DefaultIDShift, mgr.RemoveTemplateIfUnused, sdrv)
 	catalog.SweepTemp()

@@ -301,9 +301,9 @@ func (f *forwardNode) ForkRun(ctx context.Context, ref string, count int, spec n
 	return f.n.ForkRun(ctx, ref, count, spec, run, emit)
 }
 
-func (f *forwardNode) CreateVolume(ctx context.Context, name string, sizeMB int64) (*node.Volume, error) {
+func (f *forwardNode) CreateVolume(ctx context.Context, name string, sizeMB int64, from string) (*node.Volume, error) {
 	f.count("CreateVolume")
-	return f.n.CreateVolume(ctx, name, sizeMB)
+	return f.n.CreateVolume(ctx, name, sizeMB, from)
 }
 
 func (f *forwardNode) ListVolumes(ctx context.Context) ([]*node.Volume, error) {
@@ -319,4 +319,19 @@ func (f *forwardNode) GetVolume(ctx context.Context, name string) (*node.Volume,
 func (f *forwardNode) DeleteVolume(ctx context.Context, name string) error {
 	f.count("DeleteVolume")
 	return f.n.DeleteVolume(ctx, name)
+}
+
+func (f *forwardNode) SnapshotVolume(ctx context.Context, name, snapName string) (*node.VolumeSnapshot, error) {
+	f.count("SnapshotVolume")
+	return f.n.SnapshotVolume(ctx, name, snapName)
+}
+
+func (f *forwardNode) ListVolumeSnapshots(ctx context.Context, name string) ([]*node.VolumeSnapshot, error) {
+	f.count("ListVolumeSnapshots")
+	return f.n.ListVolumeSnapshots(ctx, name)
+}
+
+func (f *forwardNode) DeleteVolumeSnapshot(ctx context.Context, name, ref string) error {
+	f.count("DeleteVolumeSnapshot")
+	return f.n.DeleteVolumeSnapshot(ctx, name, ref)
 }

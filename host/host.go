@@ -65,7 +65,7 @@ func New(opts sandbox.Options, hopts Options) *Node {
 	sc := &snapshotCore{SnapshotCore: m.SnapshotCore()}
 	s := snapshot.New(snapshot.Options{Core: sc, Store: opts.Store, Storage: opts.Storage,
 		Layout: opts.Layout, Key: opts.SnapshotKey, Audit: opts.Audit, Log: opts.Log,
-		ImageCacheBytes: opts.MemoryImageCacheBytes, Replicas: hopts.Replicas})
+		ImageCacheBytes: opts.MemoryImageCacheBytes, Replicas: hopts.Replicas, Volumes: opts.Volumes})
 	m.UseWarmPools(p)
 	m.UseSnapshots(s)
 	c := m.Concerns()

@@ -101,6 +101,13 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 			return nil, false, snapErr
 		}
 		req.Snapshot, req.Template = snap.ID, snap.Template
+		if len(req.Volumes) == 0 && m.opts.Volumes != nil {
+			// The volumes the snapshot captured, as its session mounted
+			// them (read-write ones become copies of the session's own).
+			if req.Volumes, err = m.opts.Volumes.SnapshotMounts(ctx, snap.ID); err != nil {
+				return nil, false, err
+			}
+		}
 		if snap.MemoryDriver != "" && snap.MemoryDriver != req.Isolation {
 			return nil, false, errdefs.InvalidField("isolation", "snapshot %s holds memory that only isolation %q can restore",
 				snap.ID, snap.MemoryDriver)

@@ -189,6 +189,11 @@ func (rv *Recovery) sweepStorage(ctx context.Context) {
 	if err != nil {
 		rv.m.log.Warn("list writable layers", "err", err)
 	}
+	if rv.m.opts.Volumes != nil {
+		// Copies of snapshots' volumes whose session ended while no
+		// daemon ran go before the sweep (it then removes their layers).
+		rv.m.opts.Volumes.ReclaimCopies(ctx, func(id string) bool { return rv.m.lookup(id) != nil }, rv.m.log)
+	}
 	for _, id := range layers {
 		if rv.m.lookup(id) == nil && (rv.m.opts.Volumes == nil || !rv.m.opts.Volumes.OwnsLayer(ctx, id)) {
 			if err := rv.m.opts.Storage.Remove(ctx, id); err != nil {

@@ -33,8 +33,8 @@ func reservationOf(ctx context.Context) *admission.Reservation {
 // (admission.Controller.TenantSessions).
 func (tn *Tenants) TenantSessions(tenant string) int { return tn.m.adm.TenantSessions(tenant) }
 
-// ReserveQuota takes a place for one more snapshot ("snapshots") or
-// imported template ("templates") of tenant, or refuses with 429
+// ReserveQuota takes a place for one more snapshot ("snapshots"),
+// imported template ("templates") or volume ("volumes") of tenant, or refuses with 429
 // tenant-quota-exceeded; see admission.Controller.ReserveQuota.
 func (tn *Tenants) ReserveQuota(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error) {
 	return tn.m.adm.ReserveQuota(ctx, tenant, what, count)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
@@ -38,6 +39,10 @@ func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, rootfs 
 	if err := checkVolumeTargets(rootfs, rec.Volumes); err != nil {
 		return nil, err
 	}
+	rec, err := hr.copyVolumes(ctx, sb, rec)
+	if err != nil {
+		return nil, err
+	}
 	att, err := hr.m.opts.Volumes.Attach(ctx, rec.Tenant, sb.id, rec.Volumes)
 	if err != nil {
 		return nil, err
@@ -59,6 +64,33 @@ func (hr *hostResources) attachVolumes(ctx context.Context, sb *Sandbox, rootfs 
 		mounts = append(mounts, runtime.Mount{Source: src, Target: a.Target, ReadOnly: a.ReadOnly})
 	}
 	return mounts, nil
+}
+
+// copyVolumes makes the session's own copy of each read-write volume
+// its snapshot captured (a mount with Snapshot set: a session restored
+// from a session snapshot) and records the copies' names in its record,
+// which it returns. The copies are the session's: its teardown removes
+// them (releaseVolumes), also after an error here.
+func (hr *hostResources) copyVolumes(ctx context.Context, sb *Sandbox, rec node.Session) (node.Session, error) {
+	ms := append([]node.VolumeMount(nil), rec.Volumes...)
+	copied := false
+	for i, vm := range ms {
+		if vm.Snapshot == "" {
+			continue
+		}
+		c, err := hr.m.opts.Volumes.CopyForSession(ctx, rec.Tenant, sb.id, vm)
+		if err != nil {
+			return rec, err
+		}
+		ms[i], copied = c, true
+	}
+	if !copied {
+		return rec, nil
+	}
+	return hr.m.save(ctx, sb, func(r *node.Session) error {
+		r.Volumes = ms
+		return nil
+	})
 }
 
 // checkVolumeTargets refuses a volume mount whose target, in root
@@ -108,5 +140,9 @@ func (hr *hostResources) releaseVolumes(id string) error {
 		return err
 	}
 	hr.m.opts.Volumes.Release(id)
+	// The copies of a snapshot's volumes made for it end with it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	hr.m.opts.Volumes.DropCopies(ctx, id, hr.m.log)
 	return nil
 }

@@ -45,6 +45,12 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) err
 	if err := s.storage.RemoveSnapshot(ctx, id); err != nil {
 		return err
 	}
+	if s.volumes != nil {
+		// The volumes it captured (copies made from them keep theirs).
+		if err := s.volumes.DropSessionSnapshot(ctx, id); err != nil {
+			return err
+		}
+	}
 	s.dropImage(id)
 	if err := s.removeMemory(id); err != nil {
 		return err
@@ -104,6 +110,9 @@ func (s *Service) Reconcile(ctx context.Context) {
 		s.log.Warn("list snapshots", "err", err)
 	}
 	for _, id := range snaps {
+		if s.volumes != nil && s.volumes.OwnsSnapshot(ctx, id) {
+			continue // a volume snapshot that exists
+		}
 		if _, err := s.store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 			if err := s.storage.RemoveSnapshot(ctx, id); err != nil {
 				s.log.Warn("remove orphaned snapshot", "id", id, "err", err)
@@ -121,6 +130,12 @@ func (s *Service) Reconcile(ctx context.Context) {
 		}
 	}
 	s.dropUnsealed(ctx)
+	if s.volumes != nil {
+		s.volumes.ReconcileSessionSnapshots(ctx, func(snapID string) bool {
+			_, err := s.store.GetSnapshot(ctx, snapID)
+			return !errors.Is(err, errdefs.ErrNotFound)
+		}, s.log)
+	}
 	s.reclaimForks(ctx)
 }
 

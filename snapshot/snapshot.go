@@ -33,6 +33,7 @@ import (
 	"github.com/forkbox/forkbox/storage/seal"
 	"github.com/forkbox/forkbox/store"
 	"github.com/forkbox/forkbox/tenancy"
+	"github.com/forkbox/forkbox/volume"
 )
 
 // Core is what snapshots need of the lifecycle core. Its methods are safe
@@ -103,6 +104,9 @@ type Options struct {
 	// Replicas, when set, receives a copy of every sealed memory
 	// checkpoint once its snapshot is recorded (replicate.go).
 	Replicas Replicas
+	// Volumes, when set, snapshots the volumes a session mounts with its
+	// files, and is told when a snapshot goes; nil: sessions have none.
+	Volumes *volume.Service
 }
 
 // Service keeps one host's snapshots. It is safe for concurrent use.
@@ -114,6 +118,7 @@ type Service struct {
 	key     *seal.Key
 	audit   *audit.Recorder
 	log     *slog.Logger
+	volumes *volume.Service
 
 	// images are memory checkpoints decrypted for restores, in progress
 	// or kept for later ones within cacheBytes, by snapshot id (images.go).
@@ -144,7 +149,7 @@ func New(opts Options) *Service {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
 		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache, seals: map[string]*pendingSeal{},
-		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel}
+		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel, volumes: opts.Volumes}
 }
 
 // Resolve finds the snapshot ref names for ctx's caller: an id, or else a
@@ -239,6 +244,10 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is %s", id, rec.State)
 	}
 	snapID := node.NewID()
+	vols, err := s.beginVolumes(ctx, rec, snapID)
+	if err != nil {
+		return nil, err
+	}
 	began := time.Now()
 	// Write what the sandbox wrote without syncing while it still runs, so
 	// the freeze below covers only what it writes from now on (a large
@@ -280,14 +289,33 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		})
 	}
 	prepared := time.Now()
-	info, err := s.storage.Snapshot(ctx, id, snapID, thaw)
-	thaw()
+	// The volumes the session mounts read-write are snapshotted in the
+	// same frozen window as its layer, right after it (a subvolume
+	// snapshot each), so that they agree with its files.
+	var volErr error
+	frozen := sync.OnceFunc(func() {
+		volErr = vols.Freeze(ctx)
+		thaw()
+	})
+	info, err := s.storage.Snapshot(ctx, id, snapID, frozen)
+	if err != nil {
+		thaw()
+	} else {
+		frozen()
+	}
 	captured := time.Now()
-	if err == nil && mem != nil && mem.err != nil {
+	if err == nil && volErr == nil {
+		volErr = vols.Finish(ctx)
+	}
+	if err == nil && (volErr != nil || mem != nil && mem.err != nil) {
 		_ = s.storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
-		err = mem.err
+		err = volErr
+		if err == nil {
+			err = mem.err
+		}
 	}
 	if err != nil {
+		vols.Abort(ctx)
 		if mem != nil {
 			os.RemoveAll(mem.dir)
 		}
@@ -306,6 +334,7 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		if err != nil {
 			_ = s.storage.RemoveSnapshot(context.WithoutCancel(ctx), snapID)
 			os.RemoveAll(mem.dir)
+			vols.Abort(ctx)
 			return nil, fmt.Errorf("checkpoint of %s: %w", id, err)
 		}
 		sn.MemoryDriver, sn.MemoryBytes = mem.driver, n
@@ -324,6 +353,7 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 			s.sealMu.Unlock()
 			close(pending.done)
 		}
+		vols.Abort(ctx)
 		return nil, err
 	}
 	s.log.Info("snapshot taken", "session", id, "snapshot", snapID, "parent", sn.Parent, "bytes", sn.SizeBytes,
@@ -336,6 +366,15 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		s.sealLater(mem, *sn, pending)
 	}
 	return sn, nil
+}
+
+// beginVolumes prepares the capture of the volumes session rec mounts
+// with snapshot snapID (nil when it mounts none or there are no volumes).
+func (s *Service) beginVolumes(ctx context.Context, rec node.Session, snapID string) (*volume.Capture, error) {
+	if s.volumes == nil || len(rec.Volumes) == 0 {
+		return nil, nil
+	}
+	return s.volumes.BeginCapture(ctx, rec.Tenant, snapID, rec.Volumes)
 }
 
 // ms is d in milliseconds, for the log.

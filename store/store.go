@@ -233,6 +233,26 @@ var migrations = []string{
 	// 15: when the snapshot's sealed memory checkpoint was copied to the
 	// fleet's object store (0: not copied; package fleet).
 	`ALTER TABLE snapshots ADD COLUMN memory_replicated_at INTEGER NOT NULL DEFAULT 0;`,
+	// 16: volume snapshots (package volume): a volume's own (session_snapshot
+	// '') or one of the volumes a session snapshot captured (with the path
+	// it was mounted at; a read-only mount is recorded with read_only 1 and
+	// holds no data). A volume's session is the session whose copy it is
+	// ('' for a volume the tenant made), destroyed with that session.
+	`CREATE TABLE volume_snapshots (
+		id               TEXT PRIMARY KEY,
+		tenant           TEXT NOT NULL,
+		name             TEXT NOT NULL DEFAULT '',
+		volume           TEXT NOT NULL,
+		size_mb          INTEGER NOT NULL,
+		size_bytes       INTEGER NOT NULL,
+		session_snapshot TEXT NOT NULL DEFAULT '',
+		path             TEXT NOT NULL DEFAULT '',
+		read_only        INTEGER NOT NULL DEFAULT 0,
+		created_at       INTEGER NOT NULL
+	);
+	CREATE UNIQUE INDEX volume_snapshots_name ON volume_snapshots (tenant, name) WHERE name != '';
+	CREATE INDEX volume_snapshots_session ON volume_snapshots (session_snapshot);
+	ALTER TABLE volumes ADD COLUMN session TEXT NOT NULL DEFAULT '';`,
 }
 
 // Open opens (creating if needed) the database at path and migrates it to

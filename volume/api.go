@@ -25,11 +25,11 @@ func tenantOf(ctx context.Context) string { return tenancy.TenantOf(ctx, store.D
 var errNoVolumes = errdefs.Newf(errdefs.ErrUnavailable, "this daemon has no volumes")
 
 // CreateVolume is Service.Create for the caller's tenant.
-func (a *API) CreateVolume(ctx context.Context, name string, sizeMB int64) (*node.Volume, error) {
+func (a *API) CreateVolume(ctx context.Context, name string, sizeMB int64, from string) (*node.Volume, error) {
 	if a.s == nil {
 		return nil, errNoVolumes
 	}
-	return a.s.Create(ctx, tenantOf(ctx), name, sizeMB)
+	return a.s.Create(ctx, tenantOf(ctx), name, sizeMB, from)
 }
 
 // ListVolumes is Service.List for the caller's tenant.
@@ -54,4 +54,28 @@ func (a *API) DeleteVolume(ctx context.Context, name string) error {
 		return errNoVolumes
 	}
 	return a.s.Remove(ctx, tenantOf(ctx), name)
+}
+
+// SnapshotVolume is Service.Snapshot for the caller's tenant.
+func (a *API) SnapshotVolume(ctx context.Context, name, snapName string) (*node.VolumeSnapshot, error) {
+	if a.s == nil {
+		return nil, errNoVolumes
+	}
+	return a.s.Snapshot(ctx, tenantOf(ctx), name, snapName)
+}
+
+// ListVolumeSnapshots is Service.ListSnapshots for the caller's tenant.
+func (a *API) ListVolumeSnapshots(ctx context.Context, name string) ([]*node.VolumeSnapshot, error) {
+	if a.s == nil {
+		return nil, errNoVolumes
+	}
+	return a.s.ListSnapshots(ctx, tenantOf(ctx), name)
+}
+
+// DeleteVolumeSnapshot is Service.DeleteSnapshot for the caller's tenant.
+func (a *API) DeleteVolumeSnapshot(ctx context.Context, name, ref string) error {
+	if a.s == nil {
+		return errNoVolumes
+	}
+	return a.s.DeleteSnapshot(ctx, tenantOf(ctx), name, ref)
 }

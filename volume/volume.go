@@ -50,6 +50,8 @@ type Service struct {
 	shift   storage.IDShift
 	dir     string // where the scratch template's directory is made
 
+	quota QuotaFunc // nil: no tenant limit
+
 	mu      sync.Mutex
 	writer  map[string]string          // layer id -> the session mounting it read-write
 	readers map[string]map[string]bool // layer id -> sessions mounting it read-only
@@ -64,12 +66,25 @@ func New(st *store.Store, drv storage.Driver, shift storage.IDShift, dir string)
 		writer: map[string]string{}, readers: map[string]map[string]bool{}, busy: map[string]bool{}}
 }
 
-// supported says why the storage driver cannot hold volumes ("" when it
+// QuotaFunc takes a place for one more of what ("volumes") of tenant
+// against its policy, or refuses (429 tenant-quota-exceeded); count says
+// how many it keeps now; release undoes it once the new one is recorded
+// or failed (admission.Controller.ReserveQuota).
+type QuotaFunc func(ctx context.Context, tenant, what string, count func() (int, error)) (release func(), err error)
+
+// UseQuota makes every volume create, copies for sessions included, count
+// against the tenant's max_volumes through q. Call it before the service
+// is used.
+func (s *Service) UseQuota(q QuotaFunc) { s.quota = q }
+
+// supported says why the storage driver cannot hold volumes (nil when it
 // can): a volume's directory must stay where Prepare put it across daemon
 // restarts, which a btrfs subvolume does and an overlay mount does not.
+// It is a 400, not a 503: the request cannot succeed on this daemon
+// however often it is retried.
 func (s *Service) supported() error {
 	if _, ok := s.storage.(storage.StableLayers); !ok {
-		return errdefs.Newf(errdefs.ErrUnavailable, "volumes need the btrfs storage driver (serve --storage btrfs)")
+		return errdefs.Newf(errdefs.ErrInvalidArgument, "volumes need the btrfs storage driver (serve --storage btrfs); this daemon runs %s", s.storage.Name())
 	}
 	return nil
 }
@@ -103,14 +118,26 @@ func ValidName(field, name string) error {
 	return nil
 }
 
-// Create makes tenant's volume name of sizeMB MiB. ErrConflict when the
-// name is taken or being made; nothing is left when it fails.
-func (s *Service) Create(ctx context.Context, tenant, name string, sizeMB int64) (*node.Volume, error) {
-	if err := ValidName("name", name); err != nil {
-		return nil, err
+// Create makes tenant's volume name of sizeMB MiB, empty, or with from
+// set a copy of tenant's volume snapshot from (an id or a name;
+// CreateFrom). ErrConflict when the name is taken or being made; nothing
+// is left when it fails.
+func (s *Service) Create(ctx context.Context, tenant, name string, sizeMB int64, from string) (*node.Volume, error) {
+	if from != "" {
+		return s.CreateFrom(ctx, tenant, name, from, sizeMB)
 	}
 	if sizeMB < MinSizeMB || sizeMB > MaxSizeMB {
 		return nil, errdefs.InvalidField("size_mb", "must be between %d and %d MiB", MinSizeMB, MaxSizeMB)
+	}
+	return s.create(ctx, tenant, name, sizeMB, storage.Source{Template: scratchTemplate}, "")
+}
+
+// create makes tenant's volume name: a storage layer prepared from src
+// with a quota of sizeMB MiB, owned by session when that is not "" (a
+// copy that ends with it: CopyForSession).
+func (s *Service) create(ctx context.Context, tenant, name string, sizeMB int64, src storage.Source, session string) (*node.Volume, error) {
+	if err := ValidName("name", name); err != nil {
+		return nil, err
 	}
 	if err := s.supported(); err != nil {
 		return nil, err
@@ -125,8 +152,20 @@ func (s *Service) Create(ctx context.Context, tenant, name string, sizeMB int64)
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, err
 	}
-	if err := s.ensureScratch(ctx); err != nil {
-		return nil, err
+	if s.quota != nil {
+		release, err := s.quota(ctx, tenant, "volumes", func() (int, error) {
+			rows, err := s.store.ListVolumes(ctx, tenant)
+			return len(rows), err
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	if src.Template != "" {
+		if err := s.ensureScratch(ctx); err != nil {
+			return nil, err
+		}
 	}
 	id, err := layerID()
 	if err != nil {
@@ -134,10 +173,10 @@ func (s *Service) Create(ctx context.Context, tenant, name string, sizeMB int64)
 	}
 	// The layer first, then its record: a stop in between leaves a layer
 	// no record names, which the next start's sweep removes.
-	if _, err := s.storage.Prepare(ctx, id, storage.Source{Template: scratchTemplate}, sizeMB<<20); err != nil {
+	if _, err := s.storage.Prepare(ctx, id, src, sizeMB<<20); err != nil {
 		return nil, fmt.Errorf("volume %q: %w", name, err)
 	}
-	row := store.VolumeRow{Tenant: tenant, Name: name, LayerID: id, SizeMB: sizeMB, CreatedAt: time.Now().UTC()}
+	row := store.VolumeRow{Tenant: tenant, Name: name, LayerID: id, SizeMB: sizeMB, CreatedAt: time.Now().UTC(), Session: session}
 	if err := s.store.CreateVolume(ctx, row); err != nil {
 		_ = s.storage.Remove(context.WithoutCancel(ctx), id)
 		return nil, err
@@ -168,7 +207,9 @@ func (s *Service) Get(ctx context.Context, tenant, name string) (*node.Volume, e
 }
 
 // Remove deletes tenant's volume name and its files. ErrConflict while a
-// session mounts it.
+// session mounts it. Its snapshots stay (a btrfs snapshot shares the
+// volume's data, not its subvolume), and volumes can still be made from
+// them.
 func (s *Service) Remove(ctx context.Context, tenant, name string) error {
 	release, err := s.reserve(tenant, name)
 	if err != nil {
@@ -211,7 +252,7 @@ func (s *Service) reserve(tenant, name string) (func(), error) {
 
 // view is r as the API shows it, with its use and mounts.
 func (s *Service) view(ctx context.Context, r *store.VolumeRow) *node.Volume {
-	v := &node.Volume{Name: r.Name, Tenant: r.Tenant, SizeMB: r.SizeMB, CreatedAt: r.CreatedAt}
+	v := &node.Volume{Name: r.Name, Tenant: r.Tenant, SizeMB: r.SizeMB, CreatedAt: r.CreatedAt, Session: r.Session}
 	if used, err := s.storage.Usage(ctx, r.LayerID); err == nil {
 		v.UsedBytes = used
 	}

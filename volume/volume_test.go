@@ -54,7 +54,7 @@ func newService(t *testing.T) *Service {
 func TestAttachRaceRemove(t *testing.T) {
 	s := newService(t)
 	ctx := context.Background()
-	if _, err := s.Create(ctx, "t1", "v", 4); err != nil {
+	if _, err := s.Create(ctx, "t1", "v", 4, ""); err != nil {
 		t.Fatal(err)
 	}
 	var removeErr error

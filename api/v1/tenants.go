@@ -26,6 +26,11 @@ type TenantPolicy struct {
 	// or import gets 429 tenant-quota-exceeded.
 	MaxSnapshots int `json:"max_snapshots,omitempty"`
 	MaxTemplates int `json:"max_templates,omitempty"`
+	// MaxVolumes caps how many volumes the tenant keeps, the copies made
+	// for sessions started from a session snapshot included; past it a
+	// volume create (or such a session's start) gets 429
+	// tenant-quota-exceeded.
+	MaxVolumes int `json:"max_volumes,omitempty"`
 	// MaxTemplateMB bounds each template the tenant imports or pulls, in
 	// MiB: the image's compressed layers and the files they unpack to;
 	// past it the import gets 413 template-too-large naming the limit.

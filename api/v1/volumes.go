@@ -8,8 +8,39 @@ type VolumeRequest struct {
 	// digit; unique among the tenant's volumes.
 	Name string `json:"name"`
 	// SizeMB is the volume's disk quota in MiB (1 to 1 048 576): writes
-	// past it fail with "Disk quota exceeded" inside the sandbox.
+	// past it fail with "Disk quota exceeded" inside the sandbox. With
+	// From, 0 (or absent) takes the snapshotted volume's.
 	SizeMB int64 `json:"size_mb"`
+	// From, when set, makes the volume a writable copy of the tenant's
+	// volume snapshot From (its id or name; POST
+	// /v1/volumes/{name}/snapshots), instantly (a btrfs snapshot).
+	From string `json:"from,omitempty"`
+}
+
+// VolumeSnapshotRequest snapshots a volume (POST
+// /v1/volumes/{name}/snapshots); the body may be empty.
+type VolumeSnapshotRequest struct {
+	// Name names the snapshot ("" for none): a volume name's rules,
+	// unique among the tenant's volume snapshots.
+	Name string `json:"name,omitempty"`
+}
+
+// VolumeSnapshot is a volume's read-only snapshot as the API shows it.
+type VolumeSnapshot struct {
+	ID     string `json:"id"`
+	Name   string `json:"name,omitempty"`
+	Volume string `json:"volume"`
+	// SizeMB is the volume's quota when it was taken (a volume made from
+	// it gets it unless size_mb is given), in MiB.
+	SizeMB int64 `json:"size_mb"`
+	// SizeBytes is what the volume held, in bytes.
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// VolumeSnapshotList is the body of GET /v1/volumes/{name}/snapshots.
+type VolumeSnapshotList struct {
+	Snapshots []VolumeSnapshot `json:"snapshots"`
 }
 
 // Volume is a volume as the API shows it.
@@ -22,6 +53,10 @@ type Volume struct {
 	// read-only.
 	WriterSession  string   `json:"writer_session,omitempty"`
 	ReaderSessions []string `json:"reader_sessions,omitempty"`
+	// Session, when set, is the session this volume is a copy for (made
+	// when it started from a session snapshot that captured a volume); the
+	// volume is removed when that session ends.
+	Session string `json:"session,omitempty"`
 }
 
 // VolumeList is the body of GET /v1/volumes.

@@ -33,6 +33,7 @@ func (f *policyFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.p.MaxSessions, "max-sessions", 0, "most sessions the tenant may have at once (0: no limit)")
 	fs.IntVar(&f.p.MaxSnapshots, "max-snapshots", 0, "most snapshots the tenant may keep (0: no limit)")
 	fs.IntVar(&f.p.MaxTemplates, "max-templates", 0, "most imported templates the tenant may keep (0: no limit)")
+	fs.IntVar(&f.p.MaxVolumes, "max-volumes", 0, "most volumes the tenant may keep, sessions' copies included (0: no limit)")
 	fs.Int64Var(&f.p.MaxTemplateMB, "max-template-mb", 0, "largest template the tenant may import or pull, in MiB of compressed layers and of files (0: no limit)")
 	fs.BoolVar(&f.p.SuspendWhenFlagged, "suspend-when-flagged", false, "refuse the tenant's creates while the abuse detector's flag is on it")
 	fs.Int64Var(&f.p.CPUSecondsPerDay, "cpu-seconds-per-day", 0, "CPU budget per UTC day, in CPU-seconds over all its sessions (0: no limit)")
@@ -246,6 +247,7 @@ func printTenant(w io.Writer, t *client.Tenant) error {
 		{"Max sessions", limitText(int64(p.MaxSessions), "")},
 		{"Max snapshots", limitText(int64(p.MaxSnapshots), "")},
 		{"Max templates", limitText(int64(p.MaxTemplates), "")},
+		{"Max volumes", limitText(int64(p.MaxVolumes), "")},
 		{"Max template", limitText(p.MaxTemplateMB, " MiB")},
 		{"CPU per day", limitText(p.CPUSecondsPerDay, " CPU-seconds")},
 		{"Egress allow", egress},

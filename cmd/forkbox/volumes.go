@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,21 +16,29 @@ func newVolumeCmd(g *globals) *cobra.Command {
 		Use:   "volume",
 		Short: "Manage the tenant's volumes (directories that outlive sessions; create --volume NAME:PATH mounts one)",
 	}
-	var size string
+	var size, from string
 	create := &cobra.Command{
-		Use:   "create NAME --size SIZE",
-		Short: "Create a volume with a disk quota (SIZE: MiB, or with a unit: 512M, 10G)",
+		Use:   "create NAME [--size SIZE] [--from VOLUME_SNAPSHOT]",
+		Short: "Create a volume with a disk quota (SIZE: MiB, or with a unit: 512M, 10G), empty or a copy of a volume snapshot",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mb, err := parseSizeMB(size)
-			if err != nil {
-				return err
+			var mb int64
+			if from == "" || cmd.Flags().Changed("size") {
+				var err error
+				if mb, err = parseSizeMB(size); err != nil {
+					return err
+				}
 			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			v, err := c.CreateVolume(cmd.Context(), args[0], mb)
+			var v *client.Volume
+			if from != "" {
+				v, err = c.CreateVolumeFrom(cmd.Context(), args[0], from, mb)
+			} else {
+				v, err = c.CreateVolume(cmd.Context(), args[0], mb)
+			}
 			if err != nil {
 				return forItem(args[0], err)
 			}
@@ -40,7 +49,8 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	create.Flags().StringVar(&size, "size", "1G", "disk quota: MiB, or a number with M, G or T")
+	create.Flags().StringVar(&size, "size", "1G", "disk quota: MiB, or a number with M, G or T (with --from: the snapshotted volume's)")
+	create.Flags().StringVar(&from, "from", "", "make the volume a writable copy of this volume snapshot (id or name)")
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List the volumes: size, use and the sessions mounting them",
@@ -84,7 +94,73 @@ func newVolumeCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(create, ls, rm)
+	cmd.AddCommand(create, ls, rm, newVolumeSnapshotCmd(g), newVolumeSnapshotsCmd(g))
+	return cmd
+}
+
+// newVolumeSnapshotCmd is "volume snapshot NAME [--name SNAPNAME]".
+func newVolumeSnapshotCmd(g *globals) *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "snapshot VOLUME [--name SNAPNAME]",
+		Short: "Take a read-only snapshot of a volume (volume create NEW --from SNAPSHOT makes a volume of it)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			sn, err := c.SnapshotVolume(cmd.Context(), args[0], name)
+			if err != nil {
+				return forItem(args[0], err)
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), sn)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "name the snapshot (unique among the tenant's volume snapshots)")
+	return cmd
+}
+
+// newVolumeSnapshotsCmd is "volume snapshots VOLUME [--rm SNAP...]".
+func newVolumeSnapshotsCmd(g *globals) *cobra.Command {
+	var rm []string
+	cmd := &cobra.Command{
+		Use:   "snapshots VOLUME [--rm SNAPSHOT]...",
+		Short: "List a volume's snapshots, or remove some (volumes made from them keep their data)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			if len(rm) > 0 {
+				for _, ref := range rm {
+					if err := c.DeleteVolumeSnapshot(cmd.Context(), args[0], ref); err != nil {
+						return forItem(ref, err)
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), ref)
+				}
+				return nil
+			}
+			sns, err := c.VolumeSnapshots(cmd.Context(), args[0])
+			if err != nil {
+				return forItem(args[0], err)
+			}
+			return printList(cmd.OutOrStdout(), g.json, sns, "ID\tNAME\tSIZE MIB\tUSED MIB\tCREATED", func(sn client.VolumeSnapshot) string {
+				n := sn.Name
+				if n == "" {
+					n = "-"
+				}
+				return fmt.Sprintf("%s\t%s\t%d\t%.1f\t%s", sn.ID, n, sn.SizeMB, float64(sn.SizeBytes)/(1<<20),
+					sn.CreatedAt.Format(time.RFC3339))
+			})
+		},
+	}
+	cmd.Flags().StringSliceVar(&rm, "rm", nil, "remove this snapshot (id or name); repeatable")
 	return cmd
 }
 
