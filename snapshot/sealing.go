@@ -135,6 +135,11 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 			s.log.Error("seal a memory snapshot: it is deleted", "snapshot", sn.ID, "session", sn.SessionID, "err", err)
 			s.dropImage(sn.ID)
 			_ = s.storage.RemoveSnapshot(ctx, sn.ID)
+			if s.volumes != nil {
+				if verr := s.volumes.DropSessionSnapshot(ctx, sn.ID); verr != nil {
+					s.log.Error("drop the volumes of a snapshot whose seal failed", "snapshot", sn.ID, "err", verr)
+				}
+			}
 			os.RemoveAll(s.memoryDir(sn.ID))
 			if derr := s.store.DeleteSnapshot(ctx, sn.ID); derr != nil {
 				s.log.Error("delete a snapshot whose seal failed", "snapshot", sn.ID, "err", derr)
