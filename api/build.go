@@ -59,7 +59,17 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 	caller, hasCaller := tenancy.From(r.Context())
 	spec := build.Spec{Dockerfile: []byte(req.Dockerfile), BuildArgs: req.BuildArgs, Allow: req.Allow,
 		Isolation: req.Isolation, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, StepTimeoutS: req.StepTimeoutS,
-		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}}
+		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}, ReadyTimeoutS: req.ReadyTimeoutS}
+	if req.ReadyCmd != nil {
+		if spec.ReadyCmd, err = build.ReadyLine("ready_cmd", *req.ReadyCmd); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	if err := build.ReadyTimeout("ready_timeout_s", req.ReadyTimeoutS); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	release, err := h.holdBuildQuota(r.Context(), &spec)
 	if err != nil {
 		h.writeError(w, r, err)

@@ -30,7 +30,7 @@ func templateView(t *storage.Template) v1.Template {
 		source = "upload"
 	}
 	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
-		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, Layers: t.Layers,
+		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutS: t.ReadyTimeoutS, Layers: t.Layers,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf}
 }
 

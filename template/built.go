@@ -29,6 +29,10 @@ type Built struct {
 	// it becomes the template's start command.
 	Cmd      []string
 	StartCmd bool
+	// ReadyCmd is the template's ready check (argv; nil: none) and
+	// ReadyTimeoutS its wait in seconds (0: the default).
+	ReadyCmd      []string
+	ReadyTimeoutS int64
 	// Steps is how many steps the Dockerfile has (shown as Layers).
 	Steps int
 	// HostMounts are the parent template's host mounts (a build FROM
@@ -78,7 +82,13 @@ func (c *Catalog) InstallBuilt(ctx context.Context, name, tenant string, from st
 		return &image.Image{Digest: b.Digest, Env: b.Env, WorkingDir: b.Workdir, User: b.User,
 			Cmd: b.Cmd, SizeBytes: size, Layers: b.Steps}, nil
 	}
-	edit := func(t *storage.Template) { t.HostMounts = append([]bindmount.Mount(nil), b.HostMounts...) }
+	edit := func(t *storage.Template) {
+		t.HostMounts = append([]bindmount.Mount(nil), b.HostMounts...)
+		t.ReadyCmd, t.ReadyTimeoutS = append([]string(nil), b.ReadyCmd...), b.ReadyTimeoutS
+		if len(t.ReadyCmd) == 0 {
+			t.ReadyCmd = nil
+		}
+	}
 	return c.install(ctx, name, tenant, o, unpack, edit)
 }
 
