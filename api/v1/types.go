@@ -372,16 +372,16 @@ type Template struct {
 	// Cmd is the image's ENTRYPOINT and CMD; StartCmd, when set, is
 	// started in the background in each new session of the template
 	// (imported with ?start_cmd=true).
-	Cmd       []string `json:"cmd,omitempty"`
-	StartCmd  []string `json:"start_cmd,omitempty"`
+	Cmd      []string `json:"cmd,omitempty"`
+	StartCmd []string `json:"start_cmd,omitempty"`
 	// ReadyCmd, when set, is the template's ready check (argv): a create
 	// of a session from the template returns once it exits 0 in the
 	// sandbox, waiting at most ReadyTimeoutS seconds (0: 60).
 	ReadyCmd      []string `json:"ready_cmd,omitempty"`
 	ReadyTimeoutS int64    `json:"ready_timeout_s,omitempty"`
 	Layers        int      `json:"layers,omitempty"`
-	SizeBytes int64    `json:"size_bytes"`
-	CreatedAt string   `json:"created_at"`
+	SizeBytes     int64    `json:"size_bytes"`
+	CreatedAt     string   `json:"created_at"`
 	// AliasOf names the template this one is a built-in alias of
 	// ("code-interpreter-v1" is "base"'s); sessions created from an
 	// alias are sessions of that template.
