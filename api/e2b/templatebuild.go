@@ -377,7 +377,8 @@ func (h *Handler) handleTriggerBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	h.builds.mu.Unlock()
 	if spec.ReadyCmd != "" {
-		h.builds.log(b, "warn", "forkbox does not run ready commands at build time: "+spec.ReadyCmd)
+		h.builds.log(b, "info", fmt.Sprintf("the ready command is the template's ready check, not run at build time: "+
+			"every Sandbox.create runs the start command, then waits until %q exits 0 (at most %d s)", spec.ReadyCmd, storage.DefaultReadyTimeoutS))
 	}
 	ctx := context.WithoutCancel(r.Context()) // the caller's tenant, not its deadline
 	go h.runBuild(ctx, b, dockerfile, files)
