@@ -58,7 +58,7 @@ func TestCLITemplateBuild(t *testing.T) {
 		t.Errorf("right after the create: %q, want the ready check's file", got)
 	}
 	out, _, code = forkbox(t, "", "template", "inspect", short)
-	if code != 0 || !strings.Contains(out, "ready:         /bin/sh -c busybox test -e /tmp/up (a create waits until it exits 0, at most 60 s)") ||
+	if code != 0 || !strings.Contains(out, "ready:         /bin/sh -c busybox test -e /tmp/up (a create waits until it exits 0, at most 30 s)") ||
 		!strings.Contains(out, "start:         /bin/sh -c busybox sleep 1;") {
 		t.Errorf("template inspect: exit %d\n%s", code, out)
 	}

@@ -100,8 +100,10 @@ type Template struct {
 }
 
 // DefaultReadyTimeoutS is how long a create waits for a template's
-// ready check when the template names no timeout, in seconds.
-const DefaultReadyTimeoutS = 60
+// ready check when the template names no timeout, in seconds: below the
+// E2B SDK's 60 s request timeout, so that a create through it gets the
+// ready check's error rather than its own timeout.
+const DefaultReadyTimeoutS = 30
 
 // MaxReadyTimeoutS bounds a template's ready timeout, in seconds.
 const MaxReadyTimeoutS = 600

@@ -30,7 +30,7 @@ type TemplateBuildRequest struct {
 	// sandbox (at most 4096 bytes; "" is refused).
 	ReadyCmd *string `json:"ready_cmd,omitempty"`
 	// ReadyTimeoutS bounds a create's wait for the ready check, in
-	// seconds (0: HEALTHCHECK --start-period, else 60; at most 600).
+	// seconds (0: HEALTHCHECK --start-period, else 30; at most 600).
 	ReadyTimeoutS int64 `json:"ready_timeout_s,omitempty"`
 }
 

@@ -376,7 +376,7 @@ type Template struct {
 	StartCmd []string `json:"start_cmd,omitempty"`
 	// ReadyCmd, when set, is the template's ready check (argv): a create
 	// of a session from the template returns once it exits 0 in the
-	// sandbox, waiting at most ReadyTimeoutS seconds (0: 60).
+	// sandbox, waiting at most ReadyTimeoutS seconds (0: 30).
 	ReadyCmd      []string `json:"ready_cmd,omitempty"`
 	ReadyTimeoutS int64    `json:"ready_timeout_s,omitempty"`
 	Layers        int      `json:"layers,omitempty"`

@@ -39,7 +39,7 @@ Dockerfile of FROM REF, one RUN per --run, and CMD as --start's shell line.
 Dockerfile's HEALTHCHECK: a session created from the template runs the
 start command, then the create returns only once CMD exits 0 inside the
 sandbox (tried every 50 ms, for at most --ready-timeout seconds: default
-HEALTHCHECK --start-period, else 60); a check that never passes fails the
+HEALTHCHECK --start-period, else 30); a check that never passes fails the
 create with its last output and leaves no session.
 
 Steps and their output are printed on standard error, one line each (on a
@@ -123,7 +123,7 @@ nothing); the template's name is printed when it is ready.`,
 	fs.StringArrayVar(&runs, "run", nil, "shorthand: a shell command to run (repeatable, in order)")
 	fs.StringVar(&start, "start", "", "shorthand: the start command (a shell line)")
 	fs.StringVar(&ready, "ready", "", "the ready check, a shell line: a create waits until it exits 0 (in place of HEALTHCHECK)")
-	fs.Int64Var(&readyTimeout, "ready-timeout", 0, "seconds a create waits for the ready check (default: HEALTHCHECK --start-period, else 60; at most 600)")
+	fs.Int64Var(&readyTimeout, "ready-timeout", 0, "seconds a create waits for the ready check (default: HEALTHCHECK --start-period, else 30; at most 600)")
 	fs.BoolVarP(&quiet, "quiet", "q", false, "print only the template's name")
 	return cmd
 }

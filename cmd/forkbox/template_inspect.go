@@ -36,7 +36,7 @@ func printTemplate(w io.Writer, t *client.Template) {
 	if len(t.ReadyCmd) > 0 {
 		timeout := t.ReadyTimeoutS
 		if timeout == 0 {
-			timeout = 60
+			timeout = 30
 		}
 		line("ready", fmt.Sprintf("%s (a create waits until it exits 0, at most %d s)", strings.Join(t.ReadyCmd, " "), timeout))
 	}
