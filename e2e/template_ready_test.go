@@ -76,6 +76,39 @@ func TestTemplateReadyCheck(t *testing.T) {
 	}
 }
 
+// TestTemplateReadyCheckGVisor proves the ready check holds a gVisor
+// create too (the start command runs at each create there as well), and
+// that a session restored from a memory snapshot of such a session has
+// the server running at once without the start command run again (the
+// restored process answers: the checkpoint held it).
+func TestTemplateReadyCheckGVisor(t *testing.T) {
+	needGVisor(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	name := tplName("ready-gv")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
+	if _, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: readyDockerfile}, client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, name)
+	s := newSession(t, client.CreateRequest{Template: name, Isolation: "gvisor"})
+	fetch := "curl -fsS --max-time 5 http://127.0.0.1:8000/"
+	if res, out, errOut := run(t, s.ID, client.ExecRequest{Cmd: fetch}); res.ExitCode != 0 || out != "served-by-the-start-command\n" {
+		t.Fatalf("right after a gVisor create the server answers %d %q %q, want the page", res.ExitCode, out, errOut)
+	}
+	sn, err := env.c.SnapshotWith(ctx, s.ID, client.SnapshotRequest{Memory: true})
+	if err != nil {
+		t.Fatalf("memory snapshot: %v", err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	clone := newSession(t, client.CreateRequest{Snapshot: sn.ID})
+	if res, out, errOut := run(t, clone.ID, client.ExecRequest{Cmd: fetch}); res.ExitCode != 0 || out != "served-by-the-start-command\n" {
+		t.Fatalf("right after a restore the server answers %d %q %q, want the page", res.ExitCode, out, errOut)
+	}
+	if got := sh(t, clone.ID, "pgrep -f -c '[h]ttp.server 8000'"); got != "1\n" {
+		t.Fatalf("servers in the restored session: %q, want the one restored (the start command not run again)", got)
+	}
+}
+
 // TestTemplateReadyCheckFails proves a ready check that never passes
 // fails the create with the 422 ready-check-failed naming the check and
 // its last output, and leaves no session (cold or spare start, and a
