@@ -107,6 +107,9 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 			_ = stream.out.jsonEvent("error", p)
 		}
 	case stream != nil:
+		if !stream.begun { // (a Dockerfile of FROM alone has no step to begin it)
+			stream.out.begin()
+		}
 		_ = stream.out.jsonEvent("build", buildView(res))
 	default:
 		writeJSON(w, http.StatusCreated, buildView(res))

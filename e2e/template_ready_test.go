@@ -156,6 +156,24 @@ func TestTemplateReadyCheckFails(t *testing.T) {
 	}
 	failCreate("plain", client.CreateRequest{})
 
+	// A check that hangs: the wait ends it, the create fails as soon as
+	// the wait is over and says so.
+	hang, hangs := tplName("hang-ready"), "sleep 1000"
+	deleteBuildSnapshotsAtEnd(t, env.c, hang)
+	if _, err := env.c.BuildTemplate(ctx, hang, client.BuildRequest{Dockerfile: "FROM base\n", ReadyCmd: &hangs, ReadyTimeoutS: 1},
+		client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, hang)
+	hangMeta := map[string]string{"ready-test": "hang"}
+	_, _, err = env.c.CreateSession(ctx, client.CreateRequest{Template: hang, Metadata: hangMeta}, "")
+	if errProblem(err) != "ready-check-failed" || !strings.Contains(err.Error(), "still running when the wait ended") {
+		t.Fatalf("a hanging ready check: %v, want ready-check-failed saying the try was still running", err)
+	}
+	if live, _ := env.c.ListSessions(ctx, client.ListOptions{Metadata: hangMeta}); len(live) != 0 {
+		t.Fatalf("a hanging ready check left sessions: %+v", live)
+	}
+
 	// Through the template's warm pool: the member the create takes is
 	// destroyed with it, and the pool makes another.
 	const cpu = 0.65 // limits no other test asks for
@@ -215,4 +233,61 @@ func problemField(err error) string {
 		return ce.Field
 	}
 	return ""
+}
+
+// TestTemplateReadyCheckSpare proves the ready check holds a create that
+// takes a spare: the server answers right after it, and a check that
+// never passes fails the spare-made session, which is destroyed.
+func TestTemplateReadyCheckSpare(t *testing.T) {
+	o := spareDaemon(t, 2)
+	ctx := ctxFor(t, 5*time.Minute)
+	name, never := tplName("ready-spare"), tplName("never-spare")
+	for _, n := range []string{name, never} {
+		deleteBuildSnapshotsAtEnd(t, o.c, n)
+	}
+	if _, err := o.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: readyDockerfile}, client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, o.c, name)
+	fail := "exit 9"
+	if _, err := o.c.BuildTemplate(ctx, never, client.BuildRequest{Dockerfile: "FROM base\n", ReadyCmd: &fail, ReadyTimeoutS: 1},
+		client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, o.c, never)
+	waitSpares(t, o, 2)
+
+	before := spareCreates(t, o)
+	s, _, err := o.c.CreateSession(ctx, client.CreateRequest{Template: name}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.c.DeleteSession(ctxFor(t, time.Minute), s.ID) })
+	if got := spareCreates(t, o); got != before+1 {
+		t.Fatalf("the create did not take a spare (%v spare creates, were %v)", got, before)
+	}
+	if got := clientSh(t, o.c, s.ID, "curl -fsS --max-time 5 http://127.0.0.1:8000/"); got != "served-by-the-start-command\n" {
+		t.Fatalf("right after a create from a spare: %q", got)
+	}
+
+	waitSpares(t, o, 1)
+	before = spareCreates(t, o)
+	meta := map[string]string{"ready-test": "spare"}
+	_, _, err = o.c.CreateSession(ctx, client.CreateRequest{Template: never, Metadata: meta}, "")
+	if errProblem(err) != "ready-check-failed" || !strings.Contains(err.Error(), "exit code 9") {
+		t.Fatalf("a never-ready create from a spare: %v, want ready-check-failed", err)
+	}
+	if got := spareCreates(t, o); got != before+1 {
+		t.Fatalf("the failing create did not take a spare (%v spare creates, were %v)", got, before)
+	}
+	all, err := o.c.ListSessions(ctx, client.ListOptions{All: true, Metadata: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 || all[0].State != "terminated" {
+		t.Fatalf("the failed create's sessions: %+v, want one, terminated", all)
+	}
+	if _, err := os.Stat(filepath.Join(o.dataDir, "sandboxes", all[0].ID)); !os.IsNotExist(err) {
+		t.Fatalf("the failed session's sandbox is still on the host (%v)", err)
+	}
 }

@@ -30,8 +30,9 @@ const readyTail = 1024
 // does not pass in time (or a session that ends meanwhile, or a caller
 // that goes away) fails the create: the session is torn down and the
 // error is the 422 ready-check-failed naming the field "template", the
-// command, the tries, the last exit code and the last output. Nothing to
-// check: nil at once.
+// command, the tries, and the exit code and output of the last try that
+// ended (a try the wait's end cut short is reported only when no other
+// ended). Nothing to check: nil at once.
 func (m *Manager) waitReady(ctx context.Context, rec *node.Session, tpl *storage.Template) error {
 	if len(tpl.ReadyCmd) == 0 {
 		return nil
@@ -49,13 +50,18 @@ func (m *Manager) waitReady(ctx context.Context, rec *node.Session, tpl *storage
 		tctx, cancel := context.WithTimeout(ctx, remaining)
 		res, err := m.cmds.Exec(tctx, rec.ID, node.ExecSpec{Argv: tpl.ReadyCmd,
 			TimeoutS: int64((remaining + time.Second - 1) / time.Second)}, out)
+		cut := tctx.Err() != nil && ctx.Err() == nil // (the wait ended during this try)
 		cancel()
 		tries++
 		switch {
 		case err == nil && res.ExitCode == 0:
 			return nil
-		case err == nil && res.TimedOut:
-			last = fmt.Sprintf("timed out after %d ms; output: %q", res.DurationMS, out.String())
+		case cut || (err == nil && res.TimedOut):
+			// A try the wait's end cut says nothing new: the last one
+			// that ended is the better report.
+			if last == "" {
+				last = fmt.Sprintf("still running when the wait ended; output so far: %q", out.String())
+			}
 		case err == nil:
 			last = fmt.Sprintf("exit code %d; output: %q", res.ExitCode, out.String())
 		default:
