@@ -254,7 +254,15 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.warm(ctx, t); err != nil {
+		// (registered nothing: the template goes again)
+		if derr := r.b.catalog.Delete(context.WithoutCancel(ctx), r.name); derr != nil {
+			return nil, fmt.Errorf("%w (and removing the template failed: %v)", err, derr)
+		}
+		return nil, err
+	}
 	res.Template = t
+	res.Sandboxes = r.sandboxes
 	return res, nil
 }
 

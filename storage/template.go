@@ -71,6 +71,12 @@ type Template struct {
 	// ReadyTimeoutS bounds the wait for ReadyCmd, in seconds (0: the
 	// daemon's default, sandbox.DefaultReadyTimeoutS).
 	ReadyTimeoutS int64 `json:"ready_timeout_s,omitempty"`
+	// WarmSnapshot, when set, is a memory snapshot (gVisor) of a session
+	// of this template taken once its start command ran and its ready
+	// check passed: a create that asks for nothing the snapshot cannot
+	// give restores it, so the server is running at once
+	// (sandbox/warm.go). The snapshot belongs to the template's tenant.
+	WarmSnapshot string `json:"warm_snapshot,omitempty"`
 	// Layers is how many image layers the import applied.
 	Layers int `json:"layers,omitempty"`
 	// LayerDigests are the digests ("sha256:...") of the compressed

@@ -379,9 +379,13 @@ type Template struct {
 	// sandbox, waiting at most ReadyTimeoutS seconds (0: 30).
 	ReadyCmd      []string `json:"ready_cmd,omitempty"`
 	ReadyTimeoutS int64    `json:"ready_timeout_s,omitempty"`
-	Layers        int      `json:"layers,omitempty"`
-	SizeBytes     int64    `json:"size_bytes"`
-	CreatedAt     string   `json:"created_at"`
+	// WarmSnapshot, when set, is the memory snapshot (gVisor) that holds
+	// the template's started server: a gVisor create that asks for no
+	// env, user, workdir, network, secrets or volumes restores it.
+	WarmSnapshot string `json:"warm_snapshot,omitempty"`
+	Layers       int    `json:"layers,omitempty"`
+	SizeBytes    int64  `json:"size_bytes"`
+	CreatedAt    string `json:"created_at"`
 	// AliasOf names the template this one is a built-in alias of
 	// ("code-interpreter-v1" is "base"'s); sessions created from an
 	// alias are sessions of that template.

@@ -40,6 +40,9 @@ func printTemplate(w io.Writer, t *client.Template) {
 		}
 		line("ready", fmt.Sprintf("%s (a create waits until it exits 0, at most %d s)", strings.Join(t.ReadyCmd, " "), timeout))
 	}
+	if t.WarmSnapshot != "" {
+		line("warm", t.WarmSnapshot+" (a memory snapshot of the started server: a gVisor create that asks for no env, user, workdir, network or volumes restores it)")
+	}
 	line("created", t.CreatedAt)
 }
 
