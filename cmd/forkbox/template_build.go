@@ -40,7 +40,10 @@ Dockerfile's HEALTHCHECK: a session created from the template runs the
 start command, then the create returns only once CMD exits 0 inside the
 sandbox (tried every 50 ms, for at most --ready-timeout seconds: default
 HEALTHCHECK --start-period, else 30); a check that never passes fails the
-create with its last output and leaves no session.
+create with its last output and leaves no session. A build with
+--isolation gvisor of a template with a start command keeps the started
+server in a memory snapshot, which gVisor creates that ask for no env,
+user, workdir, network or volumes restore: the server is already running.
 
 Steps and their output are printed on standard error, one line each (on a
 terminal the running step is a status line redrawn in place; --quiet:
