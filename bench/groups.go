@@ -49,14 +49,14 @@ const (
 
 // Groups lists every row group, in the order they run.
 var Groups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause, GroupSnapshot,
-	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupReady, GroupGVisor, GroupIdle}
 
 // DefaultGroups are the groups run when Options.Only is empty: the
 // rows of the fork, restore and create targets, exec, pause and the
 // idle figures; "all" adds the two that write hundreds of MB per
 // iteration (snapshot with podman commit, freeze).
 var DefaultGroups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause,
-	GroupFork, GroupFork64, GroupRestore, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupReady, GroupGVisor, GroupIdle}
 
 // ParseGroups turns a comma-separated list of group names ("" or
 // "default": DefaultGroups; "all": Groups) into the list Run takes.
@@ -129,6 +129,8 @@ func (e *env) group(ctx context.Context, name string) []Result {
 		return e.measureBroker(ctx)
 	case GroupPull:
 		return e.measurePull(ctx)
+	case GroupReady:
+		return e.measureReady(ctx)
 	case GroupIdle:
 		return e.measureIdle(ctx)
 	}
