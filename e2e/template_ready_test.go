@@ -207,6 +207,8 @@ func TestTemplateReadyCheckFails(t *testing.T) {
 	if _, err := env.c.SetPool(ctx, client.Pool{Template: name, Size: 0}); err != nil {
 		t.Fatal(err)
 	}
+	// The template goes once the pool's member is gone (it holds it).
+	waitFor(t, func() bool { return env.c.DeleteTemplate(ctx, name) == nil })
 
 	// Bad input: a 400 naming the field, before anything is built.
 	empty, long := "", strings.Repeat("x", 4097)
