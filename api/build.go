@@ -60,7 +60,17 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 	caller, hasCaller := tenancy.From(r.Context())
 	spec := build.Spec{Dockerfile: []byte(req.Dockerfile), BuildArgs: req.BuildArgs, Allow: req.Allow,
 		Isolation: req.Isolation, CPU: req.CPU, MemoryMB: req.MemoryMB, DiskMB: req.DiskMB, StepTimeoutS: req.StepTimeoutS,
-		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}, SpoolDir: h.spoolDir}
+		Pull: template.PullOptions{InsecureRegistries: req.InsecureRegistries}, SpoolDir: h.spoolDir, ReadyTimeoutS: req.ReadyTimeoutS}
+	if req.ReadyCmd != nil {
+		if spec.ReadyCmd, err = build.ReadyLine("ready_cmd", *req.ReadyCmd); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	if err := build.ReadyTimeout("ready_timeout_s", req.ReadyTimeoutS); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	release, err := h.holdBuildQuota(r.Context(), &spec)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -98,6 +108,9 @@ func (h *templateAPI) handleTemplateBuild(w http.ResponseWriter, r *http.Request
 			_ = stream.out.jsonEvent("error", p)
 		}
 	case stream != nil:
+		if !stream.begun { // (a Dockerfile of FROM alone has no step to begin it)
+			stream.out.begin()
+		}
 		_ = stream.out.jsonEvent("build", buildView(res))
 	default:
 		writeJSON(w, http.StatusCreated, buildView(res))

@@ -101,6 +101,9 @@ var typedProblems = []problemClass{
 			"`paths` lists every one and nothing was changed. Retry with on_conflict \"ours\" or \"theirs\", or merge fewer paths."},
 	{errdefs.ErrInvalidArgument, http.StatusUnprocessableEntity, build.ProblemStepFailed, "Build step failed",
 		"A RUN step of the build exited non-zero; `detail` names the step, its line, its exit code and its last output. Nothing was registered; the steps before it stay cached."},
+	{errdefs.ErrInvalidArgument, http.StatusUnprocessableEntity, node.ProblemReadyCheckFailed, "Ready check failed",
+		"The template's ready check did not exit 0 within its timeout (the template's ready_timeout_s, default 30 s) after its start command was started; " +
+			"`detail` names the check, its tries, its last exit code and output. The session was destroyed."},
 	{errdefs.ErrUnavailable, http.StatusServiceUnavailable, node.ProblemSandboxNotReady, "Sandbox not ready",
 		"The sandbox started but its agent did not answer within the readiness wait (which grows with the host's load; " +
 			"`forkbox serve --agent-ready-timeout`); the host is probably overloaded: retry after Retry-After seconds."},

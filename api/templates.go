@@ -30,7 +30,8 @@ func templateView(t *storage.Template) v1.Template {
 		source = "upload"
 	}
 	return v1.Template{Name: t.Name, Source: source, Digest: t.Digest, Env: t.Env, Workdir: t.Workdir,
-		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, Layers: t.Layers,
+		User: t.User, Cmd: t.Cmd, StartCmd: t.StartCmd, ReadyCmd: t.ReadyCmd, ReadyTimeoutS: t.ReadyTimeoutS,
+		WarmSnapshot: t.WarmSnapshot, Layers: t.Layers,
 		SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, AliasOf: t.AliasOf, Tier: t.Tier}
 }
 
@@ -139,6 +140,15 @@ func (h *templateAPI) handleTemplateImport(w http.ResponseWriter, r *http.Reques
 
 func (h *templateAPI) handleTemplateDelete(w http.ResponseWriter, r *http.Request) {
 	access.NoteFrom(r.Context()).Set("template", r.PathValue("name"))
+	// The memory snapshot of a template's started server refers to the
+	// template: it goes first (a 409 while sessions restored from it
+	// hold it, as the template's own sessions would).
+	if t, err := h.catalog.Get(r.Context(), r.PathValue("name")); err == nil && t.WarmSnapshot != "" {
+		if err := h.mgr.DeleteSnapshot(r.Context(), t.WarmSnapshot, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			h.writeError(w, r, err)
+			return
+		}
+	}
 	if err := h.catalog.Delete(r.Context(), r.PathValue("name")); err != nil {
 		h.writeError(w, r, err)
 		return

@@ -49,7 +49,7 @@ const (
 
 // Groups lists every row group, in the order they run.
 var Groups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause, GroupSnapshot,
-	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupMerge, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupMerge, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupReady, GroupGVisor, GroupIdle}
 
 // DefaultGroups are the groups run when Options.Only is empty: the
 // rows of the fork, restore and create targets, exec, pause and the
@@ -57,7 +57,7 @@ var Groups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause, G
 // iteration (snapshot with podman commit, freeze) and merge (34 sessions
 // a round).
 var DefaultGroups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause,
-	GroupFork, GroupFork64, GroupRestore, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupReady, GroupGVisor, GroupIdle}
 
 // ParseGroups turns a comma-separated list of group names ("" or
 // "default": DefaultGroups; "all": Groups) into the list Run takes.
@@ -134,6 +134,8 @@ func (e *env) group(ctx context.Context, name string) []Result {
 		return e.measurePull(ctx)
 	case GroupBuild:
 		return e.measureBuild(ctx)
+	case GroupReady:
+		return e.measureReady(ctx)
 	case GroupIdle:
 		return e.measureIdle(ctx)
 	}

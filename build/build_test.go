@@ -20,14 +20,18 @@ import (
 // instructions are field errors on "dockerfile" naming their line.
 func TestParseErrorsNameTheLine(t *testing.T) {
 	cases := map[string]string{
-		"FROM base\nRUN true\nHEALTHCHECK CMD true\n":      "line 3: HEALTHCHECK",
-		"FROM base\nFROM base\n":                           "line 2: a second FROM",
-		"RUN true\n":                                       "line 1: RUN before FROM",
-		"FROM base\nCOPY --from=x a b\n":                   "line 2: COPY --from",
-		"FROM base\nRUN --mount=type=cache,target=/x ls\n": "line 2: RUN --mount",
-		"FROM base\nADD git@example.com:x/y.git /x\n":      "line 2: ADD of git@",
-		"FROM base\nENV\n":                                 "line 2",
-		"":                                                 "no instructions",
+		"FROM base\nRUN true\nSHELL [\"/bin/bash\", \"-c\"]\n": "line 3: SHELL",
+		"FROM base\nHEALTHCHECK CMD\n":                         "line 2",
+		"FROM base\nHEALTHCHECK WHAT true\n":                   "line 2",
+		"FROM base\nHEALTHCHECK NONE true\n":                   "line 2",
+		"FROM base\nHEALTHCHECK --start-period=11m CMD true\n": "line 2: HEALTHCHECK --start-period",
+		"FROM base\nFROM base\n":                               "line 2: a second FROM",
+		"RUN true\n":                                           "line 1: RUN before FROM",
+		"FROM base\nCOPY --from=x a b\n":                       "line 2: COPY --from",
+		"FROM base\nRUN --mount=type=cache,target=/x ls\n":     "line 2: RUN --mount",
+		"FROM base\nADD git@example.com:x/y.git /x\n":          "line 2: ADD of git@",
+		"FROM base\nENV\n":                                     "line 2",
+		"":                                                     "no instructions",
 	}
 	for df, want := range cases {
 		_, err := Parse([]byte(df))

@@ -95,6 +95,12 @@ type Spec struct {
 	// names the limit in the 413.
 	MaxBytes int64
 	MaxName  string
+	// ReadyCmd, when not nil, is the template's ready check (argv, as
+	// ReadyLine returns it), in place of the Dockerfile's HEALTHCHECK;
+	// ReadyTimeoutS, when positive, bounds the wait for it in seconds
+	// (in place of HEALTHCHECK --start-period).
+	ReadyCmd      []string
+	ReadyTimeoutS int64
 	// Progress, when not nil, gets the build's events in order (from
 	// the build's goroutine).
 	Progress func(Event)
@@ -160,6 +166,9 @@ func (b *Builder) Build(ctx context.Context, name string, spec Spec) (*Result, e
 	if err != nil {
 		return nil, err
 	}
+	if err := ReadyTimeout("ready_timeout_s", spec.ReadyTimeoutS); err != nil {
+		return nil, err
+	}
 	release, err := b.catalog.Reserve(name)
 	if err != nil {
 		return nil, err
@@ -200,6 +209,7 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	}
 	r.st.env = append([]string(nil), tpl.Env...)
 	r.st.workdir, r.st.user, r.st.cmd = tpl.Workdir, tpl.User, tpl.Cmd
+	r.st.ready, r.st.readyS = tpl.ReadyCmd, tpl.ReadyTimeoutS
 	r.src = storage.Source{Template: tpl.Name}
 	key := fromKey(tpl, r.spec.Isolation)
 	res := &Result{}
@@ -248,17 +258,32 @@ func (r *run) build(ctx context.Context) (*Result, error) {
 	}
 	built := template.Built{Source: "build", Env: r.st.env, Workdir: r.st.workdir, User: r.st.user,
 		Cmd: cmd, StartCmd: (r.st.entSet || r.st.cmdSet || len(tpl.StartCmd) > 0) && len(cmd) > 0,
-		Steps: total, HostMounts: tpl.HostMounts, Tier: r.spec.Isolation}
+		Steps: total, HostMounts: tpl.HostMounts, ReadyCmd: r.st.ready, ReadyTimeoutS: r.st.readyS, Tier: r.spec.Isolation}
 	if built.Tier == "" {
 		built.Tier = r.b.node.Info().DefaultDriver
 	}
-	d := sha256.Sum256([]byte(key + "\n" + strings.Join(built.Env, "\x00") + "\n" + built.Workdir + "\n" + built.User + "\n" + strings.Join(cmd, "\x00")))
+	if r.spec.ReadyCmd != nil {
+		built.ReadyCmd = r.spec.ReadyCmd
+	}
+	if r.spec.ReadyTimeoutS > 0 {
+		built.ReadyTimeoutS = r.spec.ReadyTimeoutS
+	}
+	d := sha256.Sum256([]byte(key + "\n" + strings.Join(built.Env, "\x00") + "\n" + built.Workdir + "\n" + built.User + "\n" + strings.Join(cmd, "\x00") +
+		"\n" + strings.Join(built.ReadyCmd, "\x00") + fmt.Sprintf("\n%d", built.ReadyTimeoutS)))
 	built.Digest = "sha256:" + hex.EncodeToString(d[:])
 	t, err := r.b.catalog.InstallBuilt(ctx, r.name, r.tenant, r.src, built, r.spec.MaxBytes, r.spec.MaxName)
 	if err != nil {
 		return nil, err
 	}
+	if err := r.warm(ctx, t); err != nil {
+		// (registered nothing: the template goes again)
+		if derr := r.b.catalog.Delete(context.WithoutCancel(ctx), r.name); derr != nil {
+			return nil, fmt.Errorf("%w (and removing the template failed: %v)", err, derr)
+		}
+		return nil, err
+	}
 	res.Template = t
+	res.Sandboxes = r.sandboxes
 	return res, nil
 }
 

@@ -85,6 +85,10 @@ type state struct {
 	entry   []string
 	cmdSet  bool
 	entSet  bool
+	// ready is the ready check (HEALTHCHECK CMD; nil: none), readyS its
+	// timeout in seconds (HEALTHCHECK --start-period; 0: the default).
+	ready  []string
+	readyS int64
 }
 
 // getenv returns the value of key in env (KEY=VALUE pairs).

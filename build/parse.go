@@ -50,11 +50,12 @@ type Instr struct {
 
 // Parse parses dockerfile. It accepts one stage: FROM (no --platform, no
 // AS naming a stage for a later one) followed by RUN, COPY, ADD, ENV,
-// ARG, WORKDIR, USER, CMD, ENTRYPOINT, and LABEL, EXPOSE and
+// ARG, WORKDIR, USER, CMD, ENTRYPOINT, HEALTHCHECK (the template's ready
+// check: readyCheck), and LABEL, EXPOSE and
 // MAINTAINER (kept by nothing: forkbox templates have no labels or
 // exposed-port list). Errors are ErrInvalidArgument naming the field
 // "dockerfile" and the line: a syntax error, an instruction forkbox does
-// not build (a second FROM, HEALTHCHECK, SHELL, VOLUME, ONBUILD,
+// not build (a second FROM, SHELL, VOLUME, ONBUILD,
 // STOPSIGNAL), a flag it does not support (RUN --mount/--network, COPY
 // --from, ADD of a git source or a URL other than http(s), ADD
 // --checksum/--link, COPY --chmod), heredocs, or more than 200
@@ -158,6 +159,8 @@ func supported(cmd instructions.Command) error {
 		if len(sd.Files) > 0 {
 			return fmt.Errorf("%s with a heredoc is not supported", strings.ToUpper(cmd.Name()))
 		}
+	case *instructions.HealthCheckCommand:
+		return checkHealth(c)
 	case *instructions.EnvCommand, *instructions.ArgCommand, *instructions.WorkdirCommand, *instructions.UserCommand,
 		*instructions.LabelCommand, *instructions.ExposeCommand, *instructions.MaintainerCommand:
 	default:

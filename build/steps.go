@@ -76,6 +76,8 @@ func (r *run) plan(ctx context.Context, in Instr) (*action, error) {
 		if !r.st.cmdSet {
 			r.st.cmd = nil // ENTRYPOINT drops an inherited CMD (Docker's rule)
 		}
+	case *instructions.HealthCheckCommand:
+		r.st.ready, r.st.readyS = readyCheck(c)
 	case *instructions.WorkdirCommand:
 		r.st.workdir = r.abs(c.Path)
 		return &action{kind: "workdir", instr: r.st.workdir, dir: r.st.workdir}, nil

@@ -250,6 +250,17 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Template returns template name (GET /v1/templates/{name}): an
+// *Error with status 404 when there is none the caller can see.
+func (c *Client) Template(ctx context.Context, name string) (*Template, error) {
+	if err := checkID("template", name); err != nil {
+		return nil, err
+	}
+	t := &Template{}
+	_, err := c.doJSON(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(name), nil, nil, nil, t)
+	return t, err
+}
+
 // DeleteTemplate removes a template no session uses.
 func (c *Client) DeleteTemplate(ctx context.Context, name string) error {
 	if err := checkID("template", name); err != nil {

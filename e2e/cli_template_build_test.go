@@ -36,7 +36,7 @@ func TestCLITemplateBuild(t *testing.T) {
 	deleteBuildSnapshotsAtEnd(t, env.c, short)
 
 	out, errOut, code := forkbox(t, "", "template", "build", short, "--from-image", ref,
-		"--run", "busybox mkdir -p /usr/local/share && echo from-cli > /usr/local/share/cli", "--start", "exec busybox sleep 100000")
+		"--run", "busybox mkdir -p /usr/local/share && echo from-cli > /usr/local/share/cli", "--start", "busybox sleep 1; busybox touch /tmp/up; exec busybox sleep 100000", "--ready", "busybox test -e /tmp/up")
 	if code != 0 || out != short+"\n" || !strings.Contains(errOut, "[1/2] RUN") || !strings.Contains(errOut, "[1/2] done in") {
 		t.Fatalf("template build --from-image: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -52,6 +52,16 @@ func TestCLITemplateBuild(t *testing.T) {
 	if !hasTag(t, s.ID, "start") {
 		t.Error("--start is not running in the session")
 	}
+	// The create waited for --ready: what the start command makes after
+	// a second is there at once.
+	if got := sh(t, s.ID, "busybox test -e /tmp/up && echo up"); got != "up\n" {
+		t.Errorf("right after the create: %q, want the ready check's file", got)
+	}
+	out, _, code = forkbox(t, "", "template", "inspect", short)
+	if code != 0 || !strings.Contains(out, "ready:         /bin/sh -c busybox test -e /tmp/up (a create waits until it exits 0, at most 30 s)") ||
+		!strings.Contains(out, "start:         /bin/sh -c busybox sleep 1;") {
+		t.Errorf("template inspect: exit %d\n%s", code, out)
+	}
 
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM "+short+"\nCOPY note.txt /etc/note.txt\nENV NOTE=1\nRUN cat /etc/note.txt\n"), 0o644)
@@ -63,8 +73,8 @@ func TestCLITemplateBuild(t *testing.T) {
 	}
 	deleteTemplateAtEnd(t, env.c, df)
 	out, _, _ = forkbox(t, "", "template", "ls")
-	if !strings.Contains(out, "LAYERS") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(df)+` +build +- +\d+ +3 +runc +sha256:`).MatchString(out) {
-		t.Errorf("template ls: want %s with source build, 3 steps and tier runc:\n%s", df, out)
+	if !strings.Contains(out, "LAYERS") || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(df)+` +build +- +\d+ +3 +runc +yes +yes +sha256:`).MatchString(out) {
+		t.Errorf("template ls: want %s with source build, 3 steps, tier runc, and the start command and ready check it inherited:\n%s", df, out)
 	}
 	again := tplName("cli-again")
 	_, errOut, code = forkbox(t, "", "template", "build", again, "-f", filepath.Join(dir, "Dockerfile"), "--context", dir)

@@ -21,6 +21,10 @@ const (
 	// ProblemPortNotListening: nothing listens on the sandbox port a
 	// request was for (502; the class is ErrUnavailable).
 	ProblemPortNotListening = "port-not-listening"
+	// ProblemReadyCheckFailed: a create's template ready check did not
+	// pass in time; the session was destroyed (422; the class is
+	// ErrInvalidArgument, the field "template").
+	ProblemReadyCheckFailed = "ready-check-failed"
 )
 
 // ExecOverhead is the fixed allowance, in bytes, an exec or stdin call

@@ -54,6 +54,11 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	if err := normalizeCreate(&req, m.opts.Limits); err != nil {
 		return nil, false, err
 	}
+	// A template that holds its started server in a memory snapshot: a
+	// create that fits restores it (runStartCommand then starts nothing).
+	if id := m.warmSnapshot(ctx, &req, userGiven); id != "" {
+		req.Snapshot = id
+	}
 	// Resolved once, here: a memory snapshot decides the driver (before
 	// the request hash); its errors are reported after the idempotency
 	// check below, as for any snapshot.

@@ -29,21 +29,26 @@ func (m *Manager) templateUser(name string) string {
 
 // runStartCommand starts the start command of rec's template, if it has
 // one, in the background in the new session rec (made from the template,
-// not a snapshot), as the session's user in its working directory with
-// its environment, tagged StartTag. A command that cannot start (not in
-// the image, say) fails the create: the session is torn down and the
-// error is ErrInvalidArgument naming the field "template".
+// not a snapshot: a snapshot's session has the processes or the files its
+// source had, and starts nothing), as the session's user in its working
+// directory with its environment, tagged StartTag; then, when the
+// template has a ready check, it waits for it (waitReady). A command
+// that cannot start (not in the image, say) fails the create: the
+// session is torn down and the error is ErrInvalidArgument naming the
+// field "template".
 func (m *Manager) runStartCommand(ctx context.Context, rec *node.Session) error {
 	if rec.Snapshot != "" {
 		return nil
 	}
 	tpl, err := storage.LoadTemplate(m.opts.Layout.Template(rec.Template))
-	if err != nil || len(tpl.StartCmd) == 0 {
+	if err != nil || (len(tpl.StartCmd) == 0 && len(tpl.ReadyCmd) == 0) {
 		return nil
 	}
-	_, err = m.cmds.Exec(ctx, rec.ID, node.ExecSpec{Argv: tpl.StartCmd, Background: true, Tag: StartTag}, discardOutput{})
+	if len(tpl.StartCmd) > 0 {
+		_, err = m.cmds.Exec(ctx, rec.ID, node.ExecSpec{Argv: tpl.StartCmd, Background: true, Tag: StartTag}, discardOutput{})
+	}
 	if err == nil {
-		return nil
+		return m.waitReady(ctx, rec, tpl)
 	}
 	if sb := m.lookup(rec.ID); sb != nil {
 		_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, "the template's start command did not start")

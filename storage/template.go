@@ -61,6 +61,22 @@ type Template struct {
 	// the template (not from a snapshot of one), as the session's user in
 	// its working directory, tagged "start".
 	StartCmd []string `json:"start_cmd,omitempty"`
+	// ReadyCmd, when set, is the template's ready check (argv): a create
+	// of a session from the template (not from a snapshot of one)
+	// returns only once it exits 0 in the sandbox, run after StartCmd
+	// was started, as the session's user, again every 50 ms (a
+	// Dockerfile's HEALTHCHECK CMD, the build's ready_cmd, E2B's
+	// readyCmd).
+	ReadyCmd []string `json:"ready_cmd,omitempty"`
+	// ReadyTimeoutS bounds the wait for ReadyCmd, in seconds (0: the
+	// daemon's default, sandbox.DefaultReadyTimeoutS).
+	ReadyTimeoutS int64 `json:"ready_timeout_s,omitempty"`
+	// WarmSnapshot, when set, is a memory snapshot (gVisor) of a session
+	// of this template taken once its start command ran and its ready
+	// check passed: a create that asks for nothing the snapshot cannot
+	// give restores it, so the server is running at once
+	// (sandbox/warm.go). The snapshot belongs to the template's tenant.
+	WarmSnapshot string `json:"warm_snapshot,omitempty"`
 	// Layers is how many image layers the import applied (a built
 	// template's: how many steps its Dockerfile has).
 	Layers int `json:"layers,omitempty"`
@@ -93,6 +109,18 @@ type Template struct {
 	// CreatedAt is RFC 3339.
 	CreatedAt string `json:"created_at"`
 }
+
+// DefaultReadyTimeoutS is how long a create waits for a template's
+// ready check when the template names no timeout, in seconds: below the
+// E2B SDK's 60 s request timeout, so that a create through it gets the
+// ready check's error rather than its own timeout.
+const DefaultReadyTimeoutS = 30
+
+// MaxReadyTimeoutS bounds a template's ready timeout, in seconds.
+const MaxReadyTimeoutS = 600
+
+// MaxReadyCmdBytes bounds a ready check's command line, in bytes.
+const MaxReadyCmdBytes = 4096
 
 // RootFS returns the template's root filesystem directory under dir.
 func RootFS(templateDir string) string { return filepath.Join(templateDir, "rootfs") }

@@ -29,6 +29,10 @@ type Built struct {
 	// it becomes the template's start command.
 	Cmd      []string
 	StartCmd bool
+	// ReadyCmd is the template's ready check (argv; nil: none) and
+	// ReadyTimeoutS its wait in seconds (0: the default).
+	ReadyCmd      []string
+	ReadyTimeoutS int64
 	// Steps is how many steps the Dockerfile has (shown as Layers).
 	Steps int
 	// Tier is the isolation tier the steps ran in (the template's Tier).
@@ -83,6 +87,10 @@ func (c *Catalog) InstallBuilt(ctx context.Context, name, tenant string, from st
 	edit := func(t *storage.Template) {
 		t.HostMounts = append([]bindmount.Mount(nil), b.HostMounts...)
 		t.Tier = b.Tier
+		t.ReadyCmd, t.ReadyTimeoutS = append([]string(nil), b.ReadyCmd...), b.ReadyTimeoutS
+		if len(t.ReadyCmd) == 0 {
+			t.ReadyCmd = nil
+		}
 	}
 	return c.install(ctx, name, tenant, o, unpack, edit)
 }

@@ -377,7 +377,8 @@ func (h *Handler) handleTriggerBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	h.builds.mu.Unlock()
 	if spec.ReadyCmd != "" {
-		h.builds.log(b, "warn", "forkbox does not run ready commands at build time: "+spec.ReadyCmd)
+		h.builds.log(b, "info", fmt.Sprintf("the ready command is the template's ready check, not run at build time: "+
+			"every Sandbox.create runs the start command, then waits until %q exits 0 (at most %d s)", spec.ReadyCmd, storage.DefaultReadyTimeoutS))
 	}
 	ctx := context.WithoutCancel(r.Context()) // the caller's tenant, not its deadline
 	go h.runBuild(ctx, b, dockerfile, files)
@@ -526,7 +527,8 @@ func (h *Handler) handleBuildStatus(w http.ResponseWriter, r *http.Request) {
 // dockerfileOf turns the SDK's template into a Dockerfile for package
 // build: FROM fromImage (a registry image), fromTemplate (a template) or
 // base; each step in order (RUN with a user runs as that user and then
-// returns to the current one); startCmd as CMD. Errors name steps[i].
+// returns to the current one); startCmd as CMD; readyCmd as HEALTHCHECK
+// (the template's ready check). Errors name steps[i], or readyCmd.
 func dockerfileOf(spec templateSpec) ([]byte, error) {
 	if len(spec.FromImageRegistry) > 0 && string(spec.FromImageRegistry) != "null" {
 		return nil, errdefs.InvalidField("fromImageRegistry", "registry credentials through the E2B API are not supported: pull the image with forkbox template import --ref")
@@ -616,6 +618,17 @@ func dockerfileOf(spec templateSpec) ([]byte, error) {
 	if spec.StartCmd != "" {
 		cmd, _ := json.Marshal([]string{"/bin/sh", "-c", spec.StartCmd})
 		fmt.Fprintf(&sb, "CMD %s\n", cmd)
+	}
+	if spec.ReadyCmd != "" {
+		// The SDK's ready check (setReadyCmd, or setStartCmd's second
+		// argument: waitForPort, waitForURL, ...) is the template's: a
+		// Dockerfile's HEALTHCHECK, which the create waits for.
+		argv, err := build.ReadyLine("readyCmd", spec.ReadyCmd)
+		if err != nil {
+			return nil, err
+		}
+		cmd, _ := json.Marshal(argv)
+		fmt.Fprintf(&sb, "HEALTHCHECK CMD %s\n", cmd)
 	}
 	return []byte(sb.String()), nil
 }

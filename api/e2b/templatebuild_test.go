@@ -51,6 +51,24 @@ func TestDockerfileOf(t *testing.T) {
 			t.Errorf("%+v: %v, want a field error naming steps[0]", bad.Steps[0], err)
 		}
 	}
+	// readyCmd is the template's ready check: a HEALTHCHECK of its line,
+	// whatever it holds (no expansion, no second instruction).
+	df, err = dockerfileOf(templateSpec{StartCmd: "python3 -m http.server 8000", ReadyCmd: "ss -tuln | grep :8000\nRUN evil"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(df), "HEALTHCHECK CMD [\"/bin/sh\",\"-c\",\"ss -tuln | grep :8000\\nRUN evil\"]\n") {
+		t.Fatalf("dockerfile with readyCmd:\n%s", df)
+	}
+	if f, err := build.Parse(df); err != nil || len(f.Instrs) != 2 {
+		t.Fatalf("build.Parse: %+v, %v", f, err)
+	}
+	for _, bad := range []string{"  ", strings.Repeat("z", 4097)} {
+		var fe *errdefs.FieldError
+		if _, err := dockerfileOf(templateSpec{ReadyCmd: bad}); !errors.As(err, &fe) || fe.Field != "readyCmd" {
+			t.Errorf("readyCmd %.10q: %v, want a field error naming readyCmd", bad, err)
+		}
+	}
 	if _, err := dockerfileOf(templateSpec{FromImage: "a", FromTemplate: "b"}); err == nil {
 		t.Error("fromImage and fromTemplate both set: no error")
 	}

@@ -24,6 +24,14 @@ type TemplateBuildRequest struct {
 	// InsecureRegistries are registries a FROM of an image may reach over
 	// plain HTTP (as a pull's).
 	InsecureRegistries []string `json:"insecure_registries,omitempty"`
+	// ReadyCmd, when set, is the template's ready check, a shell line
+	// (run with /bin/sh -c), in place of the Dockerfile's HEALTHCHECK: a
+	// create from the template returns only once it exits 0 in the
+	// sandbox (at most 4096 bytes; "" is refused).
+	ReadyCmd *string `json:"ready_cmd,omitempty"`
+	// ReadyTimeoutS bounds a create's wait for the ready check, in
+	// seconds (0: HEALTHCHECK --start-period, else 30; at most 600).
+	ReadyTimeoutS int64 `json:"ready_timeout_s,omitempty"`
 }
 
 // BuildEvent is the data of an event of a build's stream (Accept:

@@ -372,11 +372,20 @@ type Template struct {
 	// Cmd is the image's ENTRYPOINT and CMD; StartCmd, when set, is
 	// started in the background in each new session of the template
 	// (imported with ?start_cmd=true).
-	Cmd       []string `json:"cmd,omitempty"`
-	StartCmd  []string `json:"start_cmd,omitempty"`
-	Layers    int      `json:"layers,omitempty"`
-	SizeBytes int64    `json:"size_bytes"`
-	CreatedAt string   `json:"created_at"`
+	Cmd      []string `json:"cmd,omitempty"`
+	StartCmd []string `json:"start_cmd,omitempty"`
+	// ReadyCmd, when set, is the template's ready check (argv): a create
+	// of a session from the template returns once it exits 0 in the
+	// sandbox, waiting at most ReadyTimeoutS seconds (0: 30).
+	ReadyCmd      []string `json:"ready_cmd,omitempty"`
+	ReadyTimeoutS int64    `json:"ready_timeout_s,omitempty"`
+	// WarmSnapshot, when set, is the memory snapshot (gVisor) that holds
+	// the template's started server: a gVisor create that asks for no
+	// env, user, workdir, network, secrets or volumes restores it.
+	WarmSnapshot string `json:"warm_snapshot,omitempty"`
+	Layers       int    `json:"layers,omitempty"`
+	SizeBytes    int64  `json:"size_bytes"`
+	CreatedAt    string `json:"created_at"`
 	// Tier is the isolation tier ("runc", "gvisor") a built template's
 	// steps ran in; absent for imported, pulled and built-in templates.
 	Tier string `json:"tier,omitempty"`

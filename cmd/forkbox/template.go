@@ -114,8 +114,10 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 				return err
 			}
 			// LAYERS: an image's layers; a built template's steps. TIER:
-			// the isolation tier a built template's steps ran in.
-			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tLAYERS\tTIER\tDIGEST\tCREATED",
+			// the isolation tier a built template's steps ran in. START
+			// and READY: whether sessions start a command and wait for a
+			// ready check (template inspect shows them).
+			return printList(cmd.OutOrStdout(), g.json, ts, "NAME\tSOURCE\tUSER\tSIZE\tLAYERS\tTIER\tSTART\tREADY\tDIGEST\tCREATED",
 				func(t client.Template) string {
 					user, tier := t.User, t.Tier
 					if user == "" {
@@ -124,8 +126,29 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 					if tier == "" {
 						tier = "-"
 					}
-					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Layers, tier, t.Digest, t.CreatedAt)
+					return fmt.Sprintf("%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s", t.Name, t.Source, user, t.SizeBytes, t.Layers, tier,
+						yesOrDash(len(t.StartCmd) > 0), yesOrDash(len(t.ReadyCmd) > 0), t.Digest, t.CreatedAt)
 				})
+		},
+	}
+	inspect := &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Show a template: its user, workdir, start command and ready check",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.Template(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(cmd.OutOrStdout(), t)
+			}
+			printTemplate(cmd.OutOrStdout(), t)
+			return nil
 		},
 	}
 	rm := &cobra.Command{
@@ -140,6 +163,6 @@ line on a terminal and a line per layer otherwise (not with --quiet).`,
 			return c.DeleteTemplate(cmd.Context(), args[0])
 		},
 	}
-	cmd.AddCommand(imp, ls, rm, newTemplateBuildCmd(g))
+	cmd.AddCommand(imp, ls, inspect, rm, newTemplateBuildCmd(g))
 	return cmd
 }

@@ -14,18 +14,20 @@ import (
 
 // newTemplateBuildCmd is `forkbox template build`.
 func newTemplateBuildCmd(g *globals) *cobra.Command {
-	var file, contextDir, fromImage, start, isolation string
+	var file, contextDir, fromImage, start, ready, isolation string
+	var readyTimeout int64
 	var runs, allow, buildArgs, insecure []string
 	var quiet bool
 	cmd := &cobra.Command{
-		Use:   "build NAME (-f Dockerfile [--context DIR] | --from-image REF [--run CMD]... [--start CMD])",
+		Use:   "build NAME (-f Dockerfile [--context DIR] | --from-image REF [--run CMD]... [--start CMD]) [--ready CMD]",
 		Short: "Build a template from a Dockerfile, each RUN in a sandbox, every step cached",
 		Long: `Build template NAME from a Dockerfile on the daemon. FROM names base, a
 template of yours, or a registry image (pulled once into a template named
 from-HASH, per tenant). RUN steps run in forkbox sandboxes (as the Dockerfile's USER,
 with no network unless --allow names hosts); COPY and ADD read the --context
 directory, sent as a tar; ENV, ARG, WORKDIR, USER are kept, and CMD or
-ENTRYPOINT becomes the template's start command. Each step's result is a
+ENTRYPOINT becomes the template's start command, and HEALTHCHECK CMD its
+ready check (HEALTHCHECK NONE: none). Each step's result is a
 snapshot cached by its parent, its instruction and its inputs, so a rebuild
 of an unchanged Dockerfile runs no sandbox and a change at step k reruns
 only the steps from k on.
@@ -33,11 +35,21 @@ only the steps from k on.
 --from-image REF with --run (repeatable) and --start is the same as a
 Dockerfile of FROM REF, one RUN per --run, and CMD as --start's shell line.
 
+--ready CMD (a shell line) is the template's ready check, in place of the
+Dockerfile's HEALTHCHECK: a session created from the template runs the
+start command, then the create returns only once CMD exits 0 inside the
+sandbox (tried every 50 ms, for at most --ready-timeout seconds: default
+HEALTHCHECK --start-period, else 30); a check that never passes fails the
+create with its last output and leaves no session. A build with
+--isolation gvisor of a template with a start command keeps the started
+server in a memory snapshot, which gVisor creates that ask for no env,
+user, workdir, network or volumes restore: the server is already running.
+
 Steps and their output are printed on standard error, one line each (on a
 terminal the running step is a status line redrawn in place; --quiet:
 nothing); the template's name is printed when it is ready.`,
 		Example: `  forkbox template build py-data -f Dockerfile --context . --allow 'pypi.org:443,files.pythonhosted.org:443'
-  forkbox template build web --from-image registry.example/node:22 --run 'npm i -g pnpm' --start 'node server.js'`,
+  forkbox template build web --from-image registry.example/node:22 --run 'npm i -g pnpm' --start 'node server.js' --ready 'curl -fs localhost:3000'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var dockerfile string
@@ -58,7 +70,11 @@ nothing); the template's name is printed when it is ready.`,
 			default:
 				return fmt.Errorf("give -f Dockerfile or --from-image REF")
 			}
-			req := client.BuildRequest{Dockerfile: dockerfile, Isolation: isolation, InsecureRegistries: insecure}
+			req := client.BuildRequest{Dockerfile: dockerfile, Isolation: isolation, InsecureRegistries: insecure,
+				ReadyTimeoutS: readyTimeout}
+			if cmd.Flags().Changed("ready") {
+				req.ReadyCmd = &ready
+			}
 			for _, a := range allow {
 				for _, h := range strings.Split(a, ",") {
 					if h = strings.TrimSpace(h); h != "" {
@@ -109,6 +125,8 @@ nothing); the template's name is printed when it is ready.`,
 	fs.StringVar(&fromImage, "from-image", "", "shorthand: the image (or template) to start from")
 	fs.StringArrayVar(&runs, "run", nil, "shorthand: a shell command to run (repeatable, in order)")
 	fs.StringVar(&start, "start", "", "shorthand: the start command (a shell line)")
+	fs.StringVar(&ready, "ready", "", "the ready check, a shell line: a create waits until it exits 0 (in place of HEALTHCHECK)")
+	fs.Int64Var(&readyTimeout, "ready-timeout", 0, "seconds a create waits for the ready check (default: HEALTHCHECK --start-period, else 30; at most 600)")
 	fs.BoolVarP(&quiet, "quiet", "q", false, "print only the template's name")
 	return cmd
 }

@@ -5,7 +5,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from 'node:test'
-import { BuildError, Sandbox, Template } from 'e2b'
+import { BuildError, Sandbox, Template, waitForPort } from 'e2b'
 import { RUN, SANDBOX_TIMEOUT_MS, SUITE_METADATA } from './lib.mjs'
 
 test('Template.build: COPY, RUN, ENV, WORKDIR; Sandbox.create(name) starts it', { timeout: 240_000 }, async (t) => {
@@ -37,4 +37,22 @@ test('Template.build: COPY, RUN, ENV, WORKDIR; Sandbox.create(name) starts it', 
     assert.match(err.message, /exit/i)
     return true
   })
+})
+
+test('Template.build: setStartCmd with waitForPort; Sandbox.create returns once the server answers', { timeout: 240_000 }, async () => {
+  const name = `sdk-ready-${RUN}`.toLowerCase()
+  // The server comes up a second after the start command starts, so a
+  // create that did not wait for the ready check would find nothing.
+  const template = Template()
+    .fromTemplate('base')
+    .runCmd('mkdir -p /home/user/site && echo served > /home/user/site/index.html')
+    .setStartCmd('sleep 1; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /home/user/site', waitForPort(8000))
+  await Template.build(template, name)
+  const sbx = await Sandbox.create(name, { timeoutMs: SANDBOX_TIMEOUT_MS, metadata: SUITE_METADATA })
+  try {
+    const r = await sbx.commands.run('curl -fsS --max-time 5 http://127.0.0.1:8000/')
+    assert.equal(r.stdout, 'served\n')
+  } finally {
+    await sbx.kill()
+  }
 })

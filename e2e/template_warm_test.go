@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/errdefs"
+)
+
+// TestTemplateWarmGVisor proves a gVisor build of a template with a start
+// command and a ready check keeps the started server in a memory
+// snapshot (the template's warm_snapshot), that a gVisor create that
+// asks for nothing else restores it (the session is the snapshot's, the
+// server answers at once), that a create with its own environment
+// starts the template as usual (start command, ready check), and that
+// deleting the template deletes the snapshot.
+func TestTemplateWarmGVisor(t *testing.T) {
+	needGVisor(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	name := tplName("warm-gv")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
+	res, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: readyDockerfile, Isolation: "gvisor"}, client.BuildOptions{})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			_ = env.c.DeleteTemplate(ctxFor(t, time.Minute), name)
+		}
+	})
+	warm := res.Template.WarmSnapshot
+	if warm == "" || res.Sandboxes != 2 {
+		t.Fatalf("gVisor build of a template with a start command: %+v, want a warm snapshot and 2 sandboxes (the RUN's, the server's)", res)
+	}
+	if sn, err := env.c.GetSnapshot(ctx, warm); err != nil || sn.Name != "warm-"+name {
+		t.Fatalf("the warm snapshot: %+v, %v", sn, err)
+	}
+
+	fetch := client.ExecRequest{Cmd: "curl -fsS --max-time 5 http://127.0.0.1:8000/"}
+	s := newSession(t, client.CreateRequest{Template: name, Isolation: "gvisor"})
+	if s.Snapshot != warm || s.Template != name {
+		t.Fatalf("a plain gVisor create: snapshot %q template %q, want the warm snapshot %q", s.Snapshot, s.Template, warm)
+	}
+	if r, out, errOut := run(t, s.ID, fetch); r.ExitCode != 0 || out != "served-by-the-start-command\n" {
+		t.Fatalf("right after a warm create the server answers %d %q %q", r.ExitCode, out, errOut)
+	}
+	if got := sh(t, s.ID, "hostname; pgrep -f -c '[h]ttp.server 8000'"); got != s.ID+"\n1\n" {
+		t.Fatalf("the warm session: %q, want its own hostname and the one restored server", got)
+	}
+
+	e := newSession(t, client.CreateRequest{Template: name, Isolation: "gvisor", Env: map[string]string{"MODE": "own"}})
+	if e.Snapshot != "" {
+		t.Fatalf("a create with its own env restored the warm snapshot %q", e.Snapshot)
+	}
+	if r, out, _ := run(t, e.ID, fetch); r.ExitCode != 0 || out != "served-by-the-start-command\n" || sh(t, e.ID, "echo $MODE") != "own\n" {
+		t.Fatalf("a create with its own env: the server answers %d %q", r.ExitCode, out)
+	}
+
+	// The template goes with its warm snapshot (once no session holds it).
+	for _, id := range []string{s.ID, e.ID} {
+		if err := env.c.DeleteSession(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.c.DeleteTemplate(ctx, name); err != nil {
+		t.Fatalf("delete the template: %v", err)
+	}
+	deleted = true
+	if _, err := env.c.GetSnapshot(ctx, warm); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("the warm snapshot after the template's delete: %v, want not found", err)
+	}
+}
+
+// TestTemplateWarmGVisorNeverReady proves a gVisor build whose ready
+// check never passes fails with ready-check-failed (as E2B's builder
+// fails such a build) and registers nothing: no template, no warm
+// snapshot, no live session.
+func TestTemplateWarmGVisorNeverReady(t *testing.T) {
+	needGVisor(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	name := tplName("warm-never")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
+	never := "echo no-server >&2; exit 4"
+	_, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{Isolation: "gvisor", ReadyCmd: &never, ReadyTimeoutS: 1,
+		Dockerfile: "FROM base\nCMD [\"/bin/sh\", \"-c\", \"exec sleep 100000\"]\n"}, client.BuildOptions{})
+	if errProblem(err) != "ready-check-failed" || !strings.Contains(err.Error(), "no-server") {
+		t.Fatalf("a gVisor build whose ready check never passes: %v, want ready-check-failed with its output", err)
+	}
+	if ts, _ := env.c.Templates(ctx); hasTemplate(ts, name) {
+		t.Error("the failed build registered its template")
+	}
+	snaps, err := env.c.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sn := range snaps {
+		if sn.Name == "warm-"+name {
+			t.Errorf("the failed build left its warm snapshot %s", sn.ID)
+		}
+	}
+	for _, s := range buildSessions(t, name) {
+		if s.State != "terminated" {
+			t.Errorf("the failed build left session %s %s", s.ID, s.State)
+		}
+	}
+}
