@@ -1,6 +1,7 @@
 package build
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -51,7 +52,7 @@ func planFrom(t *testing.T, df string, inherited []string) *run {
 		t.Fatal(err)
 	}
 	for _, in := range f.Instrs {
-		if _, err := r.plan(in); err != nil {
+		if _, err := r.plan(context.Background(), in); err != nil {
 			t.Fatal(err)
 		}
 	}
