@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,37 @@ func TestVolumeSnapshotsCountAsSnapshots(t *testing.T) {
 		t.Fatalf("a volume snapshot once one went: %v", err)
 	}
 	if err := c.DeleteVolumeSnapshot(ctx, "sq", again.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTenantDeleteKeepsVolumeSnapshotsWithoutForce: a tenant whose only
+// data left is a volume snapshot (the volume itself removed) is not
+// deleted without force (409 counting it), as one with a volume or a
+// session snapshot is not: the snapshot is data a delete would drop.
+func TestTenantDeleteKeepsVolumeSnapshotsWithoutForce(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	name, _, c := newTenant(t, env.c, "vsnapdel", client.TenantPolicy{})
+	if _, err := c.CreateVolume(ctx, "kv", 4); err != nil {
+		t.Fatal(err)
+	}
+	sn, err := c.SnapshotVolume(ctx, "kv", "kv-keep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteVolume(ctx, "kv"); err != nil {
+		t.Fatal(err)
+	}
+	err = env.c.DeleteTenant(ctx, name, false)
+	wantStatus(t, "delete a tenant that keeps a volume snapshot", err, 409, "")
+	if !strings.Contains(err.Error(), "1 volume snapshots") {
+		t.Errorf("the refusal does not count the volume snapshot: %v", err)
+	}
+	if l, err := c.VolumeSnapshots(ctx, "kv"); err != nil || len(l) != 1 || l[0].ID != sn.ID {
+		t.Fatalf("the volume snapshot after the refused delete: %+v %v", l, err)
+	}
+	if err := env.c.DeleteTenant(ctx, name, true); err != nil {
 		t.Fatal(err)
 	}
 }
