@@ -86,3 +86,54 @@ func TestTenantDeleteKeepsVolumeSnapshotsWithoutForce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestE2BSnapshotDeleteDropsVolumes: E2B's snapshot delete (DELETE
+// /templates/{id}), which keeps the sessions restored from the snapshot
+// running, also removes the volume snapshots the session snapshot
+// captured (they were left on disk, recorded, until the next start); the
+// child keeps its copy.
+func TestE2BSnapshotDeleteDropsVolumes(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	before := volumeEntries(t)
+	if _, err := env.c.CreateVolume(ctx, "e2bdel", 4); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, env.c, "e2bdel")
+	p, _, err := env.c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "e2bdel", Path: "/home/user/d"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
+	if out, err := env.c.ExecCollect(ctx, p.ID, client.ExecRequest{Cmd: "echo kept > /home/user/d/f"}); err != nil || out.ExitCode != 0 {
+		t.Fatalf("write: %+v %v", out, err)
+	}
+	fr, err := env.c.ForkSession(ctx, p.ID, client.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := fr.Sessions[0].ID
+	t.Cleanup(func() { _ = env.c.DeleteSession(ctxFor(t, time.Minute), child) })
+	t.Cleanup(func() { _ = env.c.DeleteSnapshot(ctxFor(t, time.Minute), fr.Snapshot.ID, true) })
+	captured := 0
+	for e := range volumeEntries(t) {
+		if !before[e] && strings.HasPrefix(e, "snapshots/") {
+			captured++
+		}
+	}
+	if captured != 1 {
+		t.Fatalf("%d volume snapshots on disk after the fork, want the one captured", captured)
+	}
+	if st, body := e2bCall(t, "DELETE", "/templates/"+fr.Snapshot.ID, ""); st != 204 {
+		t.Fatalf("E2B delete of the snapshot: %d %s", st, body)
+	}
+	for e := range volumeEntries(t) {
+		if !before[e] && strings.HasPrefix(e, "snapshots/") {
+			t.Errorf("%s outlived its session snapshot", e)
+		}
+	}
+	out, err := env.c.ExecCollect(ctx, child, client.ExecRequest{Cmd: "cat /home/user/d/f"})
+	if err != nil || string(out.Stdout) != "kept\n" {
+		t.Fatalf("the child's copy after the delete: %+v %v", out, err)
+	}
+}
