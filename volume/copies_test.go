@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
@@ -97,5 +98,35 @@ func TestCopyNamesOfLongVolumes(t *testing.T) {
 	s.DropCopies(ctx, child, slog.Default())
 	if vs, _ := s.List(ctx, "t1"); len(vs) != 2 {
 		t.Fatalf("volumes after the copies went: %+v", vs)
+	}
+}
+
+// TestCopyAfterItsVolumeWent: a session snapshot's volume outlives the
+// volume: once the volume is removed, a session restored from the
+// snapshot still gets a copy holding the files as captured.
+func TestCopyAfterItsVolumeWent(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, "t1", "gone", 5, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(volumeFile(t, s, "t1", "gone", "f"), []byte("captured"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := captureOf(t, s, []node.VolumeMount{{Name: "gone", Path: "/mnt/g"}})
+	if err := s.Remove(ctx, "t1", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	child := node.NewID()
+	m, err := s.CopyForSession(ctx, "t1", child, got[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(volumeFile(t, s, "t1", m.Name, "f")); string(b) != "captured" {
+		t.Fatalf("copy of a removed volume holds %q", b)
+	}
+	s.DropCopies(ctx, child, slog.Default())
+	if vs, _ := s.List(ctx, "t1"); len(vs) != 0 {
+		t.Fatalf("volumes left: %+v", vs)
 	}
 }
