@@ -137,3 +137,60 @@ func TestE2BSnapshotDeleteDropsVolumes(t *testing.T) {
 		t.Fatalf("the child's copy after the delete: %+v %v", out, err)
 	}
 }
+
+// TestVolumeCopiesQuotaParallelForks: forks of one snapshot started at
+// once cannot pass max_volumes together: with room for two copies, of
+// four parallel forks of one child at most two succeed, the others are
+// 429, and the tenant keeps at most its limit of volumes.
+func TestVolumeCopiesQuotaParallelForks(t *testing.T) {
+	needBtrfsVolumes(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	_, _, c := newTenant(t, env.c, "volrace", client.TenantPolicy{MaxVolumes: 3})
+	if _, err := c.CreateVolume(ctx, "pv", 4); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, c, "pv")
+	p, _, err := c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "pv", Path: "/home/user/p"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
+	sn, err := c.Snapshot(ctx, p.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	type result struct {
+		ids []string
+		err error
+	}
+	results := make(chan result, 4)
+	for range 4 {
+		go func() {
+			fr, err := c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 1})
+			var ids []string
+			if err == nil {
+				for _, s := range fr.Sessions {
+					ids = append(ids, s.ID)
+				}
+			}
+			results <- result{ids, err}
+		}()
+	}
+	ok := 0
+	for range 4 {
+		r := <-results
+		for _, id := range r.ids {
+			t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), id) })
+		}
+		if r.err == nil {
+			ok++
+		} else {
+			wantStatus(t, "a parallel fork past max_volumes", r.err, 429, "")
+		}
+	}
+	vs, err := c.Volumes(ctx)
+	if err != nil || ok > 2 || len(vs) != 1+ok {
+		t.Fatalf("%d forks succeeded; volumes %+v %v", ok, vs, err)
+	}
+}
