@@ -145,11 +145,12 @@ func (h *tenantAPI) handleUpdateTenant(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleDeleteTenant: DELETE /v1/tenants/{name}[?force=true] (admin).
-// While it has sessions, snapshots or templates it is 409, unless force.
-// Then, in this order: the tenant is marked deleted and its keys removed
-// (no new create, import or call of it can start), its sessions are
-// destroyed, including creates still under way, and its snapshots and
-// templates deleted. Its records stay and its name is never reused. The
+// While it has sessions, snapshots, templates, volumes or volume
+// snapshots it is 409, unless force. Then, in this order: the tenant is
+// marked deleted and its keys removed (no new create, import or call of
+// it can start), its sessions are destroyed, including creates still
+// under way, and its snapshots, templates, volumes and volume snapshots
+// deleted. Its records stay and its name is never reused. The
 // default tenant cannot be deleted. 204.
 func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
@@ -181,10 +182,15 @@ func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	if n := h.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0 || len(vols) > 0) && !force {
+	vsnaps, err := h.tenantVolumeSnapshots(asTenant)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if n := h.mgr.TenantSessions(name); (n > 0 || len(snaps) > 0 || len(own) > 0 || len(vols) > 0 || len(vsnaps) > 0) && !force {
 		h.writeError(w, r, errdefs.Newf(errdefs.ErrConflict,
-			"tenant %s has %d sessions, %d snapshots, %d templates and %d volumes; remove them first or force",
-			name, n, len(snaps), len(own), len(vols)))
+			"tenant %s has %d sessions, %d snapshots, %d templates, %d volumes and %d volume snapshots; remove them first or force",
+			name, n, len(snaps), len(own), len(vols), len(vsnaps)))
 		return
 	}
 	if err := h.store.DeleteTenant(ctx, name); err != nil {
@@ -224,8 +230,7 @@ func (h *tenantAPI) handleDeleteTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	vsnaps, err := h.mgr.ListVolumeSnapshots(asTenant, "")
-	if err != nil && !noVolumes(err) {
+	if vsnaps, err = h.tenantVolumeSnapshots(asTenant); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -246,6 +251,17 @@ func (h *tenantAPI) tenantVolumes(ctx context.Context) ([]*node.Volume, error) {
 		return nil, nil
 	}
 	return vs, err
+}
+
+// tenantVolumeSnapshots lists the volumes' own snapshots of the tenant
+// ctx acts as, also those of volumes removed since (none on a daemon
+// without volumes).
+func (h *tenantAPI) tenantVolumeSnapshots(ctx context.Context) ([]*node.VolumeSnapshot, error) {
+	sns, err := h.mgr.ListVolumeSnapshots(ctx, "")
+	if noVolumes(err) {
+		return nil, nil
+	}
+	return sns, err
 }
 
 // noVolumes reports whether err says the daemon has no volumes (no

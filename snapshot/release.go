@@ -14,7 +14,9 @@ import (
 // live sessions run from its memory checkpoint (their restore may still
 // read it), it is DeleteSnapshot without force: ErrConflict naming what
 // depends on it. Their records keep naming it as their origin (and
-// parent). ErrNotFound for a missing snapshot or another tenant's.
+// parent). The volume snapshots it captured go with it (the sessions'
+// volume copies keep their data). ErrNotFound for a missing snapshot or
+// another tenant's.
 func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) error {
 	sn, children, sessions, err := s.ownedDependents(ctx, id)
 	if err != nil {
@@ -27,6 +29,13 @@ func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) e
 	}
 	if err := s.storage.RemoveSnapshot(ctx, id); err != nil {
 		return err
+	}
+	if s.volumes != nil {
+		// The volumes it captured, as DeleteSnapshot drops them (the
+		// sessions' copies keep their data).
+		if err := s.volumes.DropSessionSnapshot(ctx, id); err != nil {
+			return err
+		}
 	}
 	s.dropImage(id)
 	if err := s.removeMemory(id); err != nil {

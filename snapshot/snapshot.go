@@ -190,16 +190,11 @@ func (s *Service) ListSnapshots(ctx context.Context) ([]*node.Snapshot, error) {
 	return out, nil
 }
 
-// tenantSnapshots counts tenant's snapshots.
+// tenantSnapshots counts tenant's snapshots, its volumes' own snapshots
+// included (store.TenantSnapshotCount; volume.Service.Snapshot reserves
+// against the same count).
 func (s *Service) tenantSnapshots(ctx context.Context, tenant string) (int, error) {
-	all, err := s.store.ListSnapshots(ctx)
-	n := 0
-	for _, sn := range all {
-		if sn.Tenant == tenant {
-			n++
-		}
-	}
-	return n, err
+	return s.store.TenantSnapshotCount(ctx, tenant)
 }
 
 // Snapshot captures session id's files. Their pending writes are flushed

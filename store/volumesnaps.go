@@ -96,6 +96,16 @@ func (s *Store) DeleteVolumeSnapshot(ctx context.Context, id string) error {
 	return err
 }
 
+// TenantSnapshotCount counts what tenant's max_snapshots bounds: its
+// session snapshots and its volumes' own snapshots (those a session
+// snapshot captured are part of that one).
+func (s *Store) TenantSnapshotCount(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM snapshots WHERE tenant = ?) +
+		(SELECT COUNT(*) FROM volume_snapshots WHERE tenant = ? AND session_snapshot = '')`, tenant, tenant).Scan(&n)
+	return n, err
+}
+
 // HasVolumeSnapshot reports whether a row names volume snapshot id.
 func (s *Store) HasVolumeSnapshot(ctx context.Context, id string) (bool, error) {
 	var n int

@@ -21,8 +21,9 @@ type Policy struct {
 	// tenant-concurrency-exceeded with Retry-After.
 	MaxSessions int `json:"max_sessions,omitempty"`
 	// MaxSnapshots and MaxTemplates cap how many snapshots and imported
-	// templates the tenant keeps (they hold disk); past them a snapshot
-	// or import gets 429 tenant-quota-exceeded.
+	// templates the tenant keeps (they hold disk; a volume's own
+	// snapshots count as snapshots); past them a snapshot or import gets
+	// 429 tenant-quota-exceeded.
 	MaxSnapshots int `json:"max_snapshots,omitempty"`
 	MaxTemplates int `json:"max_templates,omitempty"`
 	// MaxVolumes caps how many volumes the tenant keeps, the copies made

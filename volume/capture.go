@@ -2,6 +2,8 @@ package volume
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -183,16 +185,25 @@ func (s *Service) CopyForSession(ctx context.Context, tenant, session string, m 
 	if err != nil {
 		return m, fmt.Errorf("volume %q of the snapshot: %w", m.Name, err)
 	}
-	base := m.Name
-	if limit := 63 - 1 - len(session); len(base) > limit {
-		base = base[:limit]
-	}
-	name := base + "-" + session
+	name := copyName(m.Name, session)
 	if _, err := s.create(ctx, tenant, name, sn.SizeMB, sourceOf(sn), session); err != nil {
 		return m, err
 	}
 	m.Name, m.Snapshot = name, ""
 	return m, nil
+}
+
+// copyName is the name of session's copy of volume name: NAME-SESSION,
+// or, when that passes 63 characters, NAME shortened with 8 hex digits
+// of its sha256 in place of its tail, so that two long names sharing
+// their first characters still give two names.
+func copyName(name, session string) string {
+	if len(name)+1+len(session) <= 63 {
+		return name + "-" + session
+	}
+	sum := sha256.Sum256([]byte(name))
+	keep := max(63-1-len(session)-1-8, 1)
+	return name[:keep] + "-" + hex.EncodeToString(sum[:4]) + "-" + session
 }
 
 // DropCopies removes the volumes that are session's copies (it ended),

@@ -22,10 +22,10 @@ type Attached struct {
 // Attach registers session's mounts of tenant's volumes (checked with
 // CheckMounts) and returns the directories to mount. A volume that does
 // not exist is ErrInvalidArgument naming volumes[i].name; one another
-// session mounts read-write, asked read-write again, or one being created
-// or removed, is ErrConflict; one removed since it was looked up is
-// ErrInvalidArgument. On an error nothing is registered. Release undoes
-// it.
+// session mounts read-write, asked read-write again, another session's
+// copy (CopyForSession), or one being created or removed, is
+// ErrConflict; one removed since it was looked up is ErrInvalidArgument.
+// On an error nothing is registered. Release undoes it.
 func (s *Service) Attach(ctx context.Context, tenant, session string, ms []node.VolumeMount) ([]Attached, error) {
 	if len(ms) == 0 {
 		return nil, nil
@@ -45,6 +45,13 @@ func (s *Service) Attach(ctx context.Context, tenant, session string, ms []node.
 		}
 		if err != nil {
 			return nil, err
+		}
+		if r.Session != "" && r.Session != session {
+			// Another mount would keep the copy from going with its
+			// session.
+			return nil, errdefs.Newf(errdefs.ErrConflict,
+				"volume %q is session %s's copy, mounted by it alone (snapshot it and make a volume of that to mount its files elsewhere)",
+				m.Name, r.Session)
 		}
 		ids[i] = r.LayerID
 		out[i] = Attached{Source: s.layerPath(r.LayerID), Target: m.Path, ReadOnly: m.ReadOnly}

@@ -28,7 +28,8 @@ func storageSnapshot(id string) string { return SnapshotPrefix + id }
 // mounts the volume read-write keeps running, so the snapshot holds what
 // a crash at that instant would leave (every completed write); a snapshot
 // consistent with a session's own files is a snapshot of the session
-// (BeginCapture). ErrNotFound for no such volume; ErrConflict for a taken
+// (BeginCapture). It counts against the tenant's max_snapshots (429
+// past it). ErrNotFound for no such volume; ErrConflict for a taken
 // name.
 func (s *Service) Snapshot(ctx context.Context, tenant, name, snapName string) (*node.VolumeSnapshot, error) {
 	if err := s.supported(); err != nil {
@@ -45,6 +46,17 @@ func (s *Service) Snapshot(ctx context.Context, tenant, name, snapName string) (
 	r, err := s.store.GetVolume(ctx, tenant, name)
 	if err != nil {
 		return nil, err
+	}
+	if s.quota != nil {
+		// It holds disk as a session snapshot does: both count against
+		// max_snapshots, under the same reservation.
+		release, err := s.quota(ctx, tenant, "snapshots", func() (int, error) {
+			return s.store.TenantSnapshotCount(ctx, tenant)
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	row := store.VolumeSnapshotRow{ID: node.NewID(), Tenant: tenant, Name: snapName, Volume: name, SizeMB: r.SizeMB}
 	info, err := s.storage.Snapshot(ctx, r.LayerID, storageSnapshot(row.ID), nil)
