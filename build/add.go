@@ -36,7 +36,8 @@ func isURL(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
 }
 
-// addLimit is how many bytes one ADD may download or extract and how
+// addLimit is how many bytes a build's ADDs may download or extract
+// together (all are spooled on the host until the build ends) and how
 // errors name that bound: the build's template size limit, else its
 // step sandbox's disk, else defaultMaxAddBytes.
 func (r *run) addLimit() (int64, string) {
@@ -56,7 +57,7 @@ func (r *run) addLimit() (int64, string) {
 // tooLarge is the 413 template-too-large of an ADD past addLimit.
 func (r *run) tooLarge(what string) error {
 	_, name := r.addLimit()
-	return errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge, "ADD %s: larger than %s", what, name)
+	return errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge, "ADD %s: larger than %s (with what the build's other ADDs brought)", what, name)
 }
 
 // planAdd plans an ADD as Docker does it: a URL source is downloaded
@@ -209,8 +210,13 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 		return copyTarget{}, err
 	}
 	limit, _ := r.addLimit()
+	limit -= r.spooled
+	if limit <= 0 {
+		return copyTarget{}, r.tooLarge(u)
+	}
 	sum := sha256.New()
 	n, err := r.b.fetcher.Fetch(ctx, u, r.spec.Allow, limit, io.MultiWriter(f, sum))
+	r.spooled += n
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		return copyTarget{}, r.tooLarge(u)
 	}
@@ -292,11 +298,13 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 		}
 	}
 	limit, _ := r.addLimit()
+	limit -= r.spooled
 	f, err := r.spool()
 	if err != nil {
 		return nil, err
 	}
-	n, err := io.Copy(f, io.LimitReader(rd, limit+1))
+	n, err := io.Copy(f, io.LimitReader(rd, max(limit, 0)+1))
+	r.spooled += n
 	if err != nil && rd == io.Reader(br) {
 		return nil, err
 	}

@@ -186,8 +186,10 @@ type run struct {
 	// session is the sandbox steps run in once one missed the cache.
 	session   string
 	sandboxes int
-	// spools are the ADD spool files (removed when the build ends).
-	spools []*os.File
+	// spools are the ADD spool files (removed when the build ends);
+	// spooled is the bytes written to them, all within addLimit.
+	spools  []*os.File
+	spooled int64
 }
 
 // build runs every step and installs the template.
