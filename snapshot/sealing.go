@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -120,9 +121,10 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 		var copyTo string
 		reserved := sn.MemoryBytes
 		if s.cacheBytes > 0 && s.reserveCopy(reserved) {
-			if os.MkdirAll(s.layout.Scratch(), 0o700) == nil {
+			if err := datadir.EnsurePrivateDir(s.layout.Scratch()); err == nil {
 				copyTo = filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
 			} else {
+				s.log.Warn("no image-cache copy of a memory snapshot", "snapshot", sn.ID, "err", err)
 				s.unreserveCopy(reserved)
 			}
 		}
