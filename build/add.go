@@ -255,6 +255,11 @@ func (r *run) removeSpools() {
 	r.spools = nil
 }
 
+// maxZstdWindow bounds the window a zstd archive's frames may ask for
+// (the decoder's buffer, allocated as the frame says), in bytes: 128
+// MiB, the zstd tool's default decompression limit (windowLog 27).
+const maxZstdWindow = 1 << 27
+
 // Compression magics (the first bytes of a stream), as Docker detects
 // an ADD's archive.
 var (
@@ -284,7 +289,7 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 	case bytes.HasPrefix(head, magicBzip2):
 		rd = bzip2.NewReader(br)
 	case bytes.HasPrefix(head, magicZstd):
-		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return nil, nil
 		}
@@ -305,6 +310,9 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 	}
 	n, err := io.Copy(f, io.LimitReader(rd, max(limit, 0)+1))
 	r.spooled += n
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, errdefs.InvalidField("dockerfile", "ADD %s: its zstd frames need a window larger than the %d MiB this daemon decodes with (the zstd tool's default limit); recompress it without --long", e.Path, maxZstdWindow>>20)
+	}
 	if err != nil && rd == io.Reader(br) {
 		return nil, err
 	}
