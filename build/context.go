@@ -24,6 +24,10 @@ const MaxContextEntries = 100_000
 // terminating NUL), beyond which no file could be made by that name.
 const maxPathBytes = 4096
 
+// maxID is the largest user or group id an archive entry may name:
+// Linux's ids are 32-bit, and 4294967295 is (uid_t)-1, "no id".
+const maxID int64 = 1<<32 - 2
+
 // Context is a build context: a tar the client uploaded, spooled in a
 // file, indexed by clean relative path. Its entries are never written
 // on the host: COPY reads a regular file's bytes from the spool and
@@ -121,6 +125,9 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 		}
 		e := &Entry{Path: clean, Mode: h.Mode & 0o7777, Size: h.Size}
 		if archive {
+			if h.Uid < 0 || h.Gid < 0 || int64(h.Uid) > maxID || int64(h.Gid) > maxID {
+				return nil, errdefs.InvalidField(field, "entry %q: owner %d:%d is not a Linux user and group id", h.Name, h.Uid, h.Gid)
+			}
 			e.Mode &= 0o1777
 			e.UID, e.GID = h.Uid, h.Gid
 		}
