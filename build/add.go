@@ -30,6 +30,10 @@ import (
 // bytes: the REST API's bound on a build context.
 const defaultMaxAddBytes = 4 << 30
 
+// maxAddSpools bounds the archives and downloads of one build, each a
+// spool file the daemon keeps open until the build ends.
+const maxAddSpools = 1000
+
 // isURL reports whether an ADD source is a URL (Docker's rule: http://
 // or https://); other schemes and git sources are refused by Parse.
 func isURL(s string) bool {
@@ -238,6 +242,9 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 // spool makes a temporary file in the spec's spool directory, removed
 // when the build ends.
 func (r *run) spool() (*os.File, error) {
+	if len(r.spools) >= maxAddSpools {
+		return nil, errdefs.InvalidField("dockerfile", "ADD: more than %d archives and downloads in one build", maxAddSpools)
+	}
 	f, err := os.CreateTemp(r.spec.SpoolDir, template.UploadPattern)
 	if err != nil {
 		return nil, fmt.Errorf("spool an ADD: %w", err)
@@ -332,7 +339,16 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return openTar(f, "dockerfile", true)
+	ar, err := openTar(f, "dockerfile", true)
+	if err != nil {
+		return nil, err
+	}
+	// Every archive's index is held until the build ends: their entries
+	// are bounded together as one archive's are.
+	if r.entries += len(ar.entries); r.entries > MaxContextEntries {
+		return nil, errdefs.InvalidField("dockerfile", "ADD %s: the build's archives have more than %d entries in all", e.Path, MaxContextEntries)
+	}
+	return ar, nil
 }
 
 // isTarHeader reports whether the first 512 bytes of a stream are a tar
