@@ -206,6 +206,13 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 	if len(r.spec.Allow) == 0 {
 		return copyTarget{}, fmt.Errorf("ADD %s: %s is not allowed: the build has no egress allow-list (no network; give one with --allow)", u, pu.Host)
 	}
+	name := path.Base(pu.Path)
+	if name == "/" || name == "." || name == "" {
+		name = "index.html"
+	}
+	if name == ".." {
+		return copyTarget{}, errdefs.InvalidField("dockerfile", "ADD %s: the URL's last path element is \"..\", no file name", u)
+	}
 	if r.b.fetcher == nil {
 		return copyTarget{}, errdefs.Newf(errdefs.ErrUnavailable, "ADD %s: this daemon has no egress service, so it downloads nothing", u)
 	}
@@ -226,10 +233,6 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 	}
 	if err != nil {
 		return copyTarget{}, fmt.Errorf("ADD %s: %w", u, err)
-	}
-	name := path.Base(pu.Path)
-	if name == "/" || name == "." || name == "" {
-		name = "index.html"
 	}
 	e := &Entry{Path: name, Type: tar.TypeReg, Mode: 0o600, Size: n, Digest: hex.EncodeToString(sum.Sum(nil))}
 	to := abs
