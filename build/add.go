@@ -30,13 +30,18 @@ import (
 // bytes: the REST API's bound on a build context.
 const defaultMaxAddBytes = 4 << 30
 
+// maxAddSpools bounds the archives and downloads of one build, each a
+// spool file the daemon keeps open until the build ends.
+const maxAddSpools = 1000
+
 // isURL reports whether an ADD source is a URL (Docker's rule: http://
 // or https://); other schemes and git sources are refused by Parse.
 func isURL(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
 }
 
-// addLimit is how many bytes one ADD may download or extract and how
+// addLimit is how many bytes a build's ADDs may download or extract
+// together (all are spooled on the host until the build ends) and how
 // errors name that bound: the build's template size limit, else its
 // step sandbox's disk, else defaultMaxAddBytes.
 func (r *run) addLimit() (int64, string) {
@@ -56,7 +61,7 @@ func (r *run) addLimit() (int64, string) {
 // tooLarge is the 413 template-too-large of an ADD past addLimit.
 func (r *run) tooLarge(what string) error {
 	_, name := r.addLimit()
-	return errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge, "ADD %s: larger than %s", what, name)
+	return errdefs.Typed(errdefs.ErrResourceExhausted, template.ProblemTemplateTooLarge, "ADD %s: larger than %s (with what the build's other ADDs brought)", what, name)
 }
 
 // planAdd plans an ADD as Docker does it: a URL source is downloaded
@@ -201,6 +206,13 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 	if len(r.spec.Allow) == 0 {
 		return copyTarget{}, fmt.Errorf("ADD %s: %s is not allowed: the build has no egress allow-list (no network; give one with --allow)", u, pu.Host)
 	}
+	name := path.Base(pu.Path)
+	if name == "/" || name == "." || name == "" {
+		name = "index.html"
+	}
+	if name == ".." {
+		return copyTarget{}, errdefs.InvalidField("dockerfile", "ADD %s: the URL's last path element is \"..\", no file name", u)
+	}
 	if r.b.fetcher == nil {
 		return copyTarget{}, errdefs.Newf(errdefs.ErrUnavailable, "ADD %s: this daemon has no egress service, so it downloads nothing", u)
 	}
@@ -209,17 +221,18 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 		return copyTarget{}, err
 	}
 	limit, _ := r.addLimit()
+	limit -= r.spooled
+	if limit <= 0 {
+		return copyTarget{}, r.tooLarge(u)
+	}
 	sum := sha256.New()
 	n, err := r.b.fetcher.Fetch(ctx, u, r.spec.Allow, limit, io.MultiWriter(f, sum))
+	r.spooled += n
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		return copyTarget{}, r.tooLarge(u)
 	}
 	if err != nil {
 		return copyTarget{}, fmt.Errorf("ADD %s: %w", u, err)
-	}
-	name := path.Base(pu.Path)
-	if name == "/" || name == "." || name == "" {
-		name = "index.html"
 	}
 	e := &Entry{Path: name, Type: tar.TypeReg, Mode: 0o600, Size: n, Digest: hex.EncodeToString(sum.Sum(nil))}
 	to := abs
@@ -232,6 +245,9 @@ func (r *run) download(ctx context.Context, u, abs string, toDir bool) (copyTarg
 // spool makes a temporary file in the spec's spool directory, removed
 // when the build ends.
 func (r *run) spool() (*os.File, error) {
+	if len(r.spools) >= maxAddSpools {
+		return nil, errdefs.InvalidField("dockerfile", "ADD: more than %d archives and downloads in one build", maxAddSpools)
+	}
 	f, err := os.CreateTemp(r.spec.SpoolDir, template.UploadPattern)
 	if err != nil {
 		return nil, fmt.Errorf("spool an ADD: %w", err)
@@ -248,6 +264,11 @@ func (r *run) removeSpools() {
 	}
 	r.spools = nil
 }
+
+// maxZstdWindow bounds the window a zstd archive's frames may ask for
+// (the decoder's buffer, allocated as the frame says), in bytes: 128
+// MiB, the zstd tool's default decompression limit (windowLog 27).
+const maxZstdWindow = 1 << 27
 
 // Compression magics (the first bytes of a stream), as Docker detects
 // an ADD's archive.
@@ -278,7 +299,7 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 	case bytes.HasPrefix(head, magicBzip2):
 		rd = bzip2.NewReader(br)
 	case bytes.HasPrefix(head, magicZstd):
-		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		z, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return nil, nil
 		}
@@ -292,11 +313,16 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 		}
 	}
 	limit, _ := r.addLimit()
+	limit -= r.spooled
 	f, err := r.spool()
 	if err != nil {
 		return nil, err
 	}
-	n, err := io.Copy(f, io.LimitReader(rd, limit+1))
+	n, err := io.Copy(f, io.LimitReader(rd, max(limit, 0)+1))
+	r.spooled += n
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		return nil, errdefs.InvalidField("dockerfile", "ADD %s: its zstd frames need a window larger than the %d MiB this daemon decodes with (the zstd tool's default limit); recompress it without --long", e.Path, maxZstdWindow>>20)
+	}
 	if err != nil && rd == io.Reader(br) {
 		return nil, err
 	}
@@ -316,7 +342,16 @@ func (r *run) openArchive(e *Entry) (*Context, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	return openTar(f, "dockerfile", true)
+	ar, err := openTar(f, "dockerfile", true)
+	if err != nil {
+		return nil, err
+	}
+	// Every archive's index is held until the build ends: their entries
+	// are bounded together as one archive's are.
+	if r.entries += len(ar.entries); r.entries > MaxContextEntries {
+		return nil, errdefs.InvalidField("dockerfile", "ADD %s: the build's archives have more than %d entries in all", e.Path, MaxContextEntries)
+	}
+	return ar, nil
 }
 
 // isTarHeader reports whether the first 512 bytes of a stream are a tar

@@ -195,8 +195,12 @@ type run struct {
 	// session is the sandbox steps run in once one missed the cache.
 	session   string
 	sandboxes int
-	// spools are the ADD spool files (removed when the build ends).
-	spools []*os.File
+	// spools are the ADD spool files (removed when the build ends);
+	// spooled is the bytes written to them, all within addLimit;
+	// entries counts the entries of the archives indexed from them.
+	spools  []*os.File
+	spooled int64
+	entries int
 }
 
 // build runs every step and installs the template.

@@ -19,6 +19,15 @@ import (
 // MaxContextEntries bounds the entries of a build context.
 const MaxContextEntries = 100_000
 
+// maxPathBytes bounds an entry's name and link target in a build context
+// or an archive ADD extracts, in bytes: Linux's PATH_MAX (4096, with its
+// terminating NUL), beyond which no file could be made by that name.
+const maxPathBytes = 4096
+
+// maxID is the largest user or group id an archive entry may name:
+// Linux's ids are 32-bit, and 4294967295 is (uid_t)-1, "no id".
+const maxID int64 = 1<<32 - 2
+
 // Context is a build context: a tar the client uploaded, spooled in a
 // file, indexed by clean relative path. Its entries are never written
 // on the host: COPY reads a regular file's bytes from the spool and
@@ -73,6 +82,7 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 	}
 	cr := &countingReader{r: f}
 	tr := tar.NewReader(cr)
+	links := 0 // symlinks so far: entries under one are refused
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -86,6 +96,11 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 		}
 		if archive && h.Typeflag == tar.TypeXGlobalHeader {
 			continue
+		}
+		if len(h.Name) > maxPathBytes || len(h.Linkname) > maxPathBytes {
+			// Each component of a longer name would be made a parent
+			// entry below, in time quadratic in its length.
+			return nil, errdefs.InvalidField(field, "entry %.64q...: its name or link is too long (more than %d bytes, Linux's PATH_MAX)", h.Name, maxPathBytes)
 		}
 		name := strings.TrimSuffix(h.Name, "/")
 		if archive {
@@ -101,7 +116,7 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 		if path.IsAbs(name) || clean == ".." || strings.HasPrefix(clean, "../") {
 			return nil, errdefs.InvalidField(field, "entry %q leaves the context", h.Name)
 		}
-		if archive {
+		if archive && links > 0 {
 			for d := path.Dir(clean); d != "."; d = path.Dir(d) {
 				if p, ok := c.entries[d]; ok && p.Type == tar.TypeSymlink {
 					return nil, errdefs.InvalidField(field, "entry %q is under the symlink %q", h.Name, d)
@@ -110,6 +125,9 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 		}
 		e := &Entry{Path: clean, Mode: h.Mode & 0o7777, Size: h.Size}
 		if archive {
+			if h.Uid < 0 || h.Gid < 0 || int64(h.Uid) > maxID || int64(h.Gid) > maxID {
+				return nil, errdefs.InvalidField(field, "entry %q: owner %d:%d is not a Linux user and group id", h.Name, h.Uid, h.Gid)
+			}
 			e.Mode &= 0o1777
 			e.UID, e.GID = h.Uid, h.Gid
 		}
@@ -130,6 +148,7 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 			e.Type = tar.TypeDir
 		case tar.TypeSymlink:
 			e.Type, e.Link = tar.TypeSymlink, h.Linkname
+			links++
 		case tar.TypeLink:
 			target, ok := c.entries[path.Clean(strings.TrimLeft(h.Linkname, "/"))]
 			if !ok || target.Type != tar.TypeReg {
@@ -153,11 +172,13 @@ func openTar(f *os.File, field string, archive bool) (*Context, error) {
 			continue // the root is the destination; it keeps its own mode
 		}
 		c.entries[clean] = e
-		// Parents an archive left out are directories.
+		// Parents an archive left out are directories (an entry's
+		// parents are all there once one is: the walk stops at it).
 		for d := path.Dir(clean); d != "."; d = path.Dir(d) {
-			if _, ok := c.entries[d]; !ok {
-				c.entries[d] = &Entry{Path: d, Type: tar.TypeDir, Mode: 0o755}
+			if _, ok := c.entries[d]; ok {
+				break
 			}
+			c.entries[d] = &Entry{Path: d, Type: tar.TypeDir, Mode: 0o755}
 		}
 	}
 	return c, nil

@@ -279,6 +279,7 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 	modes := map[int64][]string{}
 	owners := map[string][]string{}
 	var links, owned []string
+	made := map[string]bool{} // directories made
 	for _, t := range a.picks {
 		owned = append(owned, quote(t.to))
 		if t.archive && a.owner == "" && (t.e.UID != 0 || t.e.GID != 0) {
@@ -294,6 +295,7 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 			if err := r.makeDir(ctx, t.to, "root"); err != nil {
 				return err
 			}
+			made[t.to] = true
 			if mode != 0o755 {
 				modes[mode] = append(modes[mode], t.to)
 			}
@@ -309,7 +311,16 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 				modes[mode] = append(modes[mode], t.to)
 			}
 		case tar.TypeSymlink:
-			links = append(links, "ln -sfn "+quote(t.e.Link)+" "+quote(t.to))
+			// Its directory may be made by nothing else (an archive
+			// of links only; the destination itself is no entry).
+			if d := path.Dir(t.to); !made[d] {
+				if err := r.makeDir(ctx, d, "root"); err != nil {
+					return err
+				}
+				made[d] = true
+			}
+			// "--": a target may begin with "-".
+			links = append(links, "ln -sfn -- "+quote(t.e.Link)+" "+quote(t.to))
 		}
 	}
 	var script []string
@@ -327,7 +338,7 @@ func (r *run) copyFiles(ctx context.Context, a *action) error {
 	}
 	script = append(script, links...)
 	if a.owner != "" && a.owner != "root" && len(owned) > 0 {
-		script = append(script, batched("chown -h "+quote(a.owner), owned)...)
+		script = append(script, batched("chown -h -- "+quote(a.owner), owned)...)
 	}
 	ids := make([]string, 0, len(owners))
 	for o := range owners {

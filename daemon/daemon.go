@@ -285,6 +285,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 			return nil, err
 		}
 	}
+	// Made again at once, the daemon's own: its name in /dev/shm is one
+	// anyone can compute and make first.
+	if err := datadir.EnsurePrivateDir(layout.Scratch()); err != nil {
+		return nil, fmt.Errorf("scratch directory: %w", err)
+	}
 	names := layout.HostNames()
 	if opts.HostNames != nil {
 		names = *opts.HostNames

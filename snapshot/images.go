@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -151,7 +152,7 @@ func (s *Service) decrypt(im *openImage, sn *node.Snapshot) {
 	defer close(im.ready)
 	began := time.Now()
 	im.dir = filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
-	if err := os.MkdirAll(s.layout.Scratch(), 0o700); err != nil {
+	if err := datadir.EnsurePrivateDir(s.layout.Scratch()); err != nil {
 		im.err = err
 		return
 	}

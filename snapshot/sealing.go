@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/storage/seal"
@@ -118,15 +119,24 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 		began := time.Now()
 		ctx := context.WithoutCancel(s.bgCtx)
 		var copyTo string
-		if s.cacheBytes > 0 && sn.MemoryBytes <= s.cacheBytes && os.MkdirAll(s.layout.Scratch(), 0o700) == nil {
-			copyTo = filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
+		reserved := sn.MemoryBytes
+		if s.cacheBytes > 0 && s.reserveCopy(reserved) {
+			if err := datadir.EnsurePrivateDir(s.layout.Scratch()); err == nil {
+				copyTo = filepath.Join(s.layout.Scratch(), "restore-"+sn.ID+"-"+node.NewID()[:8])
+			} else {
+				s.log.Warn("no image-cache copy of a memory snapshot", "snapshot", sn.ID, "err", err)
+				s.unreserveCopy(reserved)
+			}
 		}
 		err := s.sealMemory(mc, &sn, copyTo)
 		os.RemoveAll(mc.dir)
 		// Kept before the digest is recorded: a restore that finds it
 		// finds the copy too.
-		if err == nil && copyTo != "" {
-			s.keepImage(copyTo, &sn)
+		if copyTo != "" {
+			if err == nil {
+				s.keepImage(copyTo, &sn)
+			}
+			s.unreserveCopy(reserved)
 		}
 		if err == nil {
 			err = s.store.SetMemorySealed(ctx, sn.ID, sn.MemoryDigest, sn.MemoryBytes)
@@ -198,4 +208,46 @@ func (s *Service) keepImage(dir string, sn *node.Snapshot) {
 	s.images[sn.ID] = im
 	s.imgMu.Unlock()
 	s.releaseImage(im) // unused: kept within the cache's bounds
+}
+
+// reserveCopy reserves n bytes of the image cache for a copy written
+// while sealing, evicting the least recently used unused images to make
+// room: the copies being written and the images kept unused stay within
+// the cache's bound together (seals run at once, each writing its whole
+// copy into the scratch tmpfs before it is kept). False when they would
+// not fit even so (then no copy is written).
+func (s *Service) reserveCopy(n int64) bool {
+	if n > s.cacheBytes {
+		return false // never kept: leave the cache as it is
+	}
+	s.imgMu.Lock()
+	defer s.imgMu.Unlock()
+	for {
+		kept := s.copying
+		var oldest *openImage
+		for _, im := range s.images {
+			if im.users > 0 {
+				continue // a restore's, not the cache's
+			}
+			kept += im.bytes
+			if oldest == nil || im.used.Before(oldest.used) {
+				oldest = im
+			}
+		}
+		if kept+n <= s.cacheBytes {
+			s.copying += n
+			return true
+		}
+		if oldest == nil {
+			return false
+		}
+		s.removeLocked(oldest)
+	}
+}
+
+// unreserveCopy returns n bytes reserved by reserveCopy.
+func (s *Service) unreserveCopy(n int64) {
+	s.imgMu.Lock()
+	s.copying -= n
+	s.imgMu.Unlock()
 }

@@ -125,6 +125,7 @@ type Service struct {
 	imgMu      sync.Mutex
 	images     map[string]*openImage
 	cacheBytes int64
+	copying    int64 // bytes reserved for copies written while sealing (sealing.go)
 
 	// seals are the memory checkpoints being sealed after their snapshot
 	// call answered, by snapshot id; seal counts them (sealing.go).
