@@ -95,11 +95,15 @@ func (s *Service) forgetReplica(id string) {
 	}()
 }
 
-// Close waits for the memory checkpoints being sealed (sealing.go), then
+// Close waits for the memory checkpoints being sealed (sealing.go; a seal
+// that begins after this call runs in its caller, not replicated), then
 // stops the background copies (one cut short leaves its snapshot local,
 // not recorded as copied) and waits for them and for the replica deletes
 // under way. Safe to call more than once.
 func (s *Service) Close() {
+	s.sealMu.Lock()
+	s.sealClosed = true
+	s.sealMu.Unlock()
 	s.seal.Wait()
 	s.bgCancel()
 	s.bg.Wait()

@@ -112,10 +112,20 @@ func (s *Service) awaitSealed(ctx context.Context, sn *node.Snapshot) (*node.Sna
 // the image cache has room (keepImage), removes the plaintext and records
 // the digest. On failure the snapshot is deleted. Then p is done and the
 // sealed checkpoint is replicated.
+// Once Close has begun waiting for seals (sealClosed), a seal starts in
+// the caller's goroutine instead, so that no seal begins behind Close's
+// wait.
 func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal) {
-	s.seal.Add(1)
-	go func() {
-		defer s.seal.Done()
+	s.sealMu.Lock()
+	inline := s.sealClosed
+	if !inline {
+		s.seal.Add(1)
+	}
+	s.sealMu.Unlock()
+	run := func() {
+		if !inline {
+			defer s.seal.Done()
+		}
 		began := time.Now()
 		ctx := context.WithoutCancel(s.bgCtx)
 		var copyTo string
@@ -162,10 +172,15 @@ func (s *Service) sealLater(mc *memoryCapture, sn node.Snapshot, p *pendingSeal)
 		close(p.done)
 		s.log.Debug("memory snapshot sealed", "snapshot", sn.ID, "bytes", sn.MemoryBytes,
 			"seal_ms", ms(time.Since(began)), "copy_kept", copyTo != "", "ok", err == nil)
-		if err == nil {
+		if err == nil && !inline {
 			s.replicate(&sn)
 		}
-	}()
+	}
+	if inline {
+		run()
+		return
+	}
+	go run()
 }
 
 // sealMemory seals the checkpoint into the snapshot's memory directory and

@@ -132,6 +132,8 @@ type Service struct {
 	sealMu sync.Mutex
 	seals  map[string]*pendingSeal
 	seal   sync.WaitGroup
+	// sealClosed is set (under sealMu) once Close waits for seal.
+	sealClosed bool
 
 	// replicas and the background copies to them (replicate.go).
 	replicas Replicas
