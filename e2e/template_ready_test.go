@@ -347,3 +347,47 @@ func TestTemplateReadyCheckIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateReadyCheckRestart proves a daemon shut down while a create
+// waits for its template's ready check leaves no session behind: the
+// create fails and, after the restart, no session of the template runs.
+func TestTemplateReadyCheckRestart(t *testing.T) {
+	o := newOwnDaemon(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	name := tplName("ready-restart")
+	never := "exit 1"
+	if _, err := o.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: "FROM base\nCMD [\"sleep\", \"100000\"]\n",
+		ReadyCmd: &never, ReadyTimeoutS: 60}, client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(func() { _ = o.c.DeleteTemplate(ctxFor(t, time.Minute), name) })
+	done := make(chan error, 1)
+	c := o.c
+	go func() {
+		_, _, err := c.CreateSession(ctx, client.CreateRequest{Template: name}, "")
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ss, err := o.c.ListSessions(ctx, client.ListOptions{})
+		if err == nil && len(ss) == 1 && ss[0].State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the create's session did not appear: %+v %v", ss, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	o.restart(t, func() {
+		if err := <-done; err == nil {
+			t.Error("a create whose ready check never passed succeeded across a shutdown")
+		}
+	})
+	ss, err := o.c.ListSessions(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		t.Errorf("after the restart, session %s (%s) of the create that never got ready is still live", s.ID, s.State)
+	}
+}
