@@ -205,3 +205,50 @@ func TestTemplateWarmGVisorDeleteRefused(t *testing.T) {
 		t.Fatalf("a plain create after a refused delete: snapshot %q, want the warm one %q", s.Snapshot, warm)
 	}
 }
+
+// TestTemplateWarmGVisorTenancy proves a tenant's warm template is its
+// own: another tenant neither creates from it (the template does not
+// exist for it, warm snapshot or not), sees or restores its warm
+// snapshot, nor deletes the template or the snapshot.
+func TestTemplateWarmGVisorTenancy(t *testing.T) {
+	needGVisor(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	_, _, a := newTenant(t, env.c, "warm-a", client.TenantPolicy{})
+	_, _, b := newTenant(t, env.c, "warm-b", client.TenantPolicy{})
+	name := tplName("warm-ten")
+	deleteBuildSnapshotsAtEnd(t, a, name)
+	res, err := a.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: readyDockerfile, Isolation: "gvisor"}, client.BuildOptions{})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(func() { _ = a.DeleteTemplate(ctxFor(t, time.Minute), name) })
+	warm := res.Template.WarmSnapshot
+	if warm == "" {
+		t.Fatalf("no warm snapshot: %+v", res.Template)
+	}
+	if s, _, err := b.CreateSession(ctx, client.CreateRequest{Template: name, Isolation: "gvisor"}, ""); err == nil {
+		_ = b.DeleteSession(ctx, s.ID)
+		t.Fatalf("tenant B created %s (snapshot %q) from tenant A's template", s.ID, s.Snapshot)
+	}
+	if s, _, err := b.CreateSession(ctx, client.CreateRequest{Snapshot: warm, Isolation: "gvisor"}, ""); err == nil {
+		_ = b.DeleteSession(ctx, s.ID)
+		t.Fatalf("tenant B restored tenant A's warm snapshot as %s", s.ID)
+	}
+	if _, err := b.GetSnapshot(ctx, warm); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("tenant B's view of tenant A's warm snapshot: %v, want not found", err)
+	}
+	if err := b.DeleteTemplate(ctx, name); err == nil {
+		t.Error("tenant B deleted tenant A's template")
+	}
+	if err := b.DeleteSnapshot(ctx, warm, true); err == nil {
+		t.Error("tenant B deleted tenant A's warm snapshot")
+	}
+	s, _, err := a.CreateSession(ctx, client.CreateRequest{Template: name, Isolation: "gvisor"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.DeleteSession(ctxFor(t, time.Minute), s.ID)
+	if s.Snapshot != warm {
+		t.Errorf("tenant A's create after tenant B's attempts: snapshot %q, want the warm one %q", s.Snapshot, warm)
+	}
+}
