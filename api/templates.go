@@ -144,6 +144,10 @@ func (h *templateAPI) handleTemplateDelete(w http.ResponseWriter, r *http.Reques
 	// template: it goes first (a 409 while sessions restored from it
 	// hold it, as the template's own sessions would).
 	if t, err := h.catalog.Get(r.Context(), r.PathValue("name")); err == nil && t.WarmSnapshot != "" {
+		if err := h.warmDeleteBlocked(r.Context(), t.Name, t.WarmSnapshot); err != nil {
+			h.writeError(w, r, err) // (a refused delete keeps the warm snapshot)
+			return
+		}
 		if err := h.mgr.DeleteSnapshot(r.Context(), t.WarmSnapshot, false); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			h.writeError(w, r, err)
 			return

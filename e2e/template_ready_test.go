@@ -293,3 +293,101 @@ func TestTemplateReadyCheckSpare(t *testing.T) {
 		t.Fatalf("the failed session's sandbox is still on the host (%v)", err)
 	}
 }
+
+// TestTemplateReadyCheckIdempotent proves a create retried with the same
+// Idempotency-Key while the first waits for the template's ready check
+// gets the session only once it is ready, and that a retry of a create
+// whose ready check failed fails again (the session is gone), never
+// handing out a session that did not pass the check.
+func TestTemplateReadyCheckIdempotent(t *testing.T) {
+	need(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	name := tplName("ready-idem")
+	deleteBuildSnapshotsAtEnd(t, env.c, name)
+	check := "test -f /tmp/ready"
+	if _, err := env.c.BuildTemplate(ctx, name, client.BuildRequest{ReadyCmd: &check, ReadyTimeoutS: 20,
+		Dockerfile: "FROM base\nCMD [\"/bin/sh\", \"-c\", \"sleep 3; touch /tmp/ready; exec sleep 100000\"]\n"},
+		client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, name)
+	key := "ready-idem-" + name
+	first := make(chan error, 1)
+	go func() {
+		s, _, err := env.c.CreateSession(ctx, client.CreateRequest{Template: name}, key)
+		if err == nil {
+			t.Cleanup(func() { _ = env.c.DeleteSession(ctxFor(t, time.Minute), s.ID) })
+		}
+		first <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	s, _, err := env.c.CreateSession(ctx, client.CreateRequest{Template: name}, key)
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if r, _, errOut := run(t, s.ID, client.ExecRequest{Cmd: check}); r.ExitCode != 0 {
+		t.Errorf("the retry during the ready wait returned session %s before its check passed (%d %q)", s.ID, r.ExitCode, errOut)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first create: %v", err)
+	}
+
+	never := tplName("ready-idem-never")
+	deleteBuildSnapshotsAtEnd(t, env.c, never)
+	fails := "exit 3"
+	if _, err := env.c.BuildTemplate(ctx, never, client.BuildRequest{Dockerfile: "FROM base\n", ReadyCmd: &fails, ReadyTimeoutS: 1},
+		client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	deleteTemplateAtEnd(t, env.c, never)
+	for i := 0; i < 2; i++ {
+		s, _, err := env.c.CreateSession(ctx, client.CreateRequest{Template: never}, "ready-idem-never-"+never)
+		if errProblem(err) != "ready-check-failed" {
+			t.Fatalf("create %d with the same key of a never-ready template: %+v, %v, want ready-check-failed", i, s, err)
+		}
+	}
+}
+
+// TestTemplateReadyCheckRestart proves a daemon shut down while a create
+// waits for its template's ready check leaves no session behind: the
+// create fails and, after the restart, no session of the template runs.
+func TestTemplateReadyCheckRestart(t *testing.T) {
+	o := newOwnDaemon(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	name := tplName("ready-restart")
+	never := "exit 1"
+	if _, err := o.c.BuildTemplate(ctx, name, client.BuildRequest{Dockerfile: "FROM base\nCMD [\"sleep\", \"100000\"]\n",
+		ReadyCmd: &never, ReadyTimeoutS: 60}, client.BuildOptions{}); err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	t.Cleanup(func() { _ = o.c.DeleteTemplate(ctxFor(t, time.Minute), name) })
+	done := make(chan error, 1)
+	c := o.c
+	go func() {
+		_, _, err := c.CreateSession(ctx, client.CreateRequest{Template: name}, "")
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ss, err := o.c.ListSessions(ctx, client.ListOptions{})
+		if err == nil && len(ss) == 1 && ss[0].State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the create's session did not appear: %+v %v", ss, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	o.restart(t, func() {
+		if err := <-done; err == nil {
+			t.Error("a create whose ready check never passed succeeded across a shutdown")
+		}
+	})
+	ss, err := o.c.ListSessions(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		t.Errorf("after the restart, session %s (%s) of the create that never got ready is still live", s.ID, s.State)
+	}
+}

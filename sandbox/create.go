@@ -24,10 +24,24 @@ import (
 // taken when there is one. A session that names no user runs as its
 // template's (its image's USER); a new session of a template with a start
 // command has it started (runStartCommand), unless it is a build step's.
+//
+// A retry with the key waits while the first call still runs, its
+// template's start command and ready check included (so it never gets a
+// session that is not ready yet); a retry of a call whose session failed
+// its start command or ready check fails as it did (notStarted).
 func (m *Manager) Create(ctx context.Context, req node.CreateSpec, idempotencyKey string) (rec *node.Session, created bool, err error) {
+	if idempotencyKey != "" {
+		// Keys are per tenant (create stores them as "tenant/key").
+		defer m.keyLocks.Lock(callerTenant(ctx) + "/" + idempotencyKey)()
+	}
 	rec, created, err = m.create(ctx, req, idempotencyKey, true)
 	if err == nil && created && !req.BuildStep {
 		if err := m.runStartCommand(ctx, rec); err != nil {
+			return nil, false, err
+		}
+	}
+	if err == nil && !created {
+		if err := notStarted(rec); err != nil {
 			return nil, false, err
 		}
 	}
@@ -79,8 +93,7 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	hash := requestHash(&req)
 	if idempotencyKey != "" {
 		// Keys are per tenant: stored as "tenant/key".
-		idempotencyKey = tenant + "/" + idempotencyKey
-		defer m.keyLocks.Lock(idempotencyKey)()
+		idempotencyKey = tenant + "/" + idempotencyKey // (locked by Create)
 		prev, err := m.opts.Store.GetSessionByIdempotencyKey(ctx, idempotencyKey)
 		if err == nil {
 			if prev.RequestHash != hash {

@@ -77,7 +77,7 @@ func (m *Manager) waitReady(ctx context.Context, rec *node.Session, tpl *storage
 				why = "could not run: the session ended"
 			}
 			if sb := m.lookup(rec.ID); sb != nil {
-				_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, "the template's ready check did not pass")
+				_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, readyFailedDetail)
 			}
 			te := errdefs.Typed(errdefs.ErrInvalidArgument, node.ProblemReadyCheckFailed,
 				"the ready check of template %q (%s) %s (%d tries; the last: %s); the session was destroyed",

@@ -51,10 +51,40 @@ func (m *Manager) runStartCommand(ctx context.Context, rec *node.Session) error 
 		return m.waitReady(ctx, rec, tpl)
 	}
 	if sb := m.lookup(rec.ID); sb != nil {
-		_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, "the template's start command did not start")
+		_ = m.teardown(context.WithoutCancel(ctx), sb, node.ReasonError, startFailedDetail)
 	}
 	return errdefs.InvalidField("template", "the start command of template %q (%s) did not start: %v",
 		rec.Template, strings.Join(tpl.StartCmd, " "), err)
+}
+
+// startFailedDetail and readyFailedDetail are the Detail of a session
+// torn down because its template's start command did not start or its
+// ready check did not pass (notStarted reads them).
+const (
+	startFailedDetail = "the template's start command did not start"
+	readyFailedDetail = "the template's ready check did not pass"
+)
+
+// notStarted is the error a replayed create (same Idempotency-Key) of
+// session rec gets when rec was torn down because its template's start
+// command or ready check failed: that create failed, and so does its
+// replay (ErrInvalidArgument naming "template", problem
+// ready-check-failed for the check). nil for any other session.
+func notStarted(rec *node.Session) error {
+	if rec.State != node.StateTerminated || rec.Reason != node.ReasonError {
+		return nil
+	}
+	switch rec.Detail {
+	case readyFailedDetail:
+		te := errdefs.Typed(errdefs.ErrInvalidArgument, node.ProblemReadyCheckFailed,
+			"the create this Idempotency-Key made failed: session %s of template %q did not pass its ready check and was destroyed", rec.ID, rec.Template)
+		te.Field = "template"
+		return te
+	case startFailedDetail:
+		return errdefs.InvalidField("template", "the create this Idempotency-Key made failed: the start command of session %s's template %q did not start",
+			rec.ID, rec.Template)
+	}
+	return nil
 }
 
 // discardOutput is the Output of a background command nobody reads.

@@ -30,7 +30,10 @@ import (
 // OpenMemory) and restored by the driver, and a control file that gives
 // its agent a new hostname; /etc/machine-id is the session's own file and
 // the kernel's random state is the host's, so both differ between clones.
-// What cannot differ is what the processes hold in their own memory: a
+// What cannot differ is the restored kernel's own state, such as
+// /proc/sys/kernel/random/boot_id (gVisor keeps it in the checkpoint: every
+// clone of a snapshot, and every session of a template's warm snapshot,
+// reads the same boot id), and what the processes hold in their own memory: a
 // user-space random generator seeded before the snapshot (Python's random,
 // numpy) continues identically in every clone; such programs must reseed.
 
