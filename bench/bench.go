@@ -107,6 +107,10 @@ type Options struct {
 	// Progress receives one line per phase and the daemon's warnings; nil
 	// discards them.
 	Progress io.Writer
+	// DaemonLog is the lowest level of the private daemon's log lines
+	// written to Progress (zero: warnings); slog.LevelDebug shows the
+	// phase timings of creates, forks and destroys.
+	DaemonLog slog.Level
 }
 
 // withDefaults returns o with zero values replaced by the defaults.
@@ -152,10 +156,14 @@ func (o Options) progressf(format string, args ...any) {
 	fmt.Fprintf(o.Progress, "bench: "+format+"\n", args...)
 }
 
-// logger returns the private daemon's logger: warnings and errors only, to
-// Progress.
+// logger returns the private daemon's logger: lines at DaemonLog and above
+// (warnings and errors when unset), to Progress.
 func (o Options) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := o.DaemonLog
+	if level == 0 {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: level}))
 }
 
 // Run measures the row groups of opts.Only on forkbox and, unless

@@ -89,6 +89,8 @@ func (c *PoolCore) LaunchSpare(ctx context.Context) (string, error) {
 // startSpare starts spare sb on the empty root: its identity, its own
 // files, the agent with no template's settings; the record becomes pooled.
 func (m *Manager) startSpare(ctx context.Context, sb *Sandbox, spec node.CreateSpec) error {
+	began := time.Now()
+	defer func() { m.log.Debug("spare started", "session", sb.id, "ms", ms(time.Since(began))) }()
 	root, err := m.spareRoot()
 	if err != nil {
 		return fmt.Errorf("spare root: %w", err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -101,6 +103,36 @@ removed at the end, also after an error or an interrupt.`,
 	f.StringVar(&opts.AgentPath, "agent", "", "forkbox-agent binary of the private daemon (default: beside forkbox, then PATH)")
 	f.StringVar(&opts.DataDir, "data-dir", "", "data directory of the private daemon, kept afterwards (default: a temporary one)")
 	f.StringVar(&opts.Storage, "storage", "", "storage driver of the private daemon: btrfs or overlay (default: btrfs where it works)")
+	f.Var(&daemonLog{&opts.DaemonLog}, "daemon-log", "lowest level of the private daemon's log lines shown: debug, info, warn or error (debug shows phase timings)")
 	f.Int64Var(&storageGiB, "storage-size", 0, "size in GiB of the private daemon's storage image (default: half the free disk, at most 64)")
 	return cmd
 }
+
+// daemonLog is the --daemon-log flag: a slog level by name (pflag.Value).
+type daemonLog struct{ level *slog.Level }
+
+// String returns the level's name ("WARN" when unset).
+func (d *daemonLog) String() string {
+	if d.level == nil || *d.level == 0 {
+		return "WARN"
+	}
+	return d.level.String()
+}
+
+// Set parses name (debug, info, warn, error; any case); an unknown name is
+// an error naming the flag. Info, whose slog value is zero, is stored as
+// one step below it so that it is not taken for unset.
+func (d *daemonLog) Set(name string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(name)); err != nil {
+		return fmt.Errorf("--daemon-log: %w", err)
+	}
+	if l == slog.LevelInfo {
+		l = slog.LevelInfo - 1
+	}
+	*d.level = l
+	return nil
+}
+
+// Type names the flag's value in the help.
+func (d *daemonLog) Type() string { return "level" }
