@@ -82,6 +82,8 @@ type Driver struct {
 
 	// refs caches the referenced bytes of read-only sources (baseref.go).
 	refs baseRefs
+	// making counts the layer snapshots being made (stage.go).
+	making atomic.Int64
 
 	// log receives the accounting watch's warnings (accounting.go).
 	log *slog.Logger
