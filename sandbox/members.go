@@ -35,6 +35,9 @@ type WarmPools interface {
 	// TakeSpare hands out the id of a ready spare (spare.go), never to
 	// hand it out again; "" when there is none.
 	TakeSpare() string
+	// AwaitSpare waits (bounded) while no spare is ready but one is
+	// being made for the caller; it reports whether one is ready.
+	AwaitSpare(ctx context.Context) bool
 }
 
 // noPools is the WarmPools of a core without pools.
@@ -48,6 +51,8 @@ func (noPools) Halt()                      {}
 func (noPools) Filling() bool              { return false }
 func (noPools) Load(context.Context) error { return nil }
 func (noPools) TakeSpare() string          { return "" }
+
+func (noPools) AwaitSpare(context.Context) bool { return false }
 
 var _ WarmPools = noPools{}
 

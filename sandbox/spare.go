@@ -162,6 +162,13 @@ func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotenc
 	if req.Network != nil || len(req.Volumes) > 0 || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
 		return nil, nil
 	}
+	// A spare about to be ready beats a cold start (pool.AwaitSpare);
+	// waited for outside the template lock, which removals need.
+	waitFrom := time.Now()
+	m.warm.AwaitSpare(ctx)
+	if waited := time.Since(waitFrom); waited > time.Millisecond {
+		m.log.Debug("waited for a spare", "ms", ms(waited))
+	}
 	// The template is loaded before a spare is taken (a bad request must
 	// not use one up), and the spare counts as a user of it from then on
 	// (fillTemplate), all under the lock that keeps removals out.
