@@ -141,6 +141,9 @@ func (ps *Pools) fillOne(pl *pool, cfg node.Pool) {
 	}
 	ps.mu.Lock()
 	pl.starting--
+	if cfg.Template == spareKey {
+		ps.spareNews() // (the waiters look once ps.mu is free, after the spare is added)
+	}
 	if err != nil && cfg.Template == spareKey && errors.Is(err, errdefs.ErrUnavailable) {
 		// The host cannot make spares (any more): stop trying.
 		pl.cfg.Size = 0

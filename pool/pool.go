@@ -93,6 +93,9 @@ type Pools struct {
 	pools map[string]*pool // by template
 	// halted: Halt was called; no member is made any more (under mu).
 	halted bool
+	// spareChanged is closed (and replaced) when a spare fill ends, for
+	// AwaitSpare (under mu; nil when nobody waits).
+	spareChanged chan struct{}
 
 	kick      chan struct{}
 	closing   chan struct{}
@@ -108,6 +111,9 @@ type pool struct {
 	ready    []string // member ids, oldest first
 	starting int
 	failures int // consecutive failed fills, for back-off
+	// waiting counts AwaitSpare callers, each counting on one of the
+	// members being made.
+	waiting int
 }
 
 // New returns empty pools; Load reads their configuration and starts

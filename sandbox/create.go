@@ -162,9 +162,12 @@ func (m *Manager) create(ctx context.Context, req node.CreateSpec, idempotencyKe
 	if req.Snapshot != "" {
 		path = "snapshot"
 		if verify {
+			admitted := time.Now()
 			if err := m.opts.Storage.Verify(ctx, snap.ID); err != nil {
 				return nil, false, err
 			}
+			m.log.Debug("snapshot verified", "snapshot", snap.ID, "checks_ms", ms(admitted.Sub(began)),
+				"verify_ms", ms(time.Since(admitted)))
 		}
 	} else if req.Network != nil || len(req.Volumes) > 0 || req.BuildStep {
 		// Warm-pool members have no network or volumes (those are given

@@ -89,6 +89,8 @@ func (c *PoolCore) LaunchSpare(ctx context.Context) (string, error) {
 // startSpare starts spare sb on the empty root: its identity, its own
 // files, the agent with no template's settings; the record becomes pooled.
 func (m *Manager) startSpare(ctx context.Context, sb *Sandbox, spec node.CreateSpec) error {
+	began := time.Now()
+	defer func() { m.log.Debug("spare started", "session", sb.id, "ms", ms(time.Since(began))) }()
 	root, err := m.spareRoot()
 	if err != nil {
 		return fmt.Errorf("spare root: %w", err)
@@ -159,6 +161,13 @@ func (m *Manager) startSpare(ctx context.Context, sb *Sandbox, spec node.CreateS
 func (m *Manager) fromSpare(ctx context.Context, req node.CreateSpec, idempotencyKey, hash string) (*node.Session, error) {
 	if req.Network != nil || len(req.Volumes) > 0 || !m.SparesSupported() || req.Isolation != m.runtimes.DefaultDriver().Name() {
 		return nil, nil
+	}
+	// A spare about to be ready beats a cold start (pool.AwaitSpare);
+	// waited for outside the template lock, which removals need.
+	waitFrom := time.Now()
+	m.warm.AwaitSpare(ctx)
+	if waited := time.Since(waitFrom); waited > time.Millisecond {
+		m.log.Debug("waited for a spare", "ms", ms(waited))
 	}
 	// The template is loaded before a spare is taken (a bad request must
 	// not use one up), and the spare counts as a user of it from then on

@@ -126,6 +126,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	if err != nil {
 		m.log.Error("record terminating", "session", sb.id, "err", err)
 	}
+	marked := time.Now()
 	// A snapshot (or pause, or resume) that began before the sandbox was
 	// marked terminating finishes first: its storage driver reads the
 	// writable layer that cleanup removes (and it would fail, or thaw a
@@ -135,6 +136,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 	//lint:ignore SA2001 the lock is taken only to wait for its holder
 	sb.lifeMu.Unlock()
 	m.mon.CountCPU(ctx, sb) // the last reading, before the cgroup goes
+	counted := time.Now()
 	if err := m.cleanup(ctx, sb.id, sb.Record().Driver); err != nil {
 		m.log.Error("teardown incomplete; janitor will retry", "session", sb.id, "err", err)
 		sb.mu.Lock()
@@ -142,6 +144,7 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 		sb.mu.Unlock()
 		return fmt.Errorf("teardown of session %s is incomplete and will be retried: %w (%v)", sb.id, errdefs.ErrUnavailable, err)
 	}
+	cleaned := time.Now()
 	if sb.agent != nil {
 		sb.agent.Close()
 	}
@@ -169,6 +172,8 @@ func (m *Manager) teardownIf(ctx context.Context, sb *Sandbox, reason, detail st
 		m.opts.Metrics.Ended(rec.Reason)
 	}
 	m.log.Info("session ended", "session", sb.id, "tenant", rec.Tenant, "reason", rec.Reason)
+	m.log.Debug("torn down", "session", sb.id, "wait_ms", ms(counted.Sub(marked)), "cleanup_ms", ms(cleaned.Sub(counted)),
+		"record_ms", ms(time.Since(cleaned)))
 	return nil
 }
 
@@ -181,6 +186,7 @@ var errTeardownRunning = errors.New("teardown in progress")
 // driver names the driver it ran on; with "" (or one this host does not
 // have) every driver is asked to delete it.
 func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
+	began := time.Now()
 	drivers := m.opts.Drivers
 	if d := m.runtimes.driver(driver); d != nil {
 		drivers = []runtime.Driver{d}
@@ -190,6 +196,7 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 			return err
 		}
 	}
+	deleted := time.Now()
 	if m.opts.Net != nil {
 		if err := m.opts.Net.Detach(id); err != nil {
 			return fmt.Errorf("network: %w", err)
@@ -203,10 +210,15 @@ func (m *Manager) cleanup(ctx context.Context, id, driver string) error {
 	if err := m.hostRes.releaseIdentity(id); err != nil {
 		return fmt.Errorf("host identity: %w", err)
 	}
+	released := time.Now()
 	if err := m.opts.Storage.Remove(ctx, id); err != nil {
 		return err
 	}
-	return storage.RemoveTree(m.opts.Layout.Sandbox(id))
+	removed := time.Now()
+	err := storage.RemoveTree(m.opts.Layout.Sandbox(id))
+	m.log.Debug("cleaned up", "session", id, "runtime_ms", ms(deleted.Sub(began)), "release_ms", ms(released.Sub(deleted)),
+		"layer_ms", ms(removed.Sub(released)), "tree_ms", ms(time.Since(removed)))
+	return err
 }
 
 // Close stops timers and background work. Sandboxes keep running; the next

@@ -41,6 +41,9 @@ func (e *env) testLifecycle(t *testing.T) {
 	if st, _ := e.driver.Status(ctx, sb.id); st != runtime.StatusUnknown {
 		t.Fatalf("status after delete %q, want unknown", st)
 	}
+	if ids, err := e.driver.List(ctx); err != nil || contains(ids, sb.id) {
+		t.Fatalf("list after delete %v %v still has %s", ids, err, sb.id)
+	}
 	if _, err := e.driver.Stats(ctx, sb.id); err == nil {
 		t.Fatal("stats of a deleted sandbox succeeded")
 	}

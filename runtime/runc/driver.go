@@ -7,6 +7,7 @@ package runc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -141,6 +142,14 @@ func (d *Driver) Delete(ctx context.Context, id string) error {
 		return nil
 	}
 	if err := d.cg.Kill(ctx, id); err != nil {
+		return err
+	}
+	// Every process is gone: what runc delete would remove, without the
+	// CLI (about 50 ms of a destroy here), when the state proves it.
+	if err := d.deleteStopped(id); err == nil {
+		d.freezeMu.Delete(id)
+		return nil
+	} else if !errors.Is(err, errNotStopped) {
 		return err
 	}
 	err := d.runc.Delete(ctx, id, &gorunc.DeleteOpts{})

@@ -254,6 +254,10 @@ func (d *Driver) cleanup() error {
 			name := e.Name()
 			p := filepath.Join(dir, name)
 			switch {
+			case isStage(name) && e.IsDir():
+				if err := d.removeStage(dir, name); err != nil {
+					return err
+				}
 			case strings.HasPrefix(name, "."):
 				if e.IsDir() {
 					if err := d.destroy(dir, name); err != nil {
