@@ -146,20 +146,7 @@ func TestVolumeCopiesQuotaParallelForks(t *testing.T) {
 	needBtrfsVolumes(t)
 	ctx := ctxFor(t, 4*time.Minute)
 	_, _, c := newTenant(t, env.c, "volrace", client.TenantPolicy{MaxVolumes: 3})
-	if _, err := c.CreateVolume(ctx, "pv", 4); err != nil {
-		t.Fatal(err)
-	}
-	cleanupVolume(t, c, "pv")
-	p, _, err := c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "pv", Path: "/home/user/p"}}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
-	sn, err := c.Snapshot(ctx, p.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	sn := snapshotWithVolume(t, ctx, c, "pv", "/home/user/p")
 	type result struct {
 		ids []string
 		err error

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -289,21 +290,8 @@ func TestVolumeCopiesCountAgainstTenant(t *testing.T) {
 	needBtrfsVolumes(t)
 	ctx := ctxFor(t, 4*time.Minute)
 	_, _, c := newTenant(t, env.c, "volquota", client.TenantPolicy{MaxVolumes: 2})
-	if _, err := c.CreateVolume(ctx, "qv", 4); err != nil {
-		t.Fatal(err)
-	}
-	cleanupVolume(t, c, "qv")
-	p, _, err := c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: "qv", Path: "/home/user/q"}}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
-	sn, err := c.Snapshot(ctx, p.ID, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
-	_, err = c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 2})
+	sn := snapshotWithVolume(t, ctx, c, "qv", "/home/user/q")
+	_, err := c.ForkSnapshot(ctx, sn.ID, client.ForkRequest{Count: 2})
 	wantStatus(t, "fork of 2 past max_volumes 2", err, 429, "")
 	vs, err := c.Volumes(ctx)
 	if err != nil || len(vs) != 1 {
@@ -468,4 +456,27 @@ func TestGVisorMemorySnapshotWithVolume(t *testing.T) {
 	if out := sh(t, p.ID, "cat /home/user/g/f"); out != "parent\n" {
 		t.Errorf("the parent reads %q after a write in the restored session", out)
 	}
+}
+
+// snapshotWithVolume makes volume vol (4 MB) for c's tenant, a session
+// mounting it read-write at path, and a snapshot of that session, all
+// removed when t ends (the snapshot forced, the session, then the
+// volume).
+func snapshotWithVolume(t *testing.T, ctx context.Context, c *client.Client, vol, path string) *client.Snapshot {
+	t.Helper()
+	if _, err := c.CreateVolume(ctx, vol, 4); err != nil {
+		t.Fatal(err)
+	}
+	cleanupVolume(t, c, vol)
+	p, _, err := c.CreateSession(ctx, client.CreateRequest{Volumes: []client.VolumeMount{{Name: vol, Path: path}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSession(ctxFor(t, time.Minute), p.ID) })
+	sn, err := c.Snapshot(ctx, p.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.DeleteSnapshot(ctxFor(t, time.Minute), sn.ID, true) })
+	return sn
 }
