@@ -117,13 +117,19 @@ func TestRoundEndsForkBomb(t *testing.T) {
 	}
 	// A second report (a call that saw it too) ends it again, records nothing more.
 	mon.EndForAbuse(sb, abuse.Verdict{Pattern: abuse.ForkBomb, Reason: "again"}, node.ReasonPidsLimit)
+	// The flag and the record follow the end (its notification above
+	// can come first): wait for them, then see there is exactly one.
+	var recs []*store.AuditRecord
+	waitFor(t, func() bool {
+		recs, _ = h.st.ListAudit(ctx, store.AuditFilter{Kind: "abuse"})
+		return len(recs) > 0
+	})
 	tn, err := h.st.GetTenant(ctx, "bomber")
 	if err != nil || tn.FlaggedAt.IsZero() || !strings.Contains(tn.FlagReason, abuse.ForkBomb) {
 		t.Fatalf("tenant %+v %v, want it flagged for a fork bomb", tn, err)
 	}
-	recs, err := h.st.ListAudit(ctx, store.AuditFilter{Kind: "abuse"})
-	if err != nil || len(recs) != 1 || recs[0].Session != sb.ID() {
-		t.Fatalf("abuse records %+v %v, want one", recs, err)
+	if len(recs) != 1 || recs[0].Session != sb.ID() {
+		t.Fatalf("abuse records %+v, want one", recs)
 	}
 }
 
