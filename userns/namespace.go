@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,6 +112,13 @@ func Create(ctx context.Context, opts NamespaceOptions) (retErr error) {
 	args = append(args, "--", "/bin/sleep", "60")
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// Pdeathsig fires when the thread that started the holder exits, not
+	// the process (prctl(2) PR_SET_PDEATHSIG): a goroutine that locks that
+	// thread and ends with it (runtime/runc's file takeover does) would
+	// kill the holder before its namespaces are bound. Keep this
+	// goroutine on the thread until the holder is gone.
+	goruntime.LockOSThread()
+	defer goruntime.UnlockOSThread()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
