@@ -89,7 +89,8 @@ const (
 	SystemCopy = "plain cp"
 )
 
-// opOrder is the order in which operations appear in the table.
+// opOrder is the order in which operations appear in the table (the
+// operations it does not name follow, in the order they were measured).
 var opOrder = []string{OpFork, OpFork64, OpPoolCreate, OpCreate, OpRestoreFiles, OpExec, OpSustained,
 	OpRun, OpDestroy, OpPause, OpResume, OpSnapshot,
 	OpSnapshotUnsynced, OpFrozenUnsynced, OpFrozenSynced,
@@ -249,13 +250,33 @@ func ms(d time.Duration) float64 { return round2(float64(d) / float64(time.Milli
 // round2 rounds x to 2 decimals.
 func round2(x float64) float64 { return math.Round(x*100) / 100 }
 
+// sysRank is system's place in systemOrder; a system it does not name
+// (a group's own reference, as "same server on the host") comes after.
+func sysRank(system string) int {
+	if i := slices.Index(systemOrder, system); i >= 0 {
+		return i
+	}
+	return len(systemOrder)
+}
+
 // finish sorts the rows and sets the targets and notes of forkbox rows.
 func (r *Report) finish() {
+	// Operations opOrder does not name follow it, in the order they were
+	// first measured, each kept together.
+	rank := map[string]int{}
+	for i, op := range opOrder {
+		rank[op] = i
+	}
+	for _, res := range r.Results {
+		if _, ok := rank[res.Operation]; !ok {
+			rank[res.Operation] = len(rank)
+		}
+	}
 	slices.SortStableFunc(r.Results, func(a, b Result) int {
-		if c := slices.Index(opOrder, a.Operation) - slices.Index(opOrder, b.Operation); c != 0 {
+		if c := rank[a.Operation] - rank[b.Operation]; c != 0 {
 			return c
 		}
-		return slices.Index(systemOrder, a.System) - slices.Index(systemOrder, b.System)
+		return sysRank(a.System) - sysRank(b.System)
 	})
 	base := map[string]float64{}
 	for _, res := range r.Results {
