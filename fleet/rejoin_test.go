@@ -63,9 +63,18 @@ func TestAloneThenCluster(t *testing.T) {
 	if err := regs[0].Put(ctx, Host{ID: "a", Version: "dev"}); err != nil {
 		t.Fatal(err)
 	}
-	hosts, err := regs[2].List(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// c's read may be served by a replica the write has not reached yet
+	// (the KV stream allows direct reads from followers): the write must
+	// be there within a few seconds, and be the only host.
+	var hosts []Host
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		hosts, err = regs[2].List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hosts) > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(hosts) != 1 || hosts[0].ID != "a" {
 		t.Fatalf("hosts seen by c after a's write: %+v", hosts)
