@@ -30,6 +30,16 @@ type Options struct {
 	Audit *audit.Recorder
 	// Metrics counts refusals by problem type; nil counts nothing.
 	Metrics *metrics.Set
+	// Fleet, when set, holds tenants' max_sessions and max_snapshots
+	// over every host of the fleet, not only this one; nil (a host
+	// alone): this host's counts only.
+	Fleet FleetQuota
+	// ImportsDir, when set, is the directory marking the snapshots this
+	// host imported from other hosts (datadir.Layout.FleetImports: one
+	// ID.json each). Those copies are stored here as the tenant's, but
+	// the host that took the snapshot counts it already, so this host's
+	// part of the fleet's snapshot count leaves them out.
+	ImportsDir string
 }
 
 // Controller decides what a tenant may have on this host: its sessions
@@ -53,11 +63,16 @@ type Controller struct {
 	making map[string]int
 	// quotaLocks serialise the count and bookkeeping of one quota.
 	quotaLocks keyed.Mutex
+	// fleetHeld counts what this host holds of the fleet's counts
+	// (Options.Fleet): sessions by tenant (admitted, and confirmed by
+	// the fleet when the tenant has a limit), snapshots being made by
+	// "snapshots/tenant" (confirmed by the fleet). Under mu.
+	fleetHeld map[string]int
 }
 
 // New returns a controller with opts. opts.Store must be set.
 func New(opts Options) *Controller {
-	return &Controller{opts: opts, active: map[string]int{}, making: map[string]int{}}
+	return &Controller{opts: opts, active: map[string]int{}, making: map[string]int{}, fleetHeld: map[string]int{}}
 }
 
 // Tenant reads tenant name's record and decodes its policy, in one read.
@@ -150,10 +165,12 @@ func (c *Controller) Admit(ctx context.Context, t *store.Tenant, p tenancy.Polic
 			"tenant %s is suspended: flagged for abuse (%s); an admin clears the flag", tenant, t.FlagReason))
 	}
 	if p.CPUSecondsPerDay > 0 {
-		used, err := c.opts.Store.TenantCPU(ctx, tenant, time.Now())
+		now := time.Now()
+		used, err := c.opts.Store.TenantCPU(ctx, tenant, now)
 		if err != nil {
 			return nil, nil, err
 		}
+		used = c.FleetCPU(ctx, tenant, used, now) // the fleet's, in a cluster
 		if BudgetUsed(p, used) {
 			e := errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemCPUBudgetExhausted,
 				"tenant %s used its %d CPU-seconds for today (UTC)", tenant, p.CPUSecondsPerDay)
@@ -184,6 +201,30 @@ func (c *Controller) Admit(ctx context.Context, t *store.Tenant, p tenancy.Polic
 	}
 	r := c.reserve(tenant, memoryMB)
 	c.mu.Unlock()
+	if c.opts.Fleet == nil {
+		return context.WithValue(ctx, reservationKey{}, r), r, nil
+	}
+	held := func() {
+		c.countHeld(tenant, 1)
+		c.mu.Lock()
+		r.fleet = true
+		c.mu.Unlock()
+	}
+	if p.MaxSessions <= 0 {
+		held()
+		return context.WithValue(ctx, reservationKey{}, r), r, nil
+	}
+	err := c.holdFleet(ctx, "sessions", tenant, p.MaxSessions, func() int { return c.FleetCount("sessions", tenant) + 1 }, held,
+		func(msg string) *errdefs.TypedError {
+			e := errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemTenantConcurrency,
+				"tenant %s is at its limit of %d concurrent sessions over the fleet (%s)", tenant, p.MaxSessions, msg)
+			e.RetryAfter = capacityRetry
+			return e
+		})
+	if err != nil {
+		r.Release()
+		return nil, nil, c.refuse(ctx, tenant, err.(*errdefs.TypedError))
+	}
 	return context.WithValue(ctx, reservationKey{}, r), r, nil
 }
 
@@ -193,7 +234,13 @@ func (c *Controller) Admit(ctx context.Context, t *store.Tenant, p tenancy.Polic
 func (c *Controller) Adopt(tenant string, memoryMB int64) *Reservation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.reserve(tenant, memoryMB)
+	r := c.reserve(tenant, memoryMB)
+	if c.opts.Fleet != nil {
+		// The fleet's count takes it at the next reconciliation.
+		r.fleet = true
+		c.fleetHeld[tenant]++
+	}
+	return r
 }
 
 // Stop refuses every later Admit (503 capacity-unavailable), for a

@@ -47,15 +47,36 @@ func (c *Controller) ReserveQuota(ctx context.Context, tenant, what string, coun
 	c.making[key]++
 	c.mu.Unlock()
 	unlock()
+	held := false // under the fleet's lock, then once release runs
+	if what == "snapshots" && c.opts.Fleet != nil {
+		mine := func() int { return c.FleetCount(what, tenant) + 1 }
+		err := c.holdFleet(ctx, what, tenant, max, mine, func() { held = true; c.countHeld(key, 1) }, func(msg string) *errdefs.TypedError {
+			return errdefs.Typed(errdefs.ErrResourceExhausted, node.ProblemTenantQuota,
+				"tenant %s is at its limit of %d %s over the fleet (%s); delete one first", tenant, max, what, msg)
+		})
+		if err != nil {
+			c.unmake(key)
+			return nil, c.refuse(ctx, tenant, err.(*errdefs.TypedError))
+		}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			defer c.quotaLocks.Lock(key)()
-			c.mu.Lock()
-			if c.making[key]--; c.making[key] <= 0 {
-				delete(c.making, key)
+			c.unmake(key)
+			if held {
+				c.countHeld(key, -1)
+				c.syncFleet(what, tenant, func() int { return c.FleetCount(what, tenant) })
 			}
-			c.mu.Unlock()
 		})
 	}, nil
+}
+
+// unmake counts one fewer of key ("what/tenant") being made.
+func (c *Controller) unmake(key string) {
+	defer c.quotaLocks.Lock(key)()
+	c.mu.Lock()
+	if c.making[key]--; c.making[key] <= 0 {
+		delete(c.making, key)
+	}
+	c.mu.Unlock()
 }

@@ -11,6 +11,8 @@ type Reservation struct {
 	tenant   string
 	memoryMB int64
 	released bool // under c.mu
+	// fleet: the session is in c.fleetHeld (under c.mu).
+	fleet bool
 }
 
 // reserve counts a session of tenant with memoryMB; the caller holds c.mu.
@@ -39,6 +41,13 @@ func (r *Reservation) Release() {
 	}
 	c.all--
 	c.memoryMB -= r.memoryMB
+	if r.fleet {
+		if c.fleetHeld[r.tenant]--; c.fleetHeld[r.tenant] <= 0 {
+			delete(c.fleetHeld, r.tenant)
+		}
+		tenant := r.tenant
+		c.syncFleet("sessions", tenant, func() int { return c.FleetCount("sessions", tenant) })
+	}
 }
 
 type reservationKey struct{}

@@ -111,13 +111,16 @@ func (p *proc) broadcast(ev *processpb.ProcessEvent) {
 
 // finish records the end event and sends it to every subscriber. The end
 // is recorded and the subscribers taken in one step, so a subscriber that
-// arrives meanwhile gets the end event from subscribe instead of never.
+// arrives meanwhile gets the end event from subscribe instead of never; done
+// closes before any subscriber hears of the end, so a caller that has seen
+// the end event also sees ended (a signal sent then is not_found).
 func (p *proc) finish(end *processpb.ProcessEvent_EndEvent) {
 	ev := endEvent(end)
 	p.mu.Lock()
 	p.end = end
 	subs := p.subs
 	p.subs = nil
+	close(p.done)
 	p.mu.Unlock()
 	for s := range subs {
 		select {
@@ -125,7 +128,6 @@ func (p *proc) finish(end *processpb.ProcessEvent_EndEvent) {
 		case <-s.gone:
 		}
 	}
-	close(p.done)
 }
 
 func (p *proc) ended() bool {

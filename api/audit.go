@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -82,7 +83,7 @@ func (h *auditAPI) handleAudit(w http.ResponseWriter, r *http.Request) {
 		h.exportAudit(w, r, f)
 		return
 	}
-	recs, err := h.store.ListAudit(r.Context(), f)
+	recs, err := h.list(r.Context(), f)
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -105,7 +106,7 @@ func (h *auditAPI) exportAudit(w http.ResponseWriter, r *http.Request, f store.A
 	enc := json.NewEncoder(w)
 	started := false
 	for {
-		recs, err := h.store.ListAudit(r.Context(), f)
+		recs, err := h.list(r.Context(), f)
 		if err != nil {
 			if !started {
 				h.writeError(w, r, err)
@@ -130,7 +131,30 @@ func (h *auditAPI) exportAudit(w http.ResponseWriter, r *http.Request, f store.A
 	}
 }
 
+// AuditReader reads the audit records of a whole fleet
+// (fleetstate.Audit.List in a cluster): the same filters as
+// store.ListAudit; each record's Seq its place in the fleet's order, its
+// Host the host that made it. ErrUnavailable while it cannot be read.
+type AuditReader interface {
+	List(ctx context.Context, f store.AuditFilter) ([]*store.AuditRecord, error)
+}
+
+// SetAuditReader makes GET /v1/audit read the fleet's records through
+// rd instead of this host's store. Call it before serving; nil (a host
+// alone) reads the store.
+func (s *Server) SetAuditReader(rd AuditReader) { s.auditAPI.fleet = rd }
+
+// list returns the records f selects: the fleet's when a reader is set,
+// else this host's store's.
+func (h *auditAPI) list(ctx context.Context, f store.AuditFilter) ([]*store.AuditRecord, error) {
+	if h.fleet != nil {
+		return h.fleet.List(ctx, f)
+	}
+	return h.store.ListAudit(ctx, f)
+}
+
 func auditView(r *store.AuditRecord) v1.AuditRecord {
 	return v1.AuditRecord{Seq: r.Seq, Time: r.Time, Tenant: r.Tenant, Session: r.Session, Kind: r.Kind,
-		Outcome: r.Outcome, KeyID: r.KeyID, RequestID: r.RequestID, IdempotencyKey: r.IdempotencyKey, Detail: r.Detail}
+		Outcome: r.Outcome, KeyID: r.KeyID, RequestID: r.RequestID, IdempotencyKey: r.IdempotencyKey, Detail: r.Detail,
+		Host: r.Host}
 }

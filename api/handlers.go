@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+
 	"github.com/forkbox/forkbox/api/portproxy"
 	"github.com/forkbox/forkbox/audit"
 	"github.com/forkbox/forkbox/build"
@@ -19,12 +21,31 @@ import (
 type sessionAPI struct {
 	edge
 	mgr node.Node
+	// ended, when set, is asked about a session this host does not hold
+	// (Server.SetEnded).
+	ended func(ctx context.Context, id string) error
+	// self is this host's fleet id, for a create that names its host.
+	self *hostSelf
+	// migrate, when set, serves migrations (Server.SetMigrator).
+	migrate Migrator
+}
+
+// hostSelf is this host's fleet id as the handlers that check a pinned
+// host read it (Server.SetHosts sets it; "" until then).
+type hostSelf struct{ id func() string }
+
+func (s *hostSelf) get() string {
+	if s == nil || s.id == nil {
+		return ""
+	}
+	return s.id()
 }
 
 // snapshotAPI serves snapshots, forks and warm pools (snapshots.go).
 type snapshotAPI struct {
 	edge
-	mgr node.Node
+	mgr  node.Node
+	self *hostSelf
 }
 
 // execAPI serves exec and processes (exec.go): it records each command
@@ -71,10 +92,13 @@ type tenantAPI struct {
 	catalog *template.Catalog
 }
 
-// auditAPI serves the audit log from the store (audit.go).
+// auditAPI serves the audit log from the store, or the fleet's
+// (audit.go).
 type auditAPI struct {
 	edge
 	store *store.Store
+	// fleet, when set, reads every host's records (SetAuditReader).
+	fleet AuditReader
 }
 
 // hostAPI serves the host's info and its metrics (info.go).
@@ -104,9 +128,10 @@ type handlers struct {
 // spool directory, audit recorder and metrics (see New), all sharing e.
 func newHandlers(e edge, mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir string,
 	rec *audit.Recorder, ms *metrics.Set) handlers {
+	self := &hostSelf{}
 	return handlers{
-		sessions:  &sessionAPI{edge: e, mgr: mgr},
-		snapshots: &snapshotAPI{edge: e, mgr: mgr},
+		sessions:  &sessionAPI{edge: e, mgr: mgr, self: self},
+		snapshots: &snapshotAPI{edge: e, mgr: mgr, self: self},
 		exec:      &execAPI{edge: e, mgr: mgr, audit: rec, metrics: ms},
 		code:      &codeAPI{edge: e, mgr: mgr, audit: rec},
 		files:     &fileAPI{edge: e, mgr: mgr},

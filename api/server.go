@@ -53,6 +53,10 @@ type Server struct {
 	secrets *secretAPI
 	// hostsAPI serves GET /v1/hosts (SetHosts).
 	hostsAPI *hostsAPI
+	// sessions serves the session routes (SetEnded reaches it).
+	sessions *sessionAPI
+	// auditAPI serves GET /v1/audit (SetAuditReader).
+	auditAPI *auditAPI
 	// builder builds Dockerfiles for the REST and the E2B edges.
 	builder *build.Builder
 }
@@ -79,7 +83,8 @@ func New(mgr node.Node, st *store.Store, catalog *template.Catalog, spoolDir str
 	s := &Server{edge: e, store: st, mux: http.NewServeMux(), e2b: e2b.New(mgr, st, catalog, rec, hide, log), audit: rec,
 		hostsAPI: &hostsAPI{edge: e}}
 	hs := newHandlers(e, mgr, st, catalog, spoolDir, rec, ms)
-	s.secrets = hs.secrets
+	s.secrets, s.auditAPI = hs.secrets, hs.audit
+	s.sessions = hs.sessions
 	s.builder = hs.templates.builder
 	s.e2b.SetTemplateBuilder(hs.templates.buildForE2B, spoolDir)
 	s.routes(hs)
@@ -114,6 +119,7 @@ func (s *Server) routes(hs handlers) {
 		{"GET /v1/sessions/{id}/egress", "", "", hs.sessions.handleEgress, false},
 		{"POST /v1/sessions/{id}/pause", "session.pause", "session", hs.sessions.handlePause, false},
 		{"POST /v1/sessions/{id}/resume", "session.resume", "session", hs.sessions.handleResume, false},
+		{"POST /v1/sessions/{id}/migrate", "session.migrate", "session", hs.sessions.handleMigrate, false},
 		{"POST /v1/sessions/{id}/snapshot", "snapshot.create", "session", hs.snapshots.handleSnapshot, false},
 		{"POST /v1/sessions/{id}/fork", "snapshot.fork", "session", hs.snapshots.handleSessionFork, false},
 		{"GET /v1/sessions/{id}/diff", "", "", hs.snapshots.handleSessionDiff, false},
@@ -183,6 +189,8 @@ func (s *Server) routes(hs handlers) {
 		{"DELETE /v1/keys/{id}", "key.revoke", "", hs.tenants.handleRevokeKey, true},
 		{"GET /metrics", "", "", hs.host.handleMetrics, true},
 		{"GET /v1/hosts", "", "", s.hostsAPI.handleHosts, true},
+		{"POST /v1/hosts/{id}/drain", "host.drain", "", s.hostsAPI.handleDrain, true},
+		{"POST /v1/hosts/{id}/undrain", "host.undrain", "", s.hostsAPI.handleUndrain, true},
 	} {
 		var h http.Handler = rt.h
 		if rt.kind != "" {
@@ -329,9 +337,16 @@ func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 // authenticated wraps h so that it runs only with a valid, unrevoked API
 // key, given as "Authorization: Bearer <key>" or "X-API-Key: <key>", and
 // with the caller (tenant, key, request id, Idempotency-Key) in its
-// context. admin: only admin keys (403 for others).
+// context; a request another host of the fleet forwarded with a verified
+// signature (access.ForwardedCaller) runs as the caller it carries
+// instead. admin: only admin keys (403 for others).
 func (s *Server) authenticated(h http.Handler, admin bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if caller, ok := access.ForwardedCaller(w, r); ok {
+			// Another host of the fleet authenticated the key (package route).
+			s.serveAs(w, r, h, caller, admin)
+			return
+		}
 		secret := access.Secret(r, false)
 		if secret == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
@@ -348,17 +363,22 @@ func (s *Server) authenticated(h http.Handler, admin bool) http.Handler {
 			s.writeError(w, r, errdefs.Newf(errdefs.ErrUnauthenticated, "invalid API key"))
 			return
 		}
-		caller := access.Caller(w, r, key)
-		ctx := tenancy.With(r.Context(), caller)
-		if admin && !key.Admin {
-			// An attempt on an admin endpoint is itself worth a record.
-			s.audit.Record(ctx, audit.Event{Kind: "admin", Outcome: audit.Denied,
-				Detail: map[string]any{"method": r.Method, "path": r.URL.Path}})
-			s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "this needs an admin key"))
-			return
-		}
-		h.ServeHTTP(w, r.WithContext(ctx))
+		s.serveAs(w, r, h, access.Caller(w, r, key), admin)
 	})
+}
+
+// serveAs runs h for r as caller; admin: only for an admin caller (403
+// and an audit record for others).
+func (s *Server) serveAs(w http.ResponseWriter, r *http.Request, h http.Handler, caller tenancy.Caller, admin bool) {
+	ctx := tenancy.With(r.Context(), caller)
+	if admin && !caller.Admin {
+		// An attempt on an admin endpoint is itself worth a record.
+		s.audit.Record(ctx, audit.Event{Kind: "admin", Outcome: audit.Denied,
+			Detail: map[string]any{"method": r.Method, "path": r.URL.Path}})
+		s.writeError(w, r, errdefs.Newf(errdefs.ErrPermissionDenied, "this needs an admin key"))
+		return
+	}
+	h.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func newRequestID() string {

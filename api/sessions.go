@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -8,9 +10,9 @@ import (
 
 	"github.com/forkbox/forkbox/api/access"
 	v1 "github.com/forkbox/forkbox/api/v1"
-	"github.com/forkbox/forkbox/node"
-
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/node"
+	"github.com/forkbox/forkbox/tenancy"
 )
 
 // sessionView is the API view of a session record.
@@ -77,6 +79,10 @@ const maxIdempotencyKey = 255
 func (h *sessionAPI) handleCreate(w http.ResponseWriter, r *http.Request) {
 	var req v1.CreateRequest
 	if err := decodeJSON(r, &req, maxJSONBody, true); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if err := checkHost(r.Context(), req.Host, h.self.get()); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -156,6 +162,11 @@ func (h *sessionAPI) handleList(w http.ResponseWriter, r *http.Request) {
 
 func (h *sessionAPI) handleGet(w http.ResponseWriter, r *http.Request) {
 	rec, err := h.mgr.Get(r.Context(), r.PathValue("id"))
+	if errors.Is(err, errdefs.ErrNotFound) && h.ended != nil {
+		if e := h.ended(r.Context(), r.PathValue("id")); e != nil {
+			err = e
+		}
+	}
 	if err != nil {
 		h.writeError(w, r, err)
 		return
@@ -243,4 +254,21 @@ func (h *sessionAPI) handleResume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, sessionView(rec))
+}
+
+// checkHost checks the pinned host of a create or fork
+// (v1.CreateRequest.Host): it needs an admin caller, and by the time the
+// call reaches this host's API (the fleet's router forwarded it here, or
+// there is none) it must name this host, self. "" is fine.
+func checkHost(ctx context.Context, host, self string) error {
+	if host == "" {
+		return nil
+	}
+	if c, _ := tenancy.From(ctx); !c.Admin {
+		return errdefs.Newf(errdefs.ErrPermissionDenied, "choosing the host of a session (field host) needs an admin key")
+	}
+	if host != self {
+		return errdefs.InvalidField("host", "%q: this call runs on host %q only", host, self)
+	}
+	return nil
 }

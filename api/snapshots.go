@@ -58,6 +58,10 @@ func (h *snapshotAPI) handleSessionFork(w http.ResponseWriter, r *http.Request) 
 		h.writeError(w, r, err)
 		return
 	}
+	if err := checkHost(r.Context(), req.Host, h.self.get()); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	sn, sessions, err := h.mgr.ForkSession(r.Context(), r.PathValue("id"), req.Count, createSpec(req.CreateRequest), node.SnapshotOptions{Memory: req.Memory})
 	if err != nil {
 		h.writeError(w, r, err)
@@ -74,6 +78,10 @@ func (h *snapshotAPI) handleSessionFork(w http.ResponseWriter, r *http.Request) 
 func (h *snapshotAPI) handleSnapshotFork(w http.ResponseWriter, r *http.Request) {
 	var req v1.ForkRequest
 	if err := decodeJSON(r, &req, maxJSONBody, false); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	if err := checkHost(r.Context(), req.Host, h.self.get()); err != nil {
 		h.writeError(w, r, err)
 		return
 	}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -79,6 +80,16 @@ type Options struct {
 	// IdleWindow is how long the idle rows measure CPU (DefaultIdleWindow
 	// when 0).
 	IdleWindow time.Duration
+	// FleetHosts, FleetRate (creates a second) and FleetLive (sessions)
+	// are the fleet simulation's fleet at scale 1 (DefaultFleetHosts,
+	// DefaultFleetRate, DefaultFleetLive when 0); FleetScales are its
+	// steps' multiples of it (DefaultFleetScales when empty) and
+	// FleetStep how long each is measured (DefaultFleetStep when 0).
+	FleetHosts  int
+	FleetRate   float64
+	FleetLive   int
+	FleetScales []float64
+	FleetStep   time.Duration
 
 	// URL is the base URL of a running daemon to measure; "" reads
 	// FORKBOX_URL, and when that is empty too Run starts a private daemon.
@@ -93,6 +104,10 @@ type Options struct {
 	// AgentPath is the forkbox-agent binary of the private daemon; "" looks
 	// beside the running executable, then in PATH.
 	AgentPath string
+	// ForkboxPath is the forkbox binary the replicate rows start their
+	// hosts from (each its own `forkbox serve` process); "" means the
+	// running executable, which is forkbox itself under `forkbox bench`.
+	ForkboxPath string
 	// DataDir is the private daemon's data directory. "" makes a temporary
 	// one that is removed at the end; a given directory is created (0711)
 	// when missing and kept, so a later run reuses its base template.
@@ -145,6 +160,21 @@ func (o Options) withDefaults() Options {
 	if o.IdleWindow <= 0 {
 		o.IdleWindow = DefaultIdleWindow
 	}
+	if o.FleetHosts <= 0 {
+		o.FleetHosts = DefaultFleetHosts
+	}
+	if o.FleetRate <= 0 {
+		o.FleetRate = DefaultFleetRate
+	}
+	if o.FleetLive <= 0 {
+		o.FleetLive = DefaultFleetLive
+	}
+	if len(o.FleetScales) == 0 {
+		o.FleetScales = DefaultFleetScales
+	}
+	if o.FleetStep <= 0 {
+		o.FleetStep = DefaultFleetStep
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -186,15 +216,24 @@ func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 	rep = &Report{N: opts.N, Warmup: opts.Warmup, Started: time.Now().UTC(), Versions: map[string]string{},
 		Groups: opts.Only}
 
-	fb, err := openForkbox(ctx, opts)
-	if err != nil {
-		return nil, err
+	// Groups that need neither a daemon nor peers (the fleet
+	// simulation) run without them.
+	var fb *forkbox
+	if slices.ContainsFunc(opts.Only, func(g string) bool { return !slices.Contains(standalone, g) }) {
+		var err error
+		if fb, err = openForkbox(ctx, opts); err != nil {
+			return nil, err
+		}
 	}
 	e := &env{opts: opts, fb: fb}
-	if !opts.SkipPeers {
+	if !opts.SkipPeers && fb != nil {
 		e.p = openPeers(opts, rep.Versions)
 	}
-	rep.Versions[SystemForkbox] = fb.describe(ctx)
+	if fb != nil {
+		rep.Versions[SystemForkbox] = fb.describe(ctx)
+	} else {
+		rep.Versions[SystemForkbox] = "no daemon (" + strings.Join(opts.Only, ", ") + " only)"
+	}
 	for _, g := range opts.Only {
 		if ctx.Err() != nil {
 			break
@@ -202,9 +241,11 @@ func Run(ctx context.Context, opts Options) (rep *Report, retErr error) {
 		rep.Results = append(rep.Results, e.group(ctx, g)...)
 	}
 	rep.Idle = e.idle
-	rep.Storage = fb.storage
-	if err := fb.close(context.WithoutCancel(ctx)); err != nil {
-		retErr = errors.Join(retErr, fmt.Errorf("clean up forkbox: %w", err))
+	if fb != nil {
+		rep.Storage = fb.storage
+		if err := fb.close(context.WithoutCancel(ctx)); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("clean up forkbox: %w", err))
+		}
 	}
 	if err := e.p.close(context.WithoutCancel(ctx)); err != nil {
 		retErr = errors.Join(retErr, fmt.Errorf("clean up peers: %w", err))

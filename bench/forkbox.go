@@ -58,6 +58,11 @@ type forkbox struct {
 	dataDir   string          // the private daemon's data directory
 	removeDir bool            // dataDir was made by Run and is removed at the end
 	upstream  *brokerUpstream // the broker rows' server certificate (private daemon only)
+
+	// fleet and capacity, when set, are the private daemon's fleet
+	// options and capacity (the route group's hosts).
+	fleet    daemon.FleetOptions
+	capacity *admission.Capacity
 }
 
 // openForkbox connects to the daemon named by opts (URL or FORKBOX_URL) or,
@@ -151,14 +156,19 @@ func (f *forkbox) startDaemon(ctx context.Context) (retErr error) {
 		return fmt.Errorf("the broker rows' CA: %w", err)
 	}
 	f.upstream = up
+	capacity := admission.Capacity{MaxSessions: max(daemon.DefaultCapacity().MaxSessions,
+		max(f.opts.IdleRunc, f.opts.IdleGVisor)+fork64Count+poolSize)}
+	if f.capacity != nil {
+		capacity = *f.capacity
+	}
 	start := time.Now()
 	d, err := daemon.Start(ctx, daemon.Options{
 		DataDir: f.dataDir, Listen: "127.0.0.1:0", AgentPath: f.opts.AgentPath, Storage: f.opts.Storage,
 		StorageImageBytes: f.opts.StorageImageBytes,
 		Log:               f.opts.logger(),
 		// Room for the idle rows' sessions beside the largest fork.
-		Capacity: admission.Capacity{MaxSessions: max(daemon.DefaultCapacity().MaxSessions,
-			max(f.opts.IdleRunc, f.opts.IdleGVisor)+fork64Count+poolSize)},
+		Capacity: capacity,
+		Fleet:    f.fleet,
 		// A data directory of the run's own goes with it: nothing of it
 		// may stay on the host (its nftables table, cgroup parent).
 		StopSessions: f.removeDir,
@@ -268,6 +278,13 @@ func (f *forkbox) destroy(ctx context.Context, id string) (time.Duration, error)
 	delete(f.live, id)
 	f.mu.Unlock()
 	return d, nil
+}
+
+// untrack forgets session id (destroyed through another client).
+func (f *forkbox) untrack(id string) {
+	f.mu.Lock()
+	delete(f.live, id)
+	f.mu.Unlock()
 }
 
 // track records session id as alive (close destroys it if nothing else

@@ -49,7 +49,11 @@ const (
 
 // Groups lists every row group, in the order they run.
 var Groups = []string{GroupCreate, GroupPool, GroupRun, GroupExec, GroupPause, GroupSnapshot,
-	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupMerge, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupReady, GroupGVisor, GroupIdle}
+	GroupFork, GroupFork64, GroupRestore, GroupFreeze, GroupMerge, GroupSustained, GroupCode, GroupPorts, GroupEgress, GroupBroker, GroupPull, GroupBuild, GroupReady, GroupGVisor, GroupReplicate, GroupIdle, GroupRoute, GroupFleetSim}
+
+// standalone are the groups that need neither the run's daemon nor
+// peers (the route group starts daemons of its own).
+var standalone = []string{GroupRoute, GroupFleetSim}
 
 // DefaultGroups are the groups run when Options.Only is empty: the
 // rows of the fork, restore and create targets, exec, pause and the
@@ -136,8 +140,14 @@ func (e *env) group(ctx context.Context, name string) []Result {
 		return e.measureBuild(ctx)
 	case GroupReady:
 		return e.measureReady(ctx)
+	case GroupReplicate:
+		return e.measureReplicate(ctx)
 	case GroupIdle:
 		return e.measureIdle(ctx)
+	case GroupRoute:
+		return e.measureRoute(ctx)
+	case GroupFleetSim:
+		return e.measureFleetSim(ctx)
 	}
 	return nil
 }

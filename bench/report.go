@@ -98,7 +98,7 @@ var opOrder = []string{OpFork, OpFork64, OpPoolCreate, OpCreate, OpRestoreFiles,
 	OpPullCold, OpPullCached, OpBuildCold, OpBuildCached, OpBuildFirst}
 
 // systemOrder is the order of systems within one operation.
-var systemOrder = []string{SystemForkbox, SystemRunc, SystemRunsc, SystemPodman, SystemCopy, SystemPythonExec}
+var systemOrder = []string{SystemForkbox, SystemRouted, SystemRunc, SystemRunsc, SystemPodman, SystemCopy, SystemPythonExec}
 
 // targets are the p50 targets for forkbox rows, in milliseconds, by
 // operation: the fork, restore and create performance work's table
@@ -335,8 +335,9 @@ func orUnknown(s string) string {
 func (r *Report) ForkboxErr() error {
 	var failed []string
 	for _, res := range r.Results {
-		if res.System == SystemForkbox && res.Error != "" {
-			failed = append(failed, res.Operation+": "+res.Error)
+		// A routed call is forkbox's too (the route rows).
+		if (res.System == SystemForkbox || res.System == SystemRouted) && res.Error != "" {
+			failed = append(failed, res.Operation+" ("+res.System+"): "+res.Error)
 		}
 	}
 	for _, idle := range r.Idle {

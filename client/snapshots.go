@@ -115,3 +115,17 @@ func (c *Client) SetPool(ctx context.Context, p Pool) (*Pool, error) {
 	_, err := c.doJSON(ctx, http.MethodPut, "/v1/pools/"+url.PathEscape(p.Template), nil, nil, p, out)
 	return out, err
 }
+
+// Migrate moves session id to the fleet host named host ("": the fleet
+// picks one) and returns the new session, which has a new id: the old id
+// is gone once this returns. On gVisor the session keeps its processes
+// and memory; on runc only its files move and its processes restart from
+// the image's start. A failure leaves the session where it was, running.
+func (c *Client) Migrate(ctx context.Context, id, host string) (*Session, error) {
+	if err := checkID("session", id); err != nil {
+		return nil, err
+	}
+	s := &Session{}
+	_, err := c.doJSON(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/migrate", nil, nil, v1.MigrateRequest{Host: host}, s)
+	return s, err
+}

@@ -183,6 +183,8 @@ type Daemon struct {
 	net     *netpolicy.Service // nil when the host cannot give sandboxes networks
 	mgr     *host.Node
 	fleet   *fleetHost
+	routing *fleetRouting // nil alone
+	ften    *fleetTenancy // nil alone
 	srv     *http.Server
 	served  chan error
 	active  sync.WaitGroup // requests being handled
@@ -335,6 +337,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		}
 	}()
 	rec := audit.New(st, log)
+	ften := newFleetTenancy(fh, st, log) // nil alone
 	ms := metrics.New()
 	secrets, err := openSecrets(st, snapKey, netsvc, rec, opts.BrokerUpstreamCA, log)
 	if err != nil {
@@ -346,6 +349,7 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 		Limits: opts.Limits, Shift: storage.DefaultIDShift, IDs: ids, Net: netsvc, Secrets: secrets, Log: log,
 		Capacity: capacity, Audit: rec, Metrics: ms, Abuse: opts.Abuse,
 		ExecInflight: execBudget, AgentReadyTimeout: opts.AgentReadyTimeout, Volumes: vols,
+		FleetQuota: ften.quota(),
 	}, host.Options{Spares: opts.Spares, Replicas: fh.replicas()})
 	vols.UseQuota(mgr.ReserveQuota) // max_volumes, copies for sessions included
 	ms.SetSource(mgr)
@@ -404,31 +408,44 @@ func Start(ctx context.Context, opts Options) (d *Daemon, retErr error) {
 	if opts.WrapNode != nil {
 		served = opts.WrapNode(mgr)
 	}
+	routing := fh.routing(served, opts.Fleet, log)
+	if routing != nil {
+		served = routing.tracked
+	}
 	apiServer := api.New(served, st, catalog, layout.Templates(), rec, ms, hide, log)
 	apiServer.SetDomain(opts.Domain)
 	apiServer.SetSecrets(secrets)
 	apiServer.SetHosts(fh)
+	apiServer.SetEnded(fh.ended)
+	apiServer.SetAuditReader(ften.auditReader())
 	if netsvc != nil {
 		apiServer.SetFetcher(netsvc.Fetcher(nil))
 	}
 	d = &Daemon{
 		Addr: ln.Addr().String(), URL: "http://" + ln.Addr().String(), KeyFile: layout.APIKey(),
-		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, served: make(chan error, 1), scratch: layout.Scratch(),
-		layout: layout, names: names, stop: opts.StopSessions, lock: lock,
+		log: log, st: st, sdrv: sdrv, net: netsvc, mgr: mgr, fleet: fh, ften: ften, served: make(chan error, 1), scratch: layout.Scratch(),
+		layout: layout, names: names, stop: opts.StopSessions, lock: lock, routing: routing,
 	}
 	apiURL := opts.Fleet.APIURL
 	if apiURL == "" {
 		apiURL = d.URL
 	}
-	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), apiURL, mgr, capacity)); err != nil {
+	fh.destroy = mgr.Destroy
+	if err := fh.heartbeat(ctx, opts.Fleet, hostRecord(fh.Self(), apiURL, mgr, catalog, capacity)); err != nil {
 		ln.Close()
 		mgr.Close()
 		return nil, err
 	}
+	var front http.Handler = apiServer
+	if routing != nil {
+		front = routing.handler(fh, opts.Fleet, apiServer, st, opts.Domain, log)
+		apiServer.SetMigrator(routing.migrate)
+	}
+	ften.start(mgr)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.active.Add(1)
 		defer d.active.Done()
-		apiServer.ServeHTTP(w, r)
+		front.ServeHTTP(w, r)
 	})
 	d.srv = &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second}
 	go func() { d.served <- d.srv.Serve(ln) }()
@@ -473,6 +490,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 			d.log.Warn("shutdown: requests still running after they were cut")
 		}
 	}
+	d.fleet.stopDestroys() // no reconcile reaches the node from here on
 	var stopErr error
 	if d.stop {
 		if stopErr = d.mgr.StopAll(context.WithoutCancel(ctx), "the daemon stopped with --stop-sessions"); stopErr != nil {
@@ -480,7 +498,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 	}
 	// The node first: it waits for the snapshots' copies to the fleet.
+	d.routing.close()
 	d.mgr.Close()
+	d.ften.close()
 	d.fleet.close()
 	if err := runsc.ReleaseRoot(d.layout.RunscRoot()); err != nil {
 		d.log.Warn("release the gVisor state directory", "err", err)

@@ -106,6 +106,16 @@ func (l Layout) FleetStore() string { return filepath.Join(l.Root, "fleet", "jet
 // fleet's object store (fleet.Cache); what it holds is still encrypted.
 func (l Layout) FleetCache() string { return filepath.Join(l.Root, "fleet", "cache") }
 
+// FleetExports holds files snapshots being sealed for the fleet's object
+// store (one directory per snapshot id, sealed, removed once copied);
+// emptied at start-up.
+func (l Layout) FleetExports() string { return filepath.Join(l.Root, "fleet", "exports") }
+
+// FleetImports marks the snapshots imported from other hosts: one
+// ID.json each, holding for a memory snapshot the network of the session
+// it was taken of.
+func (l Layout) FleetImports() string { return filepath.Join(l.Root, "fleet", "imports") }
+
 // RunscRoot is runsc's (gVisor's) --root.
 func (l Layout) RunscRoot() string { return filepath.Join(l.Root, "runsc") }
 

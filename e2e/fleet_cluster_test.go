@@ -1,17 +1,10 @@
 package e2e
 
 import (
-	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/forkbox/forkbox/client"
-	"github.com/forkbox/forkbox/daemon"
-	"github.com/forkbox/forkbox/datadir"
 )
 
 // TestServeCluster starts three `forkbox serve` processes with the
@@ -21,63 +14,12 @@ import (
 // reports it lost within --host-lost-after while a and b stay ready.
 func TestServeCluster(t *testing.T) {
 	need(t)
-	tmp, err := os.MkdirTemp("", "forkbox-fleet-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(tmp, 0o711)
-	secret := filepath.Join(tmp, "fleet.secret")
-	if err := os.WriteFile(secret, []byte("e2e-fleet-secret-0123456789abcdef0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	ids := []string{"a", "b", "c"}
-	var ports []int
-	for range ids {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
+	f := newTestFleet(t, ids, nil, "--storage-size", "1", "--host-lost-after", "4s")
+	for i, id := range ids {
+		f.start(t, i, "--fleet-api", "http://"+id+".test:7070")
 	}
-	procs := make([]*serveProc, len(ids))
-	t.Cleanup(func() {
-		for i, p := range procs {
-			if p != nil {
-				p.stop()
-			}
-			// forkbox down takes down what a killed daemon left (and
-			// finds nothing after a --stop-sessions shutdown).
-			data := filepath.Join(tmp, ids[i])
-			if out, err := exec.Command(env.cli, "down", "--data-dir", data).CombinedOutput(); err != nil {
-				t.Errorf("forkbox down %s: %v: %s", ids[i], err, out)
-			}
-			_ = daemon.ReleaseStorage(data)
-			os.RemoveAll(datadir.Layout{Root: data}.Scratch())
-		}
-		os.RemoveAll(tmp)
-	})
-	args := func(i int) []string {
-		peers := ""
-		for j, id := range ids {
-			if j != i {
-				if peers != "" {
-					peers += ","
-				}
-				peers += fmt.Sprintf("%s=127.0.0.1:%d", id, ports[j])
-			}
-		}
-		return []string{"--storage-size", "1", "--spares", "0", "--stop-sessions", "--cluster", "e2e", "--node-id", ids[i], "--peers", peers,
-			"--fleet-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]), "--fleet-secret-file", secret,
-			"--host-lost-after", "4s", "--fleet-api", "http://" + ids[i] + ".test:7070"}
-	}
-	for i := range ids {
-		p, err := startServe(t, filepath.Join(tmp, ids[i]), args(i)...)
-		if err != nil {
-			t.Fatalf("host %s: %v", ids[i], err)
-		}
-		procs[i] = p
-	}
+	procs := f.procs
 	states := func(c *client.Client) map[string]string {
 		l, err := c.Hosts(ctxFor(t, 10*time.Second))
 		if err != nil {

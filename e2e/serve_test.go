@@ -141,7 +141,14 @@ func (p *serveProc) stop() {
 
 // tail returns the last n lines of s.
 func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		// A killed peer's route retries, once a second per route, would
+		// push every other line out.
+		if !strings.Contains(l, "Error trying to connect to route") {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

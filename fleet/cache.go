@@ -129,10 +129,10 @@ func (c *Cache) Open(ctx context.Context, id, digest string) (dir string, releas
 			case <-ctx.Done():
 				return "", nil, ctx.Err()
 			}
-			if p.err != nil {
+			if p.err != nil && (ctx.Err() != nil || !isContextErr(p.err)) {
 				return "", nil, p.err
 			}
-			continue
+			continue // pulled, or its puller gave up: pull it here
 		}
 		e, ok := c.entries[id]
 		if ok {
@@ -160,11 +160,21 @@ func (c *Cache) Open(ctx context.Context, id, digest string) (dir string, releas
 		if p.err != nil {
 			return "", nil, p.err
 		}
+		// Held from its pull on: an entry over what the bound leaves free
+		// is not evicted before its caller has read it.
+		return dir, c.releaser(id), nil
 	}
 }
 
+// isContextErr reports whether err is a context's cancellation or
+// deadline (one caller's, not the pull's own failure).
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // pull copies id from the object store into dir (verified by Get) and
-// adds it to the cache, evicting what the bound asks for.
+// adds it to the cache held once (the caller's pin), evicting what the
+// bound asks for among the other entries.
 func (c *Cache) pull(ctx context.Context, id, digest, dir string) error {
 	if err := c.objects.Get(ctx, id, digest, dir); err != nil {
 		return err
@@ -176,7 +186,7 @@ func (c *Cache) pull(ctx context.Context, id, digest, dir string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries[id] = &cacheEntry{size: size, used: time.Now()}
+	c.entries[id] = &cacheEntry{size: size, used: time.Now(), pins: 1}
 	c.total += size
 	c.evictLocked()
 	return nil

@@ -58,6 +58,12 @@ type Host struct {
 	State HostState `json:"state"`
 	// Started is when the host's daemon started.
 	Started time.Time `json:"started"`
+	// Templates are the names of the templates the host has (nil: not
+	// said; placement then takes the host to have every one).
+	Templates []string `json:"templates,omitempty"`
+	// WarmReady is, per template, how many warm-pool members are ready
+	// to be claimed there now.
+	WarmReady map[string]int `json:"warm_ready,omitempty"`
 	// Heartbeat is when the record was last written, by the JetStream
 	// server's clock (the KV entry's time; not the host's own clock, so
 	// hosts' clock skew does not make a host lost). Set by List.
@@ -83,6 +89,12 @@ type Load struct {
 	// Sessions is how many sessions exist there (creating, running,
 	// paused or ending; warm-pool members not counted).
 	Sessions int `json:"sessions"`
+	// MemoryMB is the sum of those sessions' memory limits, in MiB.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// Pooled is how many warm-pool members it holds ready. List reports
+	// 0 for a lost host: its members are forgotten (not placed, not
+	// listed).
+	Pooled int `json:"pooled,omitempty"`
 }
 
 // RegistryOptions configure a Registry.
@@ -97,17 +109,36 @@ type RegistryOptions struct {
 	// Version is this host's forkbox version: List marks hosts of
 	// another major/minor version not placeable (Compatible).
 	Version string
+	// Rejoin, when set, is what Run does before it writes the record
+	// again after its writes failed for longer than LostAfter (the host
+	// was cut off from the cluster's quorum, and the others may have
+	// reported it lost and terminated its sessions): the host reconciles
+	// before it takes placements again. While Rejoin fails, Run writes
+	// no record (the host stays lost) and calls it again next beat. Once
+	// the record is written again, Run calls Rejoin once more a LostAfter
+	// later, beside the heartbeats: a watcher that had listed the host
+	// lost may mark its sessions just after the first pass listed them
+	// (or after the record was written), and that pass destroys them.
+	Rejoin func(ctx context.Context) error
 }
 
 // Registry is the fleet's host registry: it keeps this host's record
 // fresh (Run) and lists every host's (List). Safe for concurrent use.
 type Registry struct {
-	kv   jetstream.KeyValue
-	opts RegistryOptions
-	log  *slog.Logger
+	kv jetstream.KeyValue
+	// drains is the bucket of drain requests (DrainsBucket).
+	drains jetstream.KeyValue
+	opts   RegistryOptions
+	log    *slog.Logger
 
 	mu   sync.Mutex
 	last error // of the latest heartbeat
+	// draining is this host's drain flag as last read (Run).
+	draining bool
+	// ran: Run has written or tried to; okSince is when its current run
+	// of successful writes began (zero after a failure).
+	ran     bool
+	okSince time.Time
 }
 
 // OpenRegistry opens (creating when missing) the host registry's bucket
@@ -136,12 +167,26 @@ func OpenRegistry(ctx context.Context, f *Fleet, opts RegistryOptions) (*Registr
 	if err != nil {
 		return nil, fmt.Errorf("fleet: host registry: %w", err)
 	}
-	return &Registry{kv: kv, opts: opts, log: f.log}, nil
+	drains, err := openDrains(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{kv: kv, drains: drains, opts: opts, log: f.log}, nil
 }
 
 // LostAfter is how long a host's heartbeat may be missing before it is
 // reported lost.
 func (r *Registry) LostAfter() time.Duration { return r.opts.LostAfter }
+
+// writable reports whether this host's own heartbeats (Run) have
+// succeeded without a failure for at least LostAfter, so the bucket took
+// writes all that time and a host whose record is older had its chance to
+// write. Without Run (a registry only read) it reports true.
+func (r *Registry) writable() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.ran || (!r.okSince.IsZero() && time.Since(r.okSince) >= r.opts.LostAfter)
+}
 
 // Put writes this host's record h now (its ID must be ValidID). The
 // error is JetStream's (ErrUnavailable when the cluster has no quorum).
@@ -164,17 +209,48 @@ func (r *Registry) Put(ctx context.Context, h Host) error {
 }
 
 // Run writes the record self returns at once and then every heartbeat
-// until ctx ends. A failed write is logged (once per run of failures) and
+// until ctx ends, its State HostDraining while the host's drain flag is
+// set (Drain). A failed write is logged (once per run of failures) and
 // retried at the next beat: a host cut off from the cluster's quorum
 // keeps trying and comes back by itself.
 func (r *Registry) Run(ctx context.Context, self func() Host) {
 	t := time.NewTicker(r.opts.Heartbeat)
 	defer t.Stop()
+	lastOK := time.Now() // the caller reconciled before the first Run
+	// again fires a LostAfter after a Rejoin for the second pass (nil:
+	// none due); second waits for one under way.
+	var again <-chan time.Time
+	var second sync.WaitGroup
+	defer second.Wait()
 	for {
 		wctx, cancel := context.WithTimeout(ctx, r.opts.Heartbeat)
-		err := r.Put(wctx, self())
+		var err error
+		if r.opts.Rejoin != nil && time.Since(lastOK) > r.opts.LostAfter {
+			// Rejoin may destroy sandboxes: it has at least a minute.
+			cancel()
+			wctx, cancel = context.WithTimeout(ctx, max(r.opts.LostAfter, time.Minute))
+			if err = r.opts.Rejoin(wctx); err == nil {
+				lastOK = time.Now()
+				again = time.After(r.opts.LostAfter)
+			}
+		}
+		if err == nil {
+			h := self()
+			if r.drainFlag(wctx, h.ID) {
+				h.State = HostDraining
+			}
+			if err = r.Put(wctx, h); err == nil {
+				lastOK = time.Now()
+			}
+		}
 		cancel()
 		r.mu.Lock()
+		r.ran = true
+		if err != nil {
+			r.okSince = time.Time{}
+		} else if r.okSince.IsZero() {
+			r.okSince = time.Now()
+		}
 		if err != nil && r.last == nil && ctx.Err() == nil {
 			r.log.Warn("fleet heartbeat failed; retrying", "err", err)
 		} else if err == nil && r.last != nil {
@@ -186,15 +262,31 @@ func (r *Registry) Run(ctx context.Context, self func() Host) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-again:
+			again = nil
+			second.Add(1)
+			go func() {
+				defer second.Done()
+				rctx, cancel := context.WithTimeout(ctx, max(r.opts.LostAfter, time.Minute))
+				defer cancel()
+				if err := r.opts.Rejoin(rctx); err != nil && ctx.Err() == nil {
+					r.log.Warn("fleet: second reconcile after rejoining failed", "err", err)
+				}
+			}()
 		}
 	}
 }
 
 // List returns every host's record, sorted by id, with State HostLost for
-// those whose heartbeat is older than LostAfter, and Heartbeat and
-// Placeable set. The error is ErrUnavailable when the bucket cannot be
-// read (no quorum).
+// those whose heartbeat is older than LostAfter (their Load.Pooled 0),
+// HostDraining for the others whose drain flag is set (also before the
+// host's next heartbeat says so), and Heartbeat and Placeable set. The
+// error is ErrUnavailable when the bucket cannot be read (no quorum).
 func (r *Registry) List(ctx context.Context) ([]Host, error) {
+	drained, err := r.drainFlags(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// One pass over the bucket: the watcher sends each key's latest
 	// entry, then nil once it is caught up.
 	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
@@ -226,8 +318,14 @@ func (r *Registry) List(ctx context.Context) ([]Host, error) {
 		}
 		h.ID = k
 		h.Heartbeat = e.Created()
-		if now.Sub(h.Heartbeat) > r.opts.LostAfter {
-			h.State = HostLost
+		switch {
+		case now.Sub(h.Heartbeat) > r.opts.LostAfter:
+			h.State, h.Load.Pooled = HostLost, 0
+		case drained[k]:
+			h.State = HostDraining
+		case h.State == HostDraining:
+			// Undrained since its last heartbeat: ready with the next.
+			h.State = HostReady
 		}
 		h.Placeable = h.State == HostReady && Compatible(r.opts.Version, h.Version)
 		out = append(out, h)

@@ -183,7 +183,7 @@ func (o *JetStreamObjects) Get(ctx context.Context, id, digest, dst string) (err
 		}
 	}()
 	for _, f := range m.Files {
-		if err := o.getFile(ctx, objectName(id, f.Name), filepath.Join(tmp, f.Name), f.SHA256); err != nil {
+		if err := o.getFile(ctx, objectName(id, f.Name), filepath.Join(tmp, f.Name), f); err != nil {
 			return err
 		}
 	}
@@ -194,8 +194,11 @@ func (o *JetStreamObjects) Get(ctx context.Context, id, digest, dst string) (err
 }
 
 // getFile writes object name to path (created 0600, fsynced), hashing
-// its bytes as they arrive; a hash other than want is ErrConflict.
-func (o *JetStreamObjects) getFile(ctx context.Context, name, path, want string) error {
+// its bytes as they arrive; a hash other than f's is ErrConflict, and so
+// is an object longer than f's sealed size (stopped there: an altered
+// object cannot fill the disk before its hash is checked).
+func (o *JetStreamObjects) getFile(ctx context.Context, name, path string, f seal.File) error {
+	want, limit := f.SHA256, seal.SealedSize(f.Size)
 	r, err := o.obs.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot file %s failed its integrity check: missing from the object store", name)
@@ -210,11 +213,15 @@ func (o *JetStreamObjects) getFile(ctx context.Context, name, path, want string)
 	}
 	defer out.Close()
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(out, h), r); err != nil {
+	n, err := io.Copy(io.MultiWriter(out, h), io.LimitReader(r, limit+1))
+	if err != nil {
 		if errors.Is(err, jetstream.ErrDigestMismatch) {
 			return errdefs.Newf(errdefs.ErrConflict, "snapshot file %s failed its integrity check: its chunks do not match the object's digest", name)
 		}
 		return fmt.Errorf("%w: fleet: get %s: %v", errdefs.ErrUnavailable, name, err)
+	}
+	if n > limit {
+		return errdefs.Newf(errdefs.ErrConflict, "snapshot file %s failed its integrity check: more than the %d bytes its manifest makes it", name, limit)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != want {
 		return errdefs.Newf(errdefs.ErrConflict, "snapshot file %s failed its integrity check: sha256 %s, manifest %s", name, got, want)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,17 @@ func TestObjectsRefuseCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused("corrupted object", o.Get(ctx, "snap1", digest, dst))
+
+	// An object longer than its manifest entry allows is refused once
+	// past that length, not read to its end first.
+	if _, err := o.obs.PutBytes(ctx, objectName("snap1", "pages.img"), append(bytes.Clone(sealedBytes), make([]byte, 8<<20)...)); err != nil {
+		t.Fatal(err)
+	}
+	err = o.Get(ctx, "snap1", digest, dst)
+	refused("oversized object", err)
+	if !strings.Contains(err.Error(), "more than the") {
+		t.Fatalf("oversized object: %v, want it stopped at its sealed size", err)
+	}
 
 	// The object is gone altogether.
 	if err := o.obs.Delete(ctx, objectName("snap1", "pages.img")); err != nil {

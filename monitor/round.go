@@ -81,6 +81,13 @@ func (mon *Monitor) round() bool {
 		mon.log.Warn("count sessions' CPU", "sessions", len(cpu), "err", err)
 	}
 
+	// In a fleet a budget holds over every host: each tenant with one
+	// counts the fleet's use of the day (this host's written into it).
+	for tenant, total := range totals {
+		if p := policy(tenant); p != nil && p.CPUSecondsPerDay > 0 {
+			totals[tenant] = mon.opts.Admission.FleetCPU(ctx, tenant, total, time.Now())
+		}
+	}
 	over := map[string]int64{} // tenants past their budget: CPU-ms used
 	seen := make(map[string]bool, len(readings))
 	for _, r := range readings {

@@ -90,6 +90,9 @@ type Options struct {
 	Audit *audit.Recorder
 	// Metrics counts events; nil counts nothing.
 	Metrics *metrics.Set
+	// FleetQuota holds tenants' max_sessions and max_snapshots over the
+	// whole fleet (admission.Options.Fleet); nil: over this host only.
+	FleetQuota admission.FleetQuota
 	// Abuse tunes the abuse detector (zero: abuse.DefaultConfig).
 	Abuse abuse.Config
 	// ExecInflight bounds the exec bytes in flight per tenant and in all
@@ -273,7 +276,8 @@ func NewManager(opts Options) *Manager {
 	m.files, m.cmds, m.meter = &Files{agentCalls{m}}, &Commands{agentCalls{m}}, &Meter{agentCalls{m}}
 	m.tpls, m.tenants, m.recovery = &Templates{m}, &Tenants{m}, &Recovery{m}
 	m.runtimes, m.hostRes = &Runtimes{m}, &hostResources{m}
-	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics})
+	m.adm = admission.New(admission.Options{Store: opts.Store, Capacity: opts.Capacity, Audit: opts.Audit, Metrics: opts.Metrics,
+		Fleet: opts.FleetQuota, ImportsDir: opts.Layout.FleetImports()})
 	m.mon = monitor.New(monitor.Options{Core: monitorCore{m}, Admission: m.adm, Store: opts.Store,
 		Audit: opts.Audit, Metrics: opts.Metrics, Abuse: opts.Abuse, Log: log})
 	if m.inflight = opts.ExecInflight; m.inflight == nil {

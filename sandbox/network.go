@@ -266,14 +266,14 @@ func (mt *Meter) egressBytes(ctx context.Context, sb *Sandbox) int64 {
 // now); one that names a network for a snapshot taken without one is
 // ErrInvalidArgument naming network.
 func (m *Manager) memoryNetwork(ctx context.Context, snap *node.Snapshot, req *node.CreateSpec) error {
-	src, err := m.opts.Store.GetSession(ctx, snap.SessionID)
+	srcNet, err := m.snaps.SourceNetwork(ctx, snap)
 	if err != nil {
 		return fmt.Errorf("the session of memory snapshot %s: %w", snap.ID, err)
 	}
 	switch {
-	case src.Network != nil && req.Network == nil:
-		req.Network = copyNetwork(src.Network)
-	case src.Network == nil && req.Network != nil:
+	case srcNet != nil && req.Network == nil:
+		req.Network = copyNetwork(srcNet)
+	case srcNet == nil && req.Network != nil:
 		return errdefs.InvalidField("network", "memory snapshot %s was taken of a session without a network: sessions restored from it have none", snap.ID)
 	}
 	return nil

@@ -32,6 +32,11 @@ type SnapshotHooks interface {
 	// the restores of one fork) and returns its directory, the handshake
 	// generation its agents wait for and a release function.
 	OpenMemory(sn *node.Snapshot) (dir string, gen uint64, release func(), err error)
+	// SourceNetwork returns the egress policy of the session memory
+	// snapshot sn was taken of (nil for none): a restore gets the same
+	// network shape. The session may be another host's (a snapshot
+	// imported from the fleet). ErrNotFound when it is not known.
+	SourceNetwork(ctx context.Context, sn *node.Snapshot) (*node.Network, error)
 	// Reconcile removes snapshot files the database does not know and
 	// reclaims interrupted forks' snapshots, at start-up after the
 	// sessions are reconciled.
@@ -49,6 +54,9 @@ func (noSnapshots) Resolve(_ context.Context, ref string) (*node.Snapshot, error
 }
 func (noSnapshots) OpenMemory(sn *node.Snapshot) (string, uint64, func(), error) {
 	return "", 0, nil, fmt.Errorf("memory snapshots: %w", errdefs.ErrUnavailable)
+}
+func (noSnapshots) SourceNetwork(_ context.Context, sn *node.Snapshot) (*node.Network, error) {
+	return nil, errdefs.Newf(errdefs.ErrNotFound, "the session of snapshot %s", sn.ID)
 }
 func (noSnapshots) Reconcile(context.Context)      {}
 func (noSnapshots) CollectExpired(context.Context) {}

@@ -33,6 +33,11 @@ func reservationOf(ctx context.Context) *admission.Reservation {
 // (admission.Controller.TenantSessions).
 func (tn *Tenants) TenantSessions(tenant string) int { return tn.m.adm.TenantSessions(tenant) }
 
+// FleetCount is this host's own count of what ("sessions",
+// "snapshots") for tenant as the fleet's quota counts take it
+// (admission.Controller.FleetCount).
+func (tn *Tenants) FleetCount(what, tenant string) int { return tn.m.adm.FleetCount(what, tenant) }
+
 // ReserveQuota takes a place for one more snapshot ("snapshots"),
 // imported template ("templates") or volume ("volumes") of tenant, or refuses with 429
 // tenant-quota-exceeded; see admission.Controller.ReserveQuota.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -55,7 +56,11 @@ func (s *Service) DeleteSnapshot(ctx context.Context, id string, force bool) err
 	if err := s.removeMemory(id); err != nil {
 		return err
 	}
-	return s.store.DeleteSnapshot(ctx, id)
+	if err := s.store.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	s.forgetReplica(id)
+	return nil
 }
 
 func dependents(children, sessions []string) string {
@@ -119,6 +124,18 @@ func (s *Service) Reconcile(ctx context.Context) {
 			}
 		}
 	}
+	// Files exports a daemon that stopped left half-made, and the marks
+	// of imports whose snapshot is gone.
+	if err := os.RemoveAll(s.layout.FleetExports()); err != nil {
+		s.log.Warn("remove unfinished exports", "err", err)
+	}
+	marks, _ := os.ReadDir(s.layout.FleetImports())
+	for _, e := range marks {
+		id := strings.TrimSuffix(e.Name(), ".json")
+		if _, err := s.store.GetSnapshot(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
+			os.Remove(filepath.Join(s.layout.FleetImports(), e.Name()))
+		}
+	}
 	// Sealed checkpoints whose snapshot was never recorded (a daemon that
 	// died while sealing) or is gone.
 	mems, _ := os.ReadDir(s.layout.MemorySnapshots())
@@ -137,6 +154,7 @@ func (s *Service) Reconcile(ctx context.Context) {
 		}, s.log)
 	}
 	s.reclaimForks(ctx)
+	s.resumeCopies(ctx)
 }
 
 // dropUnsealed deletes, at start-up, the memory snapshots a previous

@@ -43,5 +43,9 @@ func (s *Service) DeleteSnapshotKeepDependents(ctx context.Context, id string) e
 	}
 	s.log.Info("snapshot deleted; what was made from it keeps its own files", "snapshot", id,
 		"sessions", len(sessions), "snapshots", len(children))
-	return s.store.DeleteSnapshot(ctx, id)
+	if err := s.store.DeleteSnapshot(ctx, id); err != nil {
+		return err
+	}
+	s.forgetReplica(id)
+	return nil
 }

@@ -18,6 +18,7 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -140,6 +141,10 @@ type Service struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+	// importing holds one token: imports of other hosts' snapshots run
+	// one at a time, and a caller waiting for its turn can give up
+	// (import.go).
+	importing chan struct{}
 }
 
 // New returns the snapshot service for opts.
@@ -152,12 +157,24 @@ func New(opts Options) *Service {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	return &Service{core: opts.Core, store: opts.Store, storage: opts.Storage, layout: opts.Layout, key: opts.Key,
 		audit: opts.Audit, log: log, images: map[string]*openImage{}, cacheBytes: cache, seals: map[string]*pendingSeal{},
-		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel, volumes: opts.Volumes}
+		replicas: opts.Replicas, bgCtx: bgCtx, bgCancel: bgCancel, volumes: opts.Volumes, importing: make(chan struct{}, 1)}
 }
 
 // Resolve finds the snapshot ref names for ctx's caller: an id, or else a
-// name (the newest snapshot with it). ErrNotFound when there is none.
+// name (the newest snapshot with it). An id this host does not have but
+// the fleet has a replicated copy of is imported first (import.go), so
+// that forks, creates and restores from it work here. ErrNotFound when
+// there is none.
 func (s *Service) Resolve(ctx context.Context, ref string) (*node.Snapshot, error) {
+	sn, err := s.resolveLocal(ctx, ref)
+	if errors.Is(err, errdefs.ErrNotFound) && s.replicas != nil && s.key != nil && node.ValidID(ref) {
+		return s.importRemote(ctx, ref)
+	}
+	return sn, err
+}
+
+// resolveLocal is Resolve among this host's snapshots only.
+func (s *Service) resolveLocal(ctx context.Context, ref string) (*node.Snapshot, error) {
 	if node.ValidID(ref) {
 		sn, err := s.store.GetSnapshot(ctx, ref)
 		if err == nil && !tenancy.Owns(ctx, sn.Tenant) {
@@ -174,7 +191,7 @@ func (s *Service) Resolve(ctx context.Context, ref string) (*node.Snapshot, erro
 // GetSnapshot returns the snapshot ref names (its id, or a name: the
 // newest snapshot with it); ErrNotFound when absent.
 func (s *Service) GetSnapshot(ctx context.Context, ref string) (*node.Snapshot, error) {
-	return s.Resolve(ctx, ref)
+	return s.resolveLocal(ctx, ref)
 }
 
 // ListSnapshots returns every snapshot the caller can see (its tenant's),
@@ -362,6 +379,8 @@ func (s *Service) take(ctx context.Context, id string, opts node.SnapshotOptions
 		s.log.Debug("memory snapshot", "snapshot", snapID, "agent_prepare_ms", ms(prepared.Sub(flushed)),
 			"checkpoint_ms", ms(mem.checkpointTime), "agent_back_ms", ms(mem.resumeTime))
 		s.sealLater(mem, *sn, pending)
+	} else {
+		s.replicateFiles(*sn)
 	}
 	return sn, nil
 }

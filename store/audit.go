@@ -32,6 +32,10 @@ type AuditRecord struct {
 	// Detail holds the event's fields (command hash, exit code, CPU ms,
 	// path, error, ...).
 	Detail map[string]any
+	// Host is the fleet host that made the record: set on records read
+	// from the fleet's audit stream (package fleetstate), "" on this
+	// store's own (not a column).
+	Host string
 }
 
 const auditColumns = `seq, time, tenant, session, kind, outcome, key_id, request_id, idempotency_key, detail`
@@ -56,7 +60,13 @@ func (s *Store) AppendAudit(ctx context.Context, recs ...*AuditRecord) error {
 		}
 		rows = append(rows, row)
 	}
-	return s.auditQ.append(context.WithoutCancel(ctx), s, rows)
+	if err := s.auditQ.append(context.WithoutCancel(ctx), s, rows); err != nil {
+		return err
+	}
+	if fn := s.audited; fn != nil {
+		fn()
+	}
+	return nil
 }
 
 // Bounds of what one audit record keeps: every string (a path, an error)

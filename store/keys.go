@@ -43,6 +43,9 @@ func (s *Store) AddAPIKey(ctx context.Context, k APIKey, secret string) error {
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "api key %s", k.ID)
 	}
+	if err == nil {
+		s.notify(ChangeKey, k.ID)
+	}
 	return err
 }
 
@@ -97,7 +100,9 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string) error {
 		if _, err := s.GetAPIKey(ctx, id); err != nil {
 			return err
 		}
+		return nil
 	}
+	s.notify(ChangeKey, id)
 	return nil
 }
 

@@ -35,6 +35,11 @@ type Store struct {
 	keyMu    sync.Mutex
 	keyCache map[string]APIKey // by key hash: keys that authenticated recently
 	keyGen   uint64            // counts cache clears (forgetKeys)
+
+	// changed and audited are told of changes to shared records and of
+	// appended audit records (OnChange, OnAudit; shared.go).
+	changed func(Change)
+	audited func()
 }
 
 // migrations are applied in order; migration i brings the schema to

@@ -36,6 +36,9 @@ func (s *Store) CreateTenant(ctx context.Context, t *Tenant) error {
 	if isUniqueViolation(err) {
 		return errdefs.Newf(errdefs.ErrConflict, "tenant name %q is taken (names of deleted tenants are never reused)", t.Name)
 	}
+	if err == nil {
+		s.notify(ChangeTenant, t.Name)
+	}
 	return err
 }
 
@@ -100,6 +103,7 @@ func (s *Store) updateTenant(ctx context.Context, name, q string, args ...any) e
 	if n, _ := res.RowsAffected(); n == 0 {
 		return errdefs.Newf(errdefs.ErrNotFound, "tenant %q", name)
 	}
+	s.notify(ChangeTenant, name)
 	return nil
 }
 
@@ -122,17 +126,14 @@ func (s *Store) DeleteTenant(ctx context.Context, name string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return errdefs.Newf(errdefs.ErrNotFound, "tenant %q", name)
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE tenant = ?`, name); err != nil {
-		return err
-	}
-	// Its secrets go with it: a tenant made later under the name gets none.
-	if _, err := tx.ExecContext(ctx, `DELETE FROM secrets WHERE tenant = ?`, name); err != nil {
+	if err := deleteTenantKeys(ctx, tx, name); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
 	s.forgetKeys()
+	s.notify(ChangeTenant, name)
 	return nil
 }
 

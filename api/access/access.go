@@ -177,3 +177,24 @@ func (s *statusWriter) Flush() {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+type forwardedKey struct{}
+
+// WithForwarded returns ctx carrying c, the caller another host of the
+// fleet authenticated and signed for (package route verified the
+// signature): the API takes it instead of an API key. RequestID and
+// IdempotencyKey are filled from the request by ForwardedCaller.
+func WithForwarded(ctx context.Context, c tenancy.Caller) context.Context {
+	return context.WithValue(ctx, forwardedKey{}, c)
+}
+
+// ForwardedCaller returns the caller of r as another host signed it
+// (WithForwarded), with r's request id (set on w) and Idempotency-Key;
+// ok is false for a request that came with no verified signature.
+func ForwardedCaller(w http.ResponseWriter, r *http.Request) (c tenancy.Caller, ok bool) {
+	c, ok = r.Context().Value(forwardedKey{}).(tenancy.Caller)
+	if ok {
+		c.RequestID, c.IdempotencyKey = w.Header().Get(RequestIDHeader), r.Header.Get("Idempotency-Key")
+	}
+	return c, ok
+}

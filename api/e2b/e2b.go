@@ -199,9 +199,16 @@ func (s *statusRecorder) WriteHeader(code int)        { s.status = code }
 // authenticated runs next only for a request with a valid API key, sent as
 // X-API-KEY (what the SDKs send; it wins when both are present, since E2B
 // clients may also send a user's access token as Bearer) or
-// "Authorization: Bearer <key>".
+// "Authorization: Bearer <key>"; or one another host of the fleet
+// forwarded with a verified signature (access.ForwardedCaller), as the
+// caller it carries.
 func (h *Handler) authenticated(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if caller, ok := access.ForwardedCaller(w, r); ok {
+			// Another host of the fleet authenticated the key (package route).
+			next.ServeHTTP(w, r.WithContext(tenancy.With(r.Context(), caller)))
+			return
+		}
 		secret := access.Secret(r, true)
 		if secret == "" {
 			writeError(w, http.StatusUnauthorized, "missing API key: send it as X-API-KEY")

@@ -19,8 +19,12 @@ type Host struct {
 	CPUs int `json:"cpus"`
 	// SessionSlots is the most sessions it runs at once.
 	SessionSlots int `json:"session_slots"`
-	// Sessions is how many sessions it has now.
+	// Sessions is how many sessions it has now (on a draining host: how
+	// many are left).
 	Sessions int `json:"sessions"`
+	// Pooled is how many warm-pool members it holds ready (0 for a lost
+	// host: its members are forgotten).
+	Pooled int `json:"pooled"`
 	// State is "ready", "draining" or "lost" (no heartbeat for longer
 	// than the answering host's --host-lost-after).
 	State string `json:"state"`

@@ -141,6 +141,11 @@ type AuditRecord struct {
 	// exit_code, cpu_ms, duration_ms; for files, path and bytes; for
 	// errors, status and error.
 	Detail map[string]any `json:"detail,omitempty"`
+	// Host is the fleet host that made the record (in a cluster, where
+	// GET /v1/audit reads every host's records; there Seq is the
+	// record's place in the fleet's audit stream). Absent on a host
+	// alone.
+	Host string `json:"host,omitempty"`
 }
 
 // AuditList is the body of GET /v1/audit. Next, when set, is the "after"

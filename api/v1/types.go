@@ -75,6 +75,13 @@ type CreateRequest struct {
 	// token, or an API key of its tenant. Forks of a public session are
 	// public.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
+	// Host pins the session to one host of the fleet, by its id (GET
+	// /v1/hosts lists them; a host alone is "local"): the create runs
+	// there or fails, 503 when that host cannot take it (lost, draining,
+	// full, another version) and 400 naming "host" for an id the fleet
+	// does not have. It needs an admin key (403 otherwise). "" lets
+	// placement choose.
+	Host string `json:"host,omitempty"`
 }
 
 // Network is a session's egress policy. The sandbox gets an interface
@@ -194,6 +201,9 @@ type Session struct {
 	Volumes []VolumeMount `json:"volumes,omitempty"`
 	// PublicTraffic as in CreateRequest.
 	PublicTraffic bool `json:"public_traffic,omitempty"`
+	// Host is the fleet id of the host the session is on, in a fleet's
+	// list (the router adds it; absent from one host's own answers).
+	Host string `json:"host,omitempty"`
 }
 
 // SessionList is the body of GET /v1/sessions.
@@ -294,6 +304,14 @@ type StdinRequest struct {
 	Data []byte `json:"data"`
 	// Close closes stdin afterwards.
 	Close bool `json:"close"`
+}
+
+// MigrateRequest is the body of POST /v1/sessions/{id}/migrate (may be
+// empty).
+type MigrateRequest struct {
+	// Host is the fleet id of the host to move to ("": the fleet picks
+	// a placeable host other than the session's).
+	Host string `json:"host,omitempty"`
 }
 
 // TimeoutRequest is the body of POST /v1/sessions/{id}/timeout.

@@ -47,6 +47,12 @@ Row groups (--only, comma-separated; "default" or "all" too):
   broker     an HTTPS GET with a secret (TLS terminated by the broker) and without one; a host process
   pull       a small image pulled from a local registry, cold and with its layers held; podman pull
   idle       memory and CPU per idle sandbox, --idle-runc and --idle-gvisor held at once
+  route      a create placed on another host of a two-daemon fleet and an exec routed to it, beside
+             the same calls to that host itself (not in default)
+  fleet-sim  --fleet-hosts simulated hosts heartbeating and placing --fleet-rate creates/s around
+             --fleet-live sessions on a 3-node JetStream cluster in-process, at each of
+             --fleet-scales times that, a registry List per create and a cached view; no daemon,
+             minutes (not in default)
 
 Prints p50/p99 in milliseconds per system, the paired ratio, and the targets.
 
@@ -60,6 +66,7 @@ removed at the end, also after an error or an interrupt.`,
   forkbox bench --only fork,exec -n 10
   forkbox bench --only idle --idle-runc 1000 --idle-gvisor 200
   forkbox bench --only all --skip-peers --json
+  forkbox bench --only fleet-sim --fleet-scales 1,2,4 --fleet-step 20s
   FORKBOX_URL=http://127.0.0.1:7070 forkbox bench`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -103,6 +110,11 @@ removed at the end, also after an error or an interrupt.`,
 	f.IntVar(&opts.IdleRunc, "idle-runc", bench.DefaultIdleRunc, "idle runc sessions the idle row holds at once")
 	f.IntVar(&opts.IdleGVisor, "idle-gvisor", bench.DefaultIdleGVisor, "idle gVisor sessions the idle row holds at once")
 	f.DurationVar(&opts.IdleWindow, "idle-window", bench.DefaultIdleWindow, "how long the idle row measures CPU")
+	f.IntVar(&opts.FleetHosts, "fleet-hosts", bench.DefaultFleetHosts, "simulated hosts of the fleet-sim group at scale 1")
+	f.Float64Var(&opts.FleetRate, "fleet-rate", bench.DefaultFleetRate, "creates (and destroys) a second of the fleet-sim group at scale 1")
+	f.IntVar(&opts.FleetLive, "fleet-live", bench.DefaultFleetLive, "live sessions of the fleet-sim group at scale 1")
+	f.Float64SliceVar(&opts.FleetScales, "fleet-scales", bench.DefaultFleetScales, "the fleet-sim group's steps, multiples of its scale-1 fleet")
+	f.DurationVar(&opts.FleetStep, "fleet-step", bench.DefaultFleetStep, "how long the fleet-sim group measures each step (after 4 s of warm-up)")
 	f.BoolVar(&opts.SkipPeers, "skip-peers", false, "measure forkbox only (not runc, runsc, podman and cp)")
 	f.StringVar(&opts.URL, "url", "", "measure the daemon at this URL (default "+client.EnvURL+"; unset: a private daemon)")
 	f.StringVar(&opts.APIKey, "api-key", "", "API key of the daemon at --url (default "+client.EnvAPIKey+", then --api-key-file)")

@@ -44,6 +44,30 @@ func TestCommands(t *testing.T) {
 	t.Run("ExecAndCp", testExecAndCp)
 	t.Run("SnapshotAndFork", testSnapshotAndFork)
 	t.Run("BadInput", testBadInput)
+	t.Run("HostDrain", testHostDrain)
+}
+
+// testHostDrain drains the daemon's own host (alone: "local") and makes
+// it ready again: hosts shows it draining with its sessions left, and an
+// unknown host is an error.
+func testHostDrain(t *testing.T) {
+	t.Cleanup(func() { cli(t, "", "host", "undrain", "local") })
+	if out := mustCLI(t, "", "host", "drain", "local", "--wait", "30s"); !strings.Contains(out, "host local: draining, 0 sessions left") ||
+		!strings.Contains(out, "host local: drained") {
+		t.Fatalf("host drain printed %q", out)
+	}
+	if out := mustCLI(t, "", "hosts"); !strings.Contains(out, "draining (0 left)") || !strings.Contains(out, "POOLED") {
+		t.Fatalf("hosts while draining:\n%s", out)
+	}
+	if _, errOut, code := cli(t, "", "host", "drain", "nope"); code == 0 || !strings.Contains(errOut, "nope") {
+		t.Fatalf("drain of an unknown host: exit %d, stderr %q", code, errOut)
+	}
+	if out := mustCLI(t, "", "host", "undrain", "local"); out != "host local: ready\n" {
+		t.Fatalf("host undrain printed %q", out)
+	}
+	if out := mustCLI(t, "", "hosts"); !strings.Contains(out, "local *  ready") {
+		t.Fatalf("hosts after undrain:\n%s", out)
+	}
 }
 
 // create makes a session through the CLI and destroys it when t ends.

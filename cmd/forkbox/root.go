@@ -72,8 +72,8 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	root.AddCommand(
 		newServeCmd(), newDownCmd(), newRunCmd(g), newCreateCmd(g), newLsCmd(g), newExecCmd(g), newRunCodeCmd(g), newReplCmd(g), newCpCmd(g),
 		newRmCmd(g), newTemplateCmd(g), newVersionCmd(g), newBenchCmd(g),
-		newSnapshotCmd(g), newForkCmd(g), newDiffCmd(g), newMergeCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newPoolCmd(g),
-		newEgressCmd(g), newSecretCmd(g), newVolumeCmd(g), newTenantCmd(g), newKeyCmd(g), newAuditCmd(g), newMCPCmd(g), newPortForwardCmd(g), newHostsCmd(g),
+		newSnapshotCmd(g), newForkCmd(g), newDiffCmd(g), newMergeCmd(g), newPauseCmd(g, false), newPauseCmd(g, true), newMigrateCmd(g), newPoolCmd(g),
+		newEgressCmd(g), newSecretCmd(g), newVolumeCmd(g), newTenantCmd(g), newKeyCmd(g), newAuditCmd(g), newMCPCmd(g), newPortForwardCmd(g), newHostsCmd(g), newHostCmd(g),
 	)
 	root.SetArgs(args)
 	root.SetIn(stdin)

@@ -43,8 +43,11 @@ listens on no port (the host registry lives there; forkbox hosts lists it).
 With --cluster, --node-id, --peers, --fleet-listen and --fleet-secret-file on
 each of three hosts, their embedded servers form one JetStream cluster
 (routes authenticated with the shared secret) and every host's registry lists
-all three; --nats URL uses an existing NATS instead. Placement and routing
-across hosts are not there yet: each host serves its own sessions.`,
+all three; --nats URL uses an existing NATS instead (with --fleet-secret-file
+for routing). Any host's API then serves every session of the fleet: calls
+for another host's sessions are forwarded there (the caller's key checked
+here, carried in a request signed with a key derived from the fleet secret),
+creates are placed on the best-fitting host, and lists answer the fleet's.`,
 		Example: `  forkbox serve
   forkbox serve --cluster prod --node-id a --fleet-listen 10.0.0.1:7422 \
       --peers b=10.0.0.2:7422,c=10.0.0.3:7422 --fleet-secret-file /etc/forkbox/fleet.secret`,
@@ -144,8 +147,9 @@ across hosts are not there yet: each host serves its own sessions.`,
 	f.StringVar(&opts.Fleet.NATS.Listen, "fleet-listen", "", "HOST:PORT the embedded NATS accepts routes from the other nodes on (cluster only)")
 	f.StringVar(&secretFile, "fleet-secret-file", "", "file (mode 0600) holding the fleet secret, the same on every node: routes without it are refused (at least 32 bytes, e.g. head -c 32 /dev/urandom | base64)")
 	f.StringVar(&opts.Fleet.NATS.URL, "nats", "", "use this existing NATS (with JetStream) instead of an embedded server, e.g. nats://user:pass@host:4222 (needs --node-id)")
+	f.IntVar(&opts.Fleet.CacheMB, "snapshot-cache-mb", daemon.DefaultSnapshotCacheMB, "MiB of other hosts' snapshots pulled from the fleet's object store kept on this host (still sealed; least recently used evicted first)")
 	f.StringVar(&opts.Fleet.APIURL, "fleet-api", "", "the URL other hosts reach this host's API at, as the host registry lists it (default: http:// and the --listen address)")
-	f.DurationVar(&opts.Fleet.LostAfter, "host-lost-after", fleet.DefaultLostAfter, "how long a host's heartbeat (every 2s) may be missing before forkbox hosts reports it lost")
+	f.DurationVar(&opts.Fleet.LostAfter, "host-lost-after", fleet.DefaultLostAfter, "how long a host's heartbeat (every 2s) may be missing before it is lost: listed lost, its sessions terminated (host-lost), destroyed when it comes back")
 	return cmd
 }
 

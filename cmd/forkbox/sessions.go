@@ -30,6 +30,7 @@ type createFlags struct {
 	allow     []string
 	egressMB  int64
 	isolation string
+	host      string
 	secrets   []string
 	volumes   []string
 }
@@ -54,6 +55,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.secrets, "secret", nil,
 		"let the sandbox use this secret (forkbox secret set): its variable holds a placeholder the egress proxy replaces over TLS to the secret's hosts (repeatable; needs --allow HOST:443)")
 	fl.StringVar(&f.isolation, "isolation", "", `isolation driver: "runc" or "gvisor" (default: the server's)`)
+	fl.StringVar(&f.host, "host", "", "in a fleet: run the session on this host (forkbox hosts lists them; needs an admin key)")
 	fl.StringArrayVar(&f.volumes, "volume", nil,
 		"mount a volume (forkbox volume create): NAME:PATH[:ro], PATH below /home/user or /mnt (repeatable)")
 }
@@ -98,7 +100,7 @@ func (f *createFlags) request() (client.CreateRequest, error) {
 		Template: f.template, CPU: f.cpu, MemoryMB: f.memoryMB, Pids: f.pids, TimeoutS: f.timeoutS,
 		Env: env, Metadata: meta, Workdir: f.workdir, User: f.user,
 		Snapshot: f.snapshot, DiskMB: f.diskMB, AutoPauseS: int64(f.autoPause.Seconds()), Network: network,
-		Isolation: f.isolation, Secrets: f.secrets, Volumes: mounts,
+		Isolation: f.isolation, Secrets: f.secrets, Volumes: mounts, Host: f.host,
 	}, nil
 }
 

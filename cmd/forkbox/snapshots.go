@@ -277,3 +277,26 @@ func bytesText(n int64) string {
 	}
 	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
+
+func newMigrateCmd(g *globals) *cobra.Command {
+	var host string
+	cmd := &cobra.Command{
+		Use:   "migrate SESSION",
+		Short: "Move a session to another host of the fleet (it gets a new id; on runc only its files move)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.Migrate(cmd.Context(), args[0], host)
+			if err != nil {
+				return forItem(args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", s.ID, s.State)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&host, "host", "", "fleet id of the host to move to (default: the fleet picks one)")
+	return cmd
+}

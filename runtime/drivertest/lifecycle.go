@@ -130,7 +130,10 @@ func (e *env) testSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.CPUSeconds < before.CPUSeconds+0.4 || after.Pids < 1 || after.ReadAt.IsZero() {
+	// Half, not all of it: under gVisor the guest's clock and the host
+	// cgroup's charge differ (CI saw 0.37 s charged for 0.5 s of guest
+	// CPU), and an idle sandbox is charged nowhere near 0.25 s.
+	if after.CPUSeconds < before.CPUSeconds+0.25 || after.Pids < 1 || after.ReadAt.IsZero() {
 		t.Fatalf("samples around half a second of CPU: %+v then %+v", before, after)
 	}
 	if limit := after.PidsLimit; limit != 0 && limit < defaultLimits.Pids {

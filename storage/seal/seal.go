@@ -272,11 +272,6 @@ func sealFile(key *Key, src, dst, name, copyTo string) (File, error) {
 		return File{}, err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return File{}, err
-	}
-	defer out.Close()
 	var clear *os.File
 	if copyTo != "" {
 		if clear, err = os.OpenFile(copyTo, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
@@ -284,6 +279,65 @@ func sealFile(key *Key, src, dst, name, copyTo string) (File, error) {
 		}
 		defer clear.Close()
 	}
+	var cw io.Writer
+	if clear != nil {
+		cw = clear
+	}
+	f, err := sealTo(key, in, dst, name, cw)
+	if err != nil {
+		return File{}, err
+	}
+	if clear != nil {
+		if err := clear.Close(); err != nil {
+			return File{}, err
+		}
+	}
+	return f, nil
+}
+
+// SealStream seals what r yields, up to its EOF, into the new file dst
+// (created 0600, fsynced) as the sealed file name, in SealDir's format,
+// and returns its manifest entry (WriteManifest lists it). Memory is one
+// chunk, whatever r's length. On error dst may be left; the caller
+// removes the directory it seals into.
+func SealStream(key *Key, r io.Reader, dst, name string) (File, error) {
+	if name == "" || name != filepath.Base(name) || name == manifestName || name[0] == '.' {
+		return File{}, errdefs.Newf(errdefs.ErrInvalidArgument, "sealed file name %q: not a plain name", name)
+	}
+	return sealTo(key, r, dst, name, nil)
+}
+
+// WriteManifest writes the manifest of files into dir (fsynced) and
+// returns its digest ("sha256:<hex>"), as SealDir does for the files it
+// sealed: for a directory whose files were sealed one by one with
+// SealStream.
+func WriteManifest(dir string, files []File) (string, error) {
+	data, err := json.Marshal(Manifest{Files: files})
+	if err != nil {
+		return "", err
+	}
+	if err := storage.WriteFileSynced(filepath.Join(dir, manifestName), data); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// SealedSize is the size in bytes of a sealed file of plain plaintext
+// bytes: the magic and salt, then each chunk (one at least) with its tag.
+func SealedSize(plain int64) int64 {
+	chunks := max((plain+ChunkSize-1)/ChunkSize, 1)
+	return int64(len(magic)+saltSize) + plain + chunks*tagSize
+}
+
+// sealTo seals what in yields into dst (created, 0600, fsynced) as file
+// name, writing the plaintext to clear too unless it is nil.
+func sealTo(key *Key, in io.Reader, dst, name string, clear io.Writer) (File, error) {
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return File{}, err
+	}
+	defer out.Close()
 	h := sha256.New()
 	w := bufio.NewWriterSize(io.MultiWriter(out, h), ChunkSize+tagSize)
 	salt := make([]byte, saltSize)
@@ -307,6 +361,9 @@ func sealFile(key *Key, src, dst, name, copyTo string) (File, error) {
 		}
 		_, perr := r.Peek(1)
 		last := perr != nil
+		if last && perr != io.EOF {
+			return File{}, perr
+		}
 		if clear != nil {
 			if _, err := clear.Write(buf[:n]); err != nil {
 				return File{}, err
@@ -327,11 +384,6 @@ func sealFile(key *Key, src, dst, name, copyTo string) (File, error) {
 	if err := out.Sync(); err != nil {
 		return File{}, err
 	}
-	if clear != nil {
-		if err := clear.Close(); err != nil {
-			return File{}, err
-		}
-	}
 	return File{Name: name, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, out.Close()
 }
 
@@ -342,6 +394,38 @@ func openFile(key *Key, src, dst string, f File) error {
 		return corrupt("%s: %v", f.Name, err)
 	}
 	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w := bufio.NewWriterSize(out, ChunkSize)
+	if err := openTo(key, in, f, w); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return out.Close()
+}
+
+// OpenStream decrypts the sealed file src, listed in its manifest as f
+// (ParseManifest's), writing the plaintext to w chunk by chunk as each
+// authenticates. A chunk that does not authenticate, or a file whose
+// sha256 or size is not f's, fails with ErrConflict ("failed its
+// integrity check"); what was written to w by then is authentic but
+// incomplete, and the caller discards it. Memory is one chunk.
+func OpenStream(key *Key, src string, f File, w io.Writer) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return corrupt("%s: %v", f.Name, err)
+	}
+	defer in.Close()
+	return openTo(key, in, f, w)
+}
+
+// openTo decrypts the sealed bytes in yields (file f) to w.
+func openTo(key *Key, in io.Reader, f File, w io.Writer) error {
 	h := sha256.New()
 	r := bufio.NewReaderSize(io.TeeReader(in, h), ChunkSize+tagSize)
 	head := make([]byte, len(magic)+saltSize)
@@ -352,12 +436,6 @@ func openFile(key *Key, src, dst string, f File) error {
 	if err != nil {
 		return err
 	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer out.Close()
-	w := bufio.NewWriterSize(out, ChunkSize)
 	buf := make([]byte, ChunkSize+tagSize)
 	plain := make([]byte, 0, ChunkSize)
 	var size int64
@@ -386,8 +464,5 @@ func openFile(key *Key, src, dst string, f File) error {
 	if size != f.Size {
 		return corrupt("%s: %d bytes, recorded %d", f.Name, size, f.Size)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return out.Close()
+	return nil
 }

@@ -200,3 +200,22 @@ func TestSealDirCopy(t *testing.T) {
 		t.Fatalf("sealed directory after a failure: %v", err)
 	}
 }
+
+// TestSealedSize: SealedSize is the size SealStream's files have.
+func TestSealedSize(t *testing.T) {
+	var k Key
+	for _, n := range []int{0, 1, ChunkSize - 1, ChunkSize, ChunkSize + 1, 3 * ChunkSize} {
+		dst := filepath.Join(t.TempDir(), "f")
+		f, err := SealStream(&k, bytes.NewReader(make([]byte, n)), dst, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := SealedSize(f.Size); got != fi.Size() {
+			t.Errorf("%d bytes sealed: SealedSize %d, file %d", n, got, fi.Size())
+		}
+	}
+}
