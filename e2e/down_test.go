@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,12 +53,7 @@ func newDataDir(t *testing.T) string {
 func serve(t *testing.T, dataDir string, extra ...string) *served {
 	t.Helper()
 	need(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := unusedAddr(t)
 	args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent,
 		"--storage-size", "3", "--log-level", "warn"}, extra...)
 	if kind := os.Getenv("FORKBOX_STORAGE"); kind != "" {

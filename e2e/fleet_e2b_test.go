@@ -46,6 +46,17 @@ func TestFleetE2BSDK(t *testing.T) {
 	out, err := runNPM(ctxFor(t, 5*time.Minute), dir, node, environ, live,
 		"--test", "--test-reporter=spec", "--test-concurrency=3", "sandbox.test.mjs", "commands.test.mjs", "files.test.mjs")
 	if err != nil {
+		// The fleet's own warnings (heartbeats, lost hosts, forwarding)
+		// of every host, which a log's tail may have lost.
+		for i, p := range procs {
+			var lines []string
+			for _, l := range strings.Split(p.log.String(), "\n") {
+				if strings.Contains(l, "level=WARN") && (strings.Contains(l, "fleet") || strings.Contains(l, "ReverseProxy")) {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("host %c's fleet warnings:\n%s", 'a'+i, strings.Join(lines, "\n"))
+		}
 		t.Fatalf("e2b SDK through a: %v\n%s", err, out)
 	}
 	if !testing.Verbose() {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,12 +68,7 @@ func newTestFleet(t *testing.T, ids, nodes []string, args ...string) *testFleet 
 		t.Fatal(err)
 	}
 	for _, id := range slices.Concat(ids, nodes) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.ports[id] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
+		f.ports[id] = unusedPort(t)
 	}
 	return f
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -62,12 +61,7 @@ func (s *syncBuffer) String() string {
 // caller stops it (stopServe) after destroying its sessions.
 func startServe(t *testing.T, dataDir string, args ...string) (*serveProc, error) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := unusedAddr(t)
 	p := &serveProc{dataDir: dataDir, done: make(chan struct{}), log: &syncBuffer{}}
 	argv := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent, "--log-level", "info"}, args...)
 	if s := os.Getenv("FORKBOX_STORAGE"); s != "" {

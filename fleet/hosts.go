@@ -188,6 +188,16 @@ func (r *Registry) writable() bool {
 	return !r.ran || (!r.okSince.IsZero() && time.Since(r.okSince) >= r.opts.LostAfter)
 }
 
+// writeTimeout bounds one heartbeat's reads and write: a third of
+// LostAfter (5 s by default), at least the heartbeat interval. A write
+// slower than the interval (a loaded host's JetStream, an fsync behind
+// other writes) still lands well before the others take the host for
+// lost, where one bounded by the interval would fail and, failing for a
+// whole LostAfter, make a host that was only slow reconcile as if cut off.
+func (r *Registry) writeTimeout() time.Duration {
+	return max(r.opts.Heartbeat, r.opts.LostAfter/3)
+}
+
 // Put writes this host's record h now (its ID must be ValidID). The
 // error is JetStream's (ErrUnavailable when the cluster has no quorum).
 func (r *Registry) Put(ctx context.Context, h Host) error {
@@ -223,27 +233,30 @@ func (r *Registry) Run(ctx context.Context, self func() Host) {
 	var second sync.WaitGroup
 	defer second.Wait()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, r.opts.Heartbeat)
 		var err error
 		if r.opts.Rejoin != nil && time.Since(lastOK) > r.opts.LostAfter {
 			// Rejoin may destroy sandboxes: it has at least a minute.
-			cancel()
-			wctx, cancel = context.WithTimeout(ctx, max(r.opts.LostAfter, time.Minute))
-			if err = r.opts.Rejoin(wctx); err == nil {
+			rctx, cancel := context.WithTimeout(ctx, max(r.opts.LostAfter, time.Minute))
+			if err = r.opts.Rejoin(rctx); err == nil {
 				lastOK = time.Now()
 				again = time.After(r.opts.LostAfter)
 			}
+			cancel()
 		}
 		if err == nil {
+			// The record is built before the write's deadline starts:
+			// a host busy with creates may take a while to count them,
+			// and that is not a failed write.
 			h := self()
+			wctx, cancel := context.WithTimeout(ctx, r.writeTimeout())
 			if r.drainFlag(wctx, h.ID) {
 				h.State = HostDraining
 			}
 			if err = r.Put(wctx, h); err == nil {
 				lastOK = time.Now()
 			}
+			cancel()
 		}
-		cancel()
 		r.mu.Lock()
 		r.ran = true
 		if err != nil {
