@@ -130,55 +130,37 @@ type Options struct {
 
 // withDefaults returns o with zero values replaced by the defaults.
 func (o Options) withDefaults() Options {
-	if o.N <= 0 {
-		o.N = DefaultN
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = DefaultWarmup
-	}
-	if o.SnapshotMB <= 0 {
-		o.SnapshotMB = DefaultSnapshotMB
-	}
-	if o.UnsyncedMB <= 0 {
-		o.UnsyncedMB = DefaultUnsyncedMB
-	}
+	positive(&o.N, DefaultN)
+	positive(&o.Warmup, DefaultWarmup)
+	positive(&o.SnapshotMB, DefaultSnapshotMB)
+	positive(&o.UnsyncedMB, DefaultUnsyncedMB)
+	positive(&o.Clients, DefaultClients)
+	positive(&o.Sustain, DefaultSustain)
+	positive(&o.IdleRunc, DefaultIdleRunc)
+	positive(&o.IdleGVisor, DefaultIdleGVisor)
+	positive(&o.IdleWindow, DefaultIdleWindow)
+	positive(&o.FleetHosts, DefaultFleetHosts)
+	positive(&o.FleetRate, DefaultFleetRate)
+	positive(&o.FleetLive, DefaultFleetLive)
+	positive(&o.FleetStep, DefaultFleetStep)
 	if len(o.Only) == 0 {
 		o.Only = DefaultGroups
 	}
-	if o.Clients <= 0 {
-		o.Clients = DefaultClients
-	}
-	if o.Sustain <= 0 {
-		o.Sustain = DefaultSustain
-	}
-	if o.IdleRunc <= 0 {
-		o.IdleRunc = DefaultIdleRunc
-	}
-	if o.IdleGVisor <= 0 {
-		o.IdleGVisor = DefaultIdleGVisor
-	}
-	if o.IdleWindow <= 0 {
-		o.IdleWindow = DefaultIdleWindow
-	}
-	if o.FleetHosts <= 0 {
-		o.FleetHosts = DefaultFleetHosts
-	}
-	if o.FleetRate <= 0 {
-		o.FleetRate = DefaultFleetRate
-	}
-	if o.FleetLive <= 0 {
-		o.FleetLive = DefaultFleetLive
-	}
 	if len(o.FleetScales) == 0 {
 		o.FleetScales = DefaultFleetScales
-	}
-	if o.FleetStep <= 0 {
-		o.FleetStep = DefaultFleetStep
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
 	return o
+}
+
+// positive sets *v to d when *v is zero or negative (an option not
+// given).
+func positive[T int | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // progressf writes one progress line.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/datadir"
+	"github.com/forkbox/forkbox/internal/testport"
 	"github.com/forkbox/forkbox/netpolicy"
 	"github.com/forkbox/forkbox/node"
 	"github.com/forkbox/forkbox/store"
@@ -53,7 +54,7 @@ func newDataDir(t *testing.T) string {
 func serve(t *testing.T, dataDir string, extra ...string) *served {
 	t.Helper()
 	need(t)
-	addr := unusedAddr(t)
+	addr := testport.Addr(t)
 	args := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent,
 		"--storage-size", "3", "--log-level", "warn"}, extra...)
 	if kind := os.Getenv("FORKBOX_STORAGE"); kind != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/internal/testport"
 )
 
 // fleetSecret is the text of every test fleet's secret file.
@@ -68,7 +69,7 @@ func newTestFleet(t *testing.T, ids, nodes []string, args ...string) *testFleet 
 		t.Fatal(err)
 	}
 	for _, id := range slices.Concat(ids, nodes) {
-		f.ports[id] = unusedPort(t)
+		f.ports[id] = testport.Free(t)
 	}
 	return f
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/datadir"
 	"github.com/forkbox/forkbox/errdefs"
+	"github.com/forkbox/forkbox/internal/testport"
 )
 
 // serveProc is `forkbox serve` running as a process of its own (the
@@ -61,7 +62,7 @@ func (s *syncBuffer) String() string {
 // caller stops it (stopServe) after destroying its sessions.
 func startServe(t *testing.T, dataDir string, args ...string) (*serveProc, error) {
 	t.Helper()
-	addr := unusedAddr(t)
+	addr := testport.Addr(t)
 	p := &serveProc{dataDir: dataDir, done: make(chan struct{}), log: &syncBuffer{}}
 	argv := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent, "--log-level", "info"}, args...)
 	if s := os.Getenv("FORKBOX_STORAGE"); s != "" {

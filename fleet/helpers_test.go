@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forkbox/forkbox/internal/testport"
 )
 
 // testSecret is the fleet secret of the test clusters.
@@ -29,23 +30,14 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// freePorts returns n TCP ports on 127.0.0.1 that were free a moment
-// ago (the nodes of a test cluster must know each other's before any
-// starts).
+// freePorts returns n TCP ports on 127.0.0.1 that are free now and
+// that no outgoing connection can take (testport.Free): the nodes of a
+// test cluster must know each other's before any starts.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = testport.Free(t)
 	}
 	return ports
 }

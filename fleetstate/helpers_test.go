@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/internal/testport"
 	"github.com/forkbox/forkbox/store"
 )
 
@@ -58,18 +58,9 @@ func (h *host) restart(t *testing.T) {
 func startHosts(t testing.TB) []*host {
 	t.Helper()
 	ids := []string{"a", "b", "c"}
-	var lns []net.Listener
-	for range ids {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-	}
 	addrs := make([]string, len(ids))
-	for i, ln := range lns {
-		addrs[i] = ln.Addr().String()
-		ln.Close()
+	for i := range ids {
+		addrs[i] = testport.Addr(t) // not one an outgoing connection can take first
 	}
 	hosts := make([]*host, len(ids))
 	for i, id := range ids {

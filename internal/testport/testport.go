@@ -1,4 +1,6 @@
-package e2e
+// Package testport hands tests loopback TCP ports to pass to a server
+// they start (a NATS node, a daemon) that nothing else can take first.
+package testport
 
 import (
 	"fmt"
@@ -9,20 +11,20 @@ import (
 	"testing"
 )
 
-// handedOut holds the ports unusedPort returned in this test process.
+// handedOut holds the ports Free returned in this test process.
 var handedOut struct {
 	mu    sync.Mutex
 	ports map[int]bool
 }
 
-// unusedPort returns a loopback TCP port that is free now, was not
+// Free returns a loopback TCP port that is free now, was not
 // returned before in this process, and lies below the kernel's
 // ephemeral range (net.ipv4.ip_local_port_range). A port taken with
 // Listen(":0") and closed comes from that range, so an outgoing
 // connection of any process (one NATS node dialling another) can take
 // it before the daemon the test passes it to binds it; below the range
 // only a listener can. It fails t when no such port is found.
-func unusedPort(t testing.TB) int {
+func Free(t testing.TB) int {
 	t.Helper()
 	lo := 32768 // the kernel's default start of the range
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
@@ -54,5 +56,5 @@ func unusedPort(t testing.TB) int {
 	return 0
 }
 
-// unusedAddr is 127.0.0.1:unusedPort.
-func unusedAddr(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", unusedPort(t)) }
+// Addr is 127.0.0.1:Free(t).
+func Addr(t testing.TB) string { return fmt.Sprintf("127.0.0.1:%d", Free(t)) }
