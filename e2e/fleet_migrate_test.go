@@ -25,7 +25,8 @@ func TestFleetMigrate(t *testing.T) {
 	need(t)
 	procs := startFleet3(t)
 	a, b, c := procs[0], procs[1], procs[2]
-	src, _, err := c.c.CreateSession(ctxFor(t, time.Minute), client.CreateRequest{Env: map[string]string{"MIGRATED_ENV": "kept"}}, "")
+	src, _, err := c.c.CreateSession(ctxFor(t, time.Minute), client.CreateRequest{Env: map[string]string{"MIGRATED_ENV": "kept"},
+		MemoryMB: 384, Pids: 200, User: "root", Workdir: "/tmp"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +59,13 @@ func TestFleetMigrate(t *testing.T) {
 	}
 	if moved.ID == src.ID || moved.State != "running" {
 		t.Fatalf("migrate answered %+v", moved)
+	}
+	// The session's settings move with it: limits, user, workdir, driver.
+	if moved.MemoryMB != src.MemoryMB || moved.Pids != src.Pids || moved.CPU != src.CPU ||
+		moved.User != "root" || moved.Workdir != "/tmp" || moved.Driver != src.Driver {
+		t.Errorf("settings after migrate: memory %d pids %d cpu %v user %q workdir %q driver %q; before: %d %d %v %q %q %q",
+			moved.MemoryMB, moved.Pids, moved.CPU, moved.User, moved.Workdir, moved.Driver,
+			src.MemoryMB, src.Pids, src.CPU, src.User, src.Workdir, src.Driver)
 	}
 	if got := catNote(t, a, moved.ID); got != "written-on-c" {
 		t.Fatalf("the migrated session reads %q, want the file written on c", got)

@@ -191,11 +191,19 @@ func (rt *Router) waitReplicated(ctx context.Context, id string) error {
 	}
 }
 
-// startOn creates a session from snapshot snap on h with src's settings,
-// src's tenant the caller.
+// startOn creates a session from snapshot snap on h with src's settings
+// (limits, user, workdir, isolation driver, egress policy, env, metadata,
+// timeouts), src's tenant the caller. Secrets and volumes are per host
+// and are not carried.
 func (rt *Router) startOn(ctx context.Context, h fleet.Host, src *node.Session, snap string) (*v1.Session, error) {
 	req := v1.CreateRequest{Snapshot: snap, Env: src.Env, Metadata: src.Metadata, DiskMB: src.DiskMB,
-		AutoPauseS: src.AutoPauseS, OnTimeout: src.OnTimeout, AutoResume: src.AutoResume, PublicTraffic: src.PublicTraffic}
+		AutoPauseS: src.AutoPauseS, OnTimeout: src.OnTimeout, AutoResume: src.AutoResume, PublicTraffic: src.PublicTraffic,
+		CPU: src.CPU, MemoryMB: src.MemoryMB, Pids: src.Pids, User: src.DefaultUser, Workdir: src.Workdir,
+		Isolation: src.Driver}
+	if n := src.Network; n != nil && (len(n.Allow) > 0 || n.MaxEgressBytes > 0 || n.MaxConnectionsPerMinute > 0) {
+		req.Network = &v1.Network{Allow: append([]string(nil), n.Allow...), MaxEgressBytes: n.MaxEgressBytes,
+			MaxConnectionsPerMinute: n.MaxConnectionsPerMinute}
+	}
 	left := src.Remaining
 	if src.State == node.StateRunning && !src.ExpiresAt.IsZero() {
 		left = time.Until(src.ExpiresAt)

@@ -212,6 +212,13 @@ func (rt *Router) serveCreate(w http.ResponseWriter, r *http.Request, t target) 
 		rt.o.Local.ServeHTTP(w, r)
 		return
 	}
+	// The caller's key first: what a create without a valid one asks
+	// must not count as a pending placement nor take an idempotency
+	// slot.
+	if _, err := rt.authenticate(r, t.e2b); err != nil {
+		rt.fail(w, r, t, err)
+		return
+	}
 	idem := ""
 	if k := r.Header.Get("Idempotency-Key"); k != "" {
 		sum := sha256.Sum256([]byte(access.Secret(r, t.e2b) + "\n" + k))

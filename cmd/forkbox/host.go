@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -40,7 +41,7 @@ clears the flag.`,
 			if err != nil {
 				return err
 			}
-			if g.json && wait == 0 {
+			if g.json && wait == 0 && !migrate {
 				return printJSON(cmd.OutOrStdout(), h)
 			}
 			w := cmd.OutOrStdout()
@@ -123,23 +124,33 @@ func waitDrained(cmd *cobra.Command, c *client.Client, w io.Writer, id string, l
 	return nil
 }
 
-// migrateOff migrates, one at a time, every session of the fleet's list
-// (the key's) that is on host id; the first failure ends it (that
-// session stays where it was, running).
+// migrateOff migrates, one at a time, every running or paused session
+// of the fleet's list (the key's) that is on host id. A session that
+// cannot move stays where it was and is reported on stderr; the others
+// still move, and the error joins the failures.
 func migrateOff(cmd *cobra.Command, c *client.Client, w io.Writer, id string) error {
 	list, err := c.ListSessions(cmd.Context(), client.ListOptions{})
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, s := range list {
-		if s.Host != id {
+		// Only running and paused sessions can move; one being created
+		// or ended is left to finish.
+		if s.Host != id || s.State != "running" && s.State != "paused" {
 			continue
 		}
 		moved, err := c.Migrate(cmd.Context(), s.ID, "")
 		if err != nil {
-			return forItem(s.ID, err)
+			if cmd.Context().Err() != nil {
+				return cmd.Context().Err()
+			}
+			// One that cannot move stays where it is; the others still go.
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s not migrated: %v\n", s.ID, err)
+			errs = append(errs, forItem(s.ID, err))
+			continue
 		}
 		fmt.Fprintf(w, "%s migrated: now %s\n", s.ID, moved.ID)
 	}
-	return nil
+	return errors.Join(errs...)
 }
