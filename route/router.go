@@ -420,6 +420,15 @@ func (rt *Router) proxy(w http.ResponseWriter, r *http.Request, t target, h flee
 			rt.fail(w, r, t, errdefs.Newf(errdefs.ErrUnavailable, "host %s did not answer: %v", h.ID, err))
 		},
 	}
+	// The host may answer (and the proxy flush the response headers)
+	// before the end of the request body is copied (a Connect stream's
+	// closing chunk, an upload): without full duplex the HTTP/1 server
+	// then closes the request body under the copy, the transport tears
+	// the upstream connection down and the client's stream is cut
+	// ("terminated").
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		rt.o.Log.Debug("fleet: full duplex unavailable for a forwarded call", "err", err)
+	}
 	w.Header().Set("Forkbox-Host", h.ID)
 	p.ServeHTTP(w, r)
 }
