@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,7 +65,8 @@ func startServe(t *testing.T, dataDir string, args ...string) (*serveProc, error
 	t.Helper()
 	addr := testport.Addr(t)
 	p := &serveProc{dataDir: dataDir, done: make(chan struct{}), log: &syncBuffer{}}
-	argv := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent, "--log-level", "info"}, args...)
+	argv := append([]string{"serve", "--data-dir", dataDir, "--listen", addr, "--agent", env.agent, "--log-level", "info",
+		"--default-disk-mb", strconv.FormatInt(testLimits().DefaultDiskMB, 10)}, args...)
 	if s := os.Getenv("FORKBOX_STORAGE"); s != "" {
 		argv = append(argv, "--storage", s)
 	}

@@ -41,6 +41,7 @@ func testBadInput(t *testing.T) {
 		{[]string{"tenant", "set", "acme"}, "nothing to change"},
 		{[]string{"audit", "--since", "yesterday"}, `--since "yesterday": want a duration`},
 		{[]string{"no-such-command"}, `unknown command "no-such-command"`},
+		{[]string{"serve", "--default-disk-mb", "8"}, "--default-disk-mb 8: must be between 16 and"},
 	} {
 		_, errOut, code := cli(t, "", c.args...)
 		if code != exitForkboxError || !strings.Contains(errOut, c.want) {

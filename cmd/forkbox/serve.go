@@ -28,6 +28,7 @@ func newServeCmd() *cobra.Command {
 	var execMB, execTenantMB int64
 	var layerCacheMB int64
 	var peers, secretFile string
+	var defaultDiskMB int64
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the forkbox daemon (as root)",
@@ -38,7 +39,7 @@ tenants and their keys (forkbox tenant, forkbox key). Sandboxes keep running
 across daemon restarts and are adopted; with --stop-sessions the daemon
 destroys them when it stops and leaves nothing on the host (see forkbox down).
 
-Fleet (in progress): alone, the daemon embeds a NATS server with JetStream that
+Fleet: alone, the daemon embeds a NATS server with JetStream that
 listens on no port (the host registry lives there; forkbox hosts lists it).
 With --cluster, --node-id, --peers, --fleet-listen and --fleet-secret-file on
 each of three hosts, their embedded servers form one JetStream cluster
@@ -64,6 +65,11 @@ creates are placed on the best-fitting host, and lists answer the fleet's.`,
 			}
 			opts.LayerCacheBytes = layerCacheMB << 20
 			opts.ExecInflight = inflight.Limits{Total: execMB << 20, PerTenant: execTenantMB << 20}
+			opts.Limits = defaults.Limits()
+			if defaultDiskMB < opts.Limits.MinDiskMB || defaultDiskMB > opts.Limits.MaxDiskMB {
+				return fmt.Errorf("--default-disk-mb %d: must be between %d and %d", defaultDiskMB, opts.Limits.MinDiskMB, opts.Limits.MaxDiskMB)
+			}
+			opts.Limits.DefaultDiskMB = defaultDiskMB
 			for _, p := range pools {
 				name, size, ok := strings.Cut(p, "=")
 				n, err := strconv.Atoi(size)
@@ -130,6 +136,8 @@ creates are placed on the best-fitting host, and lists answer the fleet's.`,
 	f.IntVar(&opts.Spares, "spares", defaults.Spares,
 		"spare sandboxes to keep ready: started without files, they let a create or fork from any template or snapshot (runc tier, no network) skip the runtime start (0: none)")
 	f.StringArrayVar(&pools, "pool", nil, "keep a warm pool: TEMPLATE=SIZE (repeatable; also settable through the API)")
+	f.Int64Var(&defaultDiskMB, "default-disk-mb", defaults.Limits().DefaultDiskMB,
+		"disk limit (MiB) of a session that asks for none; under the overlay driver its blocks are reserved on the host's disk at the create")
 	f.IntVar(&opts.Capacity.MaxSessions, "max-sessions", 0,
 		"most sessions this host runs at once, over all tenants; past it creates get 503 capacity-unavailable (default 1000)")
 	f.Int64Var(&opts.Capacity.MaxMemoryMB, "max-memory-mb", 0,
