@@ -23,6 +23,11 @@ import (
 // copy to reach the object store.
 const replicateWait = 3 * time.Minute
 
+// migrateTimeout bounds a migration once its source is paused (the wait
+// for the copy, the start on the target, the source's destroy); it runs
+// on when the caller goes away.
+const migrateTimeout = replicateWait + 3*time.Minute
+
 // memoryDriver is the isolation driver whose sessions migrate with their
 // processes and memory (gVisor's checkpoints); any other driver's
 // migrate with their files only.
@@ -46,7 +51,9 @@ const memoryDriver = "gvisor"
 // ErrUnavailable for a lost or draining target, a fleet with no other
 // placeable host, a directory that cannot be read, or a copy that is not
 // replicated in time. A failure before the target answers leaves the
-// source as it was (resumed) and nothing on the target.
+// source as it was (resumed) and nothing on the target. Once the source
+// is paused the move no longer follows ctx: it goes on, at most
+// migrateTimeout, when the caller goes away.
 func (rt *Router) Migrate(ctx context.Context, n node.Node, id, target string) (*v1.Session, error) {
 	s, err := n.Get(ctx, id)
 	if err != nil {
@@ -79,8 +86,12 @@ func (rt *Router) Migrate(ctx context.Context, n node.Node, id, target string) (
 			return nil, err
 		}
 	}
-	// From here a failure resumes the source, whatever ctx does.
+	// From here a failure resumes the source, whatever ctx does, and the
+	// move goes on when the client goes away: a start cut off midway
+	// could leave a session on the target nobody knows of.
 	bg := context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(bg, migrateTimeout)
+	defer cancel()
 	undo := func(snap string) {
 		if snap != "" {
 			if err := n.DeleteSnapshot(bg, snap, false); err != nil {
@@ -254,7 +265,9 @@ func (rt *Router) signed(ctx context.Context, h fleet.Host, method, path, tenant
 	return nil
 }
 
-// classOf maps a peer's HTTP status to an error class.
+// classOf maps a peer's HTTP status to an error class. Its 401 (this
+// host's signature refused: the hosts' fleet secrets differ) and other
+// failures are the fleet's, ErrUnavailable.
 func classOf(status int) error {
 	switch status {
 	case http.StatusBadRequest:
@@ -263,6 +276,10 @@ func classOf(status int) error {
 		return errdefs.ErrNotFound
 	case http.StatusConflict:
 		return errdefs.ErrConflict
+	case http.StatusForbidden: // the tenant's policy on that host
+		return errdefs.ErrPermissionDenied
+	case http.StatusInsufficientStorage:
+		return errdefs.ErrInsufficientStorage
 	case http.StatusTooManyRequests:
 		return errdefs.ErrResourceExhausted
 	}

@@ -250,6 +250,13 @@ func (rt *Router) serveLocated(w http.ResponseWriter, r *http.Request, t target)
 		}
 	}
 	if loc.State == fleet.LocationTerminated {
+		if !t.caller {
+			// No key to check the tenant with (an envd or port call,
+			// whose token only its host could check): why and where
+			// are the owner's to know.
+			rt.fail(w, r, t, errdefs.Newf(errdefs.ErrTerminated, "%s %s was terminated", t.kind, t.id))
+			return
+		}
 		rt.fail(w, r, t, errdefs.Newf(errdefs.ErrTerminated, "%s %s was terminated: %s (its host %s)", t.kind, t.id, loc.Reason, loc.Host))
 		return
 	}
@@ -270,8 +277,8 @@ func (rt *Router) serveLocated(w http.ResponseWriter, r *http.Request, t target)
 // from it) is served by this host, which then pulls the snapshot's copy
 // from the object store: when loc's host is this one, or when loc is
 // replicated and its host cannot take the call (lost, not in the
-// registry, another version). Otherwise the start goes next to the
-// snapshot, on its host.
+// registry, another version) or is draining while this one is ready.
+// Otherwise the start goes next to the snapshot, on its host.
 func (rt *Router) pullHere(ctx context.Context, loc fleet.Location) bool {
 	if loc.Host == rt.o.Self {
 		return true
@@ -279,8 +286,15 @@ func (rt *Router) pullHere(ctx context.Context, loc fleet.Location) bool {
 	if !loc.Replicated {
 		return false
 	}
-	_, err := rt.host(ctx, loc.Host)
-	return err != nil
+	h, err := rt.host(ctx, loc.Host)
+	if err != nil {
+		return true
+	}
+	if h.Placeable {
+		return false
+	}
+	self, err := rt.host(ctx, rt.o.Self)
+	return err == nil && self.Placeable
 }
 
 // locate reads kind's id's directory entry; ok is false when there is

@@ -210,8 +210,8 @@ func TestRouterForwards(t *testing.T) {
 	if resp, body := p.call(t, "GET", "/sandboxes/sessgone", p.key, nil, nil); resp.StatusCode != 404 || !strings.Contains(body, `"code":404`) {
 		t.Errorf("terminated sandbox (E2B): %d %s", resp.StatusCode, body)
 	}
-	if resp, body := p.call(t, "GET", "/health", "", nil, map[string]string{"E2b-Sandbox-Id": "sessgone"}); resp.StatusCode != 502 {
-		t.Errorf("terminated sandbox (envd): %d %s", resp.StatusCode, body)
+	if resp, body := p.call(t, "GET", "/health", "", nil, map[string]string{"E2b-Sandbox-Id": "sessgone"}); resp.StatusCode != 502 || strings.Contains(body, "host-lost") || strings.Contains(body, "its host") {
+		t.Errorf("terminated sandbox (envd, no key: neither why nor where): %d %s", resp.StatusCode, body)
 	}
 
 	// Unknown: served by a.
@@ -301,7 +301,22 @@ func TestRouterForwards(t *testing.T) {
 		resp.Header.Get("Forkbox-Host") != "" || p.lastAtA.path != "/v1/sessions" {
 		t.Errorf("create from a lost host's replicated snapshot: %d %s %v, a saw %+v", resp.StatusCode, body, resp.Header, p.lastAtA)
 	}
-	p.hosts[1].State = fleet.HostReady
+	// c draining: a start from its replicated snapshot is pulled here,
+	// one from its snapshot without a copy still goes to c.
+	p.hosts[1].State, p.hosts[1].Placeable = fleet.HostDraining, false
+	time.Sleep(1100 * time.Millisecond) // the router's copy of the registry
+	p.lastAtA = seen{}
+	if resp, body := p.call(t, "POST", "/v1/snapshots/replonc/fork", p.key, strings.NewReader(`{"count":1}`), nil); resp.StatusCode != 200 ||
+		resp.Header.Get("Forkbox-Host") != "" || p.lastAtA.path != "/v1/snapshots/replonc/fork" {
+		t.Errorf("fork of a draining host's replicated snapshot: %d %s %v, a saw %+v", resp.StatusCode, body, resp.Header, p.lastAtA)
+	}
+	if resp, body := p.call(t, "POST", "/v1/snapshots/snaponc/fork", p.key, strings.NewReader(`{"count":1}`), nil); resp.StatusCode != 200 ||
+		resp.Header.Get("Forkbox-Host") != "c" {
+		t.Errorf("fork of a draining host's unreplicated snapshot: %d %s %v", resp.StatusCode, body, resp.Header)
+	} else if s := p.atC(t); s.path != "/v1/snapshots/snaponc/fork" {
+		t.Errorf("c got %+v", s)
+	}
+	p.hosts[1].State, p.hosts[1].Placeable = fleet.HostReady, true
 
 	// A full fleet: 503 capacity-unavailable with Retry-After.
 	for i := range p.hosts {
