@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	v1 "github.com/forkbox/forkbox/api/v1"
@@ -66,6 +67,10 @@ func (rt *Router) Migrate(ctx context.Context, n node.Node, id, target string) (
 	if err != nil {
 		return nil, err
 	}
+	if !rt.moving.start(id) {
+		return nil, errdefs.Newf(errdefs.ErrConflict, "session %s is migrating already", id)
+	}
+	defer rt.moving.end(id)
 	wasPaused := s.State == node.StatePaused
 	// A memory checkpoint is taken of a running session (it stops it for
 	// the moment it takes) and the source is paused right after; a files
@@ -263,6 +268,41 @@ func (rt *Router) signed(ctx context.Context, h fleet.Host, method, path, tenant
 		return errdefs.Newf(errdefs.ErrUnavailable, "host %s answered a body that is no session: %v", h.ID, err)
 	}
 	return nil
+}
+
+// fence is the set of sessions this host is migrating: the router
+// serves them nothing but their info (infoCall) until the move ends.
+type fence struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// start adds id and reports whether it was not there already.
+func (f *fence) start(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ids[id] {
+		return false
+	}
+	if f.ids == nil {
+		f.ids = map[string]bool{}
+	}
+	f.ids[id] = true
+	return true
+}
+
+// end removes id.
+func (f *fence) end(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.ids, id)
+}
+
+// has reports whether id is migrating.
+func (f *fence) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[id]
 }
 
 // classOf maps a peer's HTTP status to an error class. Its 401 (this

@@ -69,6 +69,7 @@ type Router struct {
 	placed    placements
 	idem      idempotent
 	locs      locationCache
+	moving    fence
 	transport *http.Transport
 }
 
@@ -154,6 +155,17 @@ func (rt *Router) classify(r *http.Request) (t target, create, list bool) {
 	return target{}, false, false
 }
 
+// infoCall reports whether r, which names session t, only reads its
+// record (REST GET /v1/sessions/{id}, E2B GET /sandboxes/{id}): what a
+// migrating session still answers.
+func infoCall(r *http.Request, t target) bool {
+	if r.Method != http.MethodGet || !t.caller {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/v1/sessions/"+t.id || p == "/sandboxes/"+t.id
+}
+
 // ServeHTTP routes r: a request a peer signed is verified and served
 // here (never forwarded again); a client's is served here or forwarded
 // to the host that holds what it names, placed (creates) or fanned out
@@ -163,6 +175,14 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set(access.RequestIDHeader, newRequestID())
 	}
 	t, create, list := rt.classify(r)
+	if t.kind == fleet.KindSession && rt.moving.has(t.id) && !infoCall(r, t) {
+		// Fenced: a call now could resume the paused source (an
+		// auto-resume) or change it after its snapshot, which the
+		// moved copy would not have.
+		rt.fail(w, r, t, errdefs.Newf(errdefs.ErrConflict,
+			"session %s is migrating to another host (where it gets a new id): only its info is served until the move ends", t.id))
+		return
+	}
 	if v := r.Header.Get(InternalHeader); v != "" || len(r.Header.Values(InternalHeader)) > 0 {
 		id, err := rt.signer.Verify(v, r.Method, r.RequestURI)
 		r.Header.Del(InternalHeader)

@@ -25,6 +25,7 @@ import (
 type routerPair struct {
 	dir     *fleet.Directory
 	a, c    *httptest.Server
+	ra, rc  *Router
 	hosts   []fleet.Host
 	key     string
 	gotAtC  chan seen
@@ -90,9 +91,11 @@ func newRouterPair(t *testing.T) *routerPair {
 	hostList := func(context.Context) ([]fleet.Host, error) { return p.hosts, nil }
 	directory := func() (*fleet.Directory, error) { return dir, nil }
 	c := New(Options{Self: "c", Local: api("c", func(s seen) { p.gotAtC <- s }), Key: key, Directory: directory, Hosts: hostList, Keys: st, Log: log})
+	p.rc = c
 	p.c = httptest.NewServer(c)
 	t.Cleanup(p.c.Close)
 	a := New(Options{Self: "a", Local: api("a", func(s seen) { p.lastAtA = s }), Key: key, Directory: directory, Hosts: hostList, Keys: st, Log: log})
+	p.ra = a
 	p.a = httptest.NewServer(a)
 	t.Cleanup(p.a.Close)
 	full := fleet.Capacity{Sessions: 10, MemoryMB: 8192}
@@ -345,4 +348,62 @@ type zeros struct{}
 func (zeros) Read(b []byte) (int, error) {
 	clear(b)
 	return len(b), nil
+}
+
+// TestRouterFencesMigrating checks that a session its host is migrating
+// is served nothing but its info, whether the call comes to that host
+// from a client or forwarded by another (an exec, an envd call: 409,
+// the host's API never called), and everything again once the move
+// ended; a second migration of it is refused.
+func TestRouterFencesMigrating(t *testing.T) {
+	p := newRouterPair(t)
+	if err := p.dir.Put(context.Background(), fleet.Location{Kind: fleet.KindSession, ID: "sessonc", Host: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if !p.rc.moving.start("sessonc") {
+		t.Fatal("fence start")
+	}
+	if p.rc.moving.start("sessonc") {
+		t.Error("a second migration of one session was let in")
+	}
+	for _, c := range []struct {
+		method, path string
+		hdr          map[string]string
+		want         int
+	}{
+		{"POST", "/v1/sessions/sessonc/exec", nil, 409},
+		{"GET", "/v1/sessions/sessonc/files/etc/hostname", nil, 409},
+		{"POST", "/v1/sessions/sessonc/migrate", nil, 409},
+		{"POST", "/sandboxes/sessonc/pause", nil, 409},
+		// envd: 502, as E2B's edge answers a sandbox it cannot serve.
+		{"GET", "/files?path=/etc/hostname", map[string]string{"E2b-Sandbox-Id": "sessonc", "X-Access-Token": "tok"}, 502},
+	} {
+		if resp, body := p.call(t, c.method, c.path, p.key, nil, c.hdr); resp.StatusCode != c.want || !strings.Contains(body, "migrating") {
+			t.Errorf("%s %s while migrating: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+		}
+	}
+	// A client's call straight to c.
+	req, _ := http.NewRequest("POST", p.c.URL+"/v1/sessions/sessonc/exec", nil)
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 409 {
+		t.Errorf("exec straight to c while migrating: %v %v", err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	select {
+	case s := <-p.gotAtC:
+		t.Errorf("c's API called for a fenced session: %+v", s)
+	default:
+	}
+	if resp, body := p.call(t, "GET", "/v1/sessions/sessonc", p.key, nil, nil); resp.StatusCode != 200 || !strings.Contains(body, `"c"`) {
+		t.Errorf("info while migrating: %d %s", resp.StatusCode, body)
+	} else if s := p.atC(t); s.path != "/v1/sessions/sessonc" {
+		t.Errorf("c got %+v", s)
+	}
+	p.rc.moving.end("sessonc")
+	if resp, body := p.call(t, "POST", "/v1/sessions/sessonc/exec", p.key, nil, nil); resp.StatusCode != 200 {
+		t.Errorf("exec after the move ended: %d %s", resp.StatusCode, body)
+	} else if s := p.atC(t); s.path != "/v1/sessions/sessonc/exec" {
+		t.Errorf("c got %+v", s)
+	}
 }

@@ -43,6 +43,8 @@ func (rt *Router) fail(w http.ResponseWriter, r *http.Request, t target, err err
 			status = http.StatusServiceUnavailable
 		case errdefs.ErrInvalidArgument:
 			status = http.StatusBadRequest
+		case errdefs.ErrConflict:
+			status = http.StatusConflict
 		}
 		if !t.caller && status != http.StatusUnauthorized {
 			// envd and port requests: E2B's edge answers 502 for a
