@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/internal/freeport"
 )
 
 // The fleet simulation's cluster: simNodes embedded NATS nodes in this
@@ -37,7 +37,7 @@ func startSimCluster(ctx context.Context) (*simCluster, error) {
 		return nil, err
 	}
 	c := &simCluster{dir: dir}
-	ports, err := freeLoopbackPorts(simNodes)
+	ports, err := freeport.LoopbackN(simNodes)
 	if err != nil {
 		c.close()
 		return nil, err
@@ -125,21 +125,6 @@ func (c *simCluster) reset(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// freeLoopbackPorts returns n TCP ports of 127.0.0.1 that were free a
-// moment ago (the nodes must know each other's before any starts).
-func freeLoopbackPorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // randomSecret is a fleet secret for one run.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/freeport"
 )
 
 // GroupPorts is the sandbox port rows: a small GET and a 100 MiB download
@@ -195,12 +195,11 @@ func hostHTTPServer(ctx context.Context) (string, func(), error) {
 	if err != nil {
 		return fail(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Loopback()
 	if err != nil {
 		return fail(err)
 	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	l.Close()
+	port := strconv.Itoa(p)
 	cmd := exec.Command("python3", "-m", "http.server", "-b", "127.0.0.1", port)
 	cmd.Dir = dir
 	if err := cmd.Start(); err != nil {

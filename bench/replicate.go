@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/internal/freeport"
 	"github.com/forkbox/forkbox/storage/seal"
 )
 
@@ -132,12 +132,10 @@ func (e *env) forkboxPath() (string, error) {
 // startFleetHost starts `forkbox serve` as host id of the fleet on url
 // and waits (at most 2 minutes) until its API answers.
 func startFleetHost(ctx context.Context, bin, dir, id, url, keyEnv, agent string) (*fleetHostProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.LoopbackAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	args := []string{"serve", "--data-dir", dir, "--listen", addr, "--nats", url, "--node-id", id,
 		"--spares", "0", "--stop-sessions", "--storage-size", "2", "--log-level", "warn"}
 	if agent != "" {

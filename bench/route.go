@@ -19,6 +19,7 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/daemon"
 	"github.com/forkbox/forkbox/fleet"
+	"github.com/forkbox/forkbox/internal/freeport"
 )
 
 // GroupRoute is the fleet's routing rows: two private daemons, hosts a
@@ -188,7 +189,7 @@ func (e *env) startRouteFleet(ctx context.Context) (hosts []*forkbox, cleanup fu
 	if err := os.Chmod(dir, 0o711); err != nil {
 		return nil, cleanup, err
 	}
-	ports, err := freeLoopbackPorts(3)
+	ports, err := freeport.LoopbackN(3)
 	if err != nil {
 		return nil, cleanup, err
 	}
