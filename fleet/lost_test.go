@@ -543,8 +543,22 @@ func TestRejoinSecondPass(t *testing.T) {
 	var destroyed []string
 	passes := 0
 	firstDone := make(chan struct{})
+	// marked: the late watcher's mark is written. A pass after the first
+	// waits for it, so the mark lands between the two passes however
+	// long the restarted nodes take to serve it.
+	marked := make(chan struct{})
 	opts := RegistryOptions{Heartbeat: 100 * time.Millisecond, LostAfter: 800 * time.Millisecond}
 	opts.Rejoin = func(ctx context.Context) error {
+		mu.Lock()
+		later := passes > 0
+		mu.Unlock()
+		if later {
+			select {
+			case <-marked:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		_, err := Reconcile(ctx, dirC, "c", func(_ context.Context, id string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -590,6 +604,7 @@ func TestRejoinSecondPass(t *testing.T) {
 	if _, err := markLost(ctx, dirA, map[string]bool{"c": true}); err != nil {
 		t.Fatal(err)
 	}
+	close(marked)
 	waitFor(t, 30*time.Second, "c's session destroyed by the second pass", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
